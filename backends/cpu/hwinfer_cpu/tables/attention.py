@@ -1,0 +1,2 @@
+"""CPU impls for the attention family (being written)."""
+IMPLS: list = []

@@ -1,0 +1,2 @@
+"""CPU impls for the block_sparse family (being written)."""
+IMPLS: list = []

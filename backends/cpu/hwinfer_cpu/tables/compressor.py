@@ -1,0 +1,2 @@
+"""CPU impls for the compressor family (being written)."""
+IMPLS: list = []

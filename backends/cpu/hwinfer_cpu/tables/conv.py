@@ -1,0 +1,2 @@
+"""CPU impls for the conv family (being written)."""
+IMPLS: list = []

@@ -1,0 +1,2 @@
+"""CPU impls for the hyper_connection family (being written)."""
+IMPLS: list = []

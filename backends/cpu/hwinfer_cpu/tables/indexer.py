@@ -1,0 +1,2 @@
+"""CPU impls for the indexer family (being written)."""
+IMPLS: list = []

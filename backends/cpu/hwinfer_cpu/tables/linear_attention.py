@@ -1,0 +1,2 @@
+"""CPU impls for the linear_attention family (being written)."""
+IMPLS: list = []

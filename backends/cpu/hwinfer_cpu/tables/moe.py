@@ -1,0 +1,2 @@
+"""CPU impls for the moe family (being written)."""
+IMPLS: list = []

@@ -1,0 +1,2 @@
+"""CPU impls for the norm family (being written)."""
+IMPLS: list = []

@@ -1,0 +1,2 @@
+"""CPU impls for the quant family (being written)."""
+IMPLS: list = []

@@ -1,0 +1,2 @@
+"""CPU impls for the rope family (being written)."""
+IMPLS: list = []

@@ -1,0 +1,2 @@
+"""CPU impls for the sampling family (being written)."""
+IMPLS: list = []

@@ -1,0 +1,2 @@
+"""CPU impls for the sparse_mla family (being written)."""
+IMPLS: list = []

@@ -1,0 +1,1 @@
+"""Vectorised torch implementations (any device); each names the op contract it implements."""

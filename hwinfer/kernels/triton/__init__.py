@@ -1,0 +1,1 @@
+"""Triton kernels; each module names the op contract it implements."""

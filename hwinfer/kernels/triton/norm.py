@@ -1,0 +1,52 @@
+"""Triton RMSNorm (contract: :func:`hwinfer.ops.norm.rms_norm`).
+
+One program normalises one row; the row is loaded once (BLOCK >= D), upcast to fp32 right after
+the load (the interpreter computes bf16 wrongly otherwise, and fp32 is the contract anyway).
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _rms_norm_kernel(x_ptr, w_ptr, y_ptr, stride_x, stride_y, D, eps, offset,
+                     HAS_WEIGHT: tl.constexpr, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < D
+    x = tl.load(x_ptr + row * stride_x + cols, mask=mask, other=0.0).to(tl.float32)
+    inv = 1.0 / tl.sqrt(tl.sum(x * x, axis=0) / D + eps)
+    y = x * inv
+    if HAS_WEIGHT:
+        w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+        y = y * (w + offset)
+    tl.store(y_ptr + row * stride_y + cols, y.to(y_ptr.dtype.element_ty), mask=mask)
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor | None = None, *, eps: float = 1e-6,
+             weight_offset: float = 0.0) -> torch.Tensor:
+    """Triton RMSNorm over the last dim; x [..., D] -> [..., D] in x.dtype."""
+    d = x.shape[-1]
+    x2 = x.reshape(-1, d)
+    if x2.stride(-1) != 1:
+        x2 = x2.contiguous()
+    y = torch.empty((x2.shape[0], d), dtype=x.dtype, device=x.device)
+    if x2.shape[0] == 0:
+        return y.reshape(x.shape)
+    block = triton.next_power_of_2(d)
+    w = weight if weight is not None else x2  # dummy pointer when unweighted
+    _rms_norm_kernel[(x2.shape[0],)](
+        x2, w, y, x2.stride(0), y.stride(0), d, eps, weight_offset,
+        HAS_WEIGHT=weight is not None, BLOCK=block, num_warps=4 if block <= 2048 else 8)
+    return y.reshape(x.shape)
+
+
+def rms_norm_supported(x: torch.Tensor, weight: torch.Tensor | None = None, **_: object) -> str | None:
+    """Per-call check: one program holds a whole row, so rows wider than 65536 go elsewhere."""
+    if x.shape[-1] > 65536:
+        return f"row width {x.shape[-1]} > 65536"
+    if weight is not None and weight.stride(-1) != 1:
+        return "weight must be contiguous"
+    return None

@@ -1,0 +1,96 @@
+"""RMSNorm contracts: weighted, unweighted, zero-centred and gated forms."""
+from __future__ import annotations
+
+import torch
+
+from hwinfer.ops.contract import Case, Tol, define_op, randn
+
+_TOL = {torch.float32: Tol(1e-5, 1e-5), torch.bfloat16: Tol(1e-2, 1e-2), torch.float16: Tol(2e-3, 2e-3)}
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor | None = None, *, eps: float = 1e-6,
+             weight_offset: float = 0.0) -> torch.Tensor:
+    """RMS normalisation over the last dimension.
+
+    ``y = x / sqrt(mean(x^2) + eps) * (weight_offset + weight)``, computed in fp32 and cast back
+    to ``x.dtype`` once at the end. ``weight=None`` is the unweighted form (DeepSeek-V4's
+    per-head q norm and mHC input norm); ``weight_offset=1.0`` is the zero-centred form of
+    Qwen3.5 and Gemma 4 (``(1 + w)``, ``w`` stored initialised to 0).
+
+    Shapes: x [..., D] any float dtype; weight [D] (any float dtype, used in fp32).
+    Returns [..., D] in x.dtype.
+    """
+    x32 = x.float()
+    y = x32 * torch.rsqrt(x32.pow(2).mean(dim=-1, keepdim=True) + eps)
+    if weight is not None:
+        y = y * (weight.float() + weight_offset)
+    return y.to(x.dtype)
+
+
+def rms_norm_gated(x: torch.Tensor, gate: torch.Tensor, weight: torch.Tensor | None = None, *,
+                   eps: float = 1e-6, activation: str = "silu") -> torch.Tensor:
+    """Gated RMSNorm, the output norm of Gated DeltaNet and KDA.
+
+    ``y = rms_norm(x, weight, eps) * act(gate)`` with ``act`` = SiLU (Qwen3.5 GDN) or sigmoid
+    (KDA / Kimi); everything in fp32, cast to ``x.dtype`` at the end. The norm runs over the last
+    dimension (one head's channels).
+
+    Shapes: x [..., D]; gate [..., D] (same shape as x); weight [D] or None.
+    Returns [..., D] in x.dtype.
+    """
+    x32 = x.float()
+    y = x32 * torch.rsqrt(x32.pow(2).mean(dim=-1, keepdim=True) + eps)
+    if weight is not None:
+        y = y * weight.float()
+    g = gate.float()
+    if activation == "silu":
+        y = y * torch.nn.functional.silu(g)
+    elif activation == "sigmoid":
+        y = y * torch.sigmoid(g)
+    else:
+        raise ValueError(f"rms_norm_gated: activation must be 'silu' or 'sigmoid', not {activation!r}")
+    return y.to(x.dtype)
+
+
+def _norm_case(rows: int, dim: int, weighted: bool, offset: float = 0.0):
+    def make(gen, dtype, device):
+        inputs = {"x": randn(gen, rows, dim, dtype=dtype, device=device, scale=3.0), "eps": 1e-6}
+        if weighted:
+            inputs["weight"] = randn(gen, dim, dtype=torch.float32, device=device, scale=0.5) + 1.0
+        if offset:
+            inputs["weight_offset"] = offset
+        return inputs
+    return make
+
+
+def _gated_case(rows: int, heads: int, dim: int, activation: str):
+    def make(gen, dtype, device):
+        return {
+            "x": randn(gen, rows, heads, dim, dtype=dtype, device=device),
+            "gate": randn(gen, rows, heads, dim, dtype=dtype, device=device),
+            "weight": randn(gen, dim, dtype=torch.float32, device=device, scale=0.1) + 1.0,
+            "eps": 1e-5,
+            "activation": activation,
+        }
+    return make
+
+
+RMS_NORM = define_op(
+    rms_norm,
+    cases=[
+        Case("weighted_4096", _norm_case(7, 4096, True)),
+        Case("unweighted_head512", _norm_case(9, 512, False)),
+        Case("zero_centred_odd", _norm_case(5, 200, True, offset=1.0)),
+    ],
+    tolerance=_TOL,
+    dtypes=(torch.float32, torch.bfloat16, torch.float16),
+)
+
+RMS_NORM_GATED = define_op(
+    rms_norm_gated,
+    cases=[
+        Case("gdn_silu", _gated_case(6, 4, 128, "silu")),
+        Case("kda_sigmoid", _gated_case(5, 3, 64, "sigmoid")),
+    ],
+    tolerance=_TOL,
+)
