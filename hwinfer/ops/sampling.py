@@ -1,1 +1,133 @@
-"""(being written)"""
+"""Token sampling: greedy, temperature, top-k, top-p, reproducible per request seed.
+
+Randomness comes from a counter-based hash of (seed, step, token id) written with 32-bit integer
+operations, not from a device RNG: the same request seed gives the same noise on every device and
+every backend, a kernel can reproduce it exactly, and a request's draw does not depend on what
+else is in the batch.
+"""
+from __future__ import annotations
+
+import torch
+
+from hwinfer.ops.contract import EXACT, Case, define_op, randn
+
+_MASK32 = 0xFFFFFFFF
+# Odd multipliers below 2**31, so a 32-bit value times one of them stays inside int64 (torch has
+# no uint32 arithmetic on every device); the low 32 bits are kept after each step.
+_MULTIPLIERS = (0x7FEB352D, 0x2C1B3C6D, 0x297A2D39)
+
+
+def mix32(x: torch.Tensor) -> torch.Tensor:
+    """A 32-bit integer mixing function on int64 tensors holding values in [0, 2**32).
+
+    Three xor-shift / multiply rounds; every step is reproducible in a GPU kernel with uint32
+    arithmetic (products taken modulo 2**32).
+    """
+    x = x & _MASK32
+    for mul in _MULTIPLIERS:
+        x = x ^ (x >> 16)
+        x = (x * mul) & _MASK32
+    return x ^ (x >> 15)
+
+
+def sampling_uniforms(seeds: torch.Tensor, steps: torch.Tensor, vocab: int) -> torch.Tensor:
+    """Uniform noise in (0, 1), fp32, shape [B, V]: u[b, i] = U(hash(seed_b, step_b, i)).
+
+    The 24 high bits of the hash give ``(h + 0.5) / 2**24``, exactly representable in fp32 and
+    never 0 or 1, so ``-log(-log(u))`` is always finite.
+    """
+    seeds = seeds.to(torch.int64)
+    steps = steps.to(torch.int64)
+    ids = torch.arange(vocab, device=seeds.device, dtype=torch.int64)
+    h = mix32(ids[None, :] ^ mix32(steps[:, None] ^ mix32((seeds & _MASK32)[:, None]
+                                                            ^ mix32(seeds >> 32)[:, None])))
+    return ((h >> 8).to(torch.float32) + 0.5) / float(1 << 24)
+
+
+def sample(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor,
+           top_p: torch.Tensor, seeds: torch.Tensor, steps: torch.Tensor) -> torch.Tensor:
+    """Pick one token per row.
+
+    Per row b (all math in fp32):
+
+    * ``temperature[b] <= 0``: greedy, ``argmax(logits[b])``; ties go to the lowest token id.
+    * else ``l = logits[b] / temperature[b]``; **top-k** (``top_k[b] > 0``) keeps tokens whose
+      ``l`` is >= the k-th largest value (ties at the boundary are all kept); **top-p**
+      (``top_p[b] < 1``) then sorts the kept tokens by probability (descending, ties by id) and
+      keeps the shortest prefix whose probability mass reaches ``top_p[b]`` (at least one token);
+      the winner is ``argmax(l + gumbel)`` over kept tokens, with gumbel noise
+      ``-log(-log(u))``, ``u = sampling_uniforms(seeds, steps, V)`` (Gumbel-max = a draw from
+      softmax(l) restricted to the kept set). Same (seed, step, logits) -> same token anywhere.
+
+    Shapes: logits [B, V] any float dtype; temperature [B] fp32; top_k [B] int (0 = off);
+    top_p [B] fp32 in (0, 1] (1 = off); seeds [B] int64 (per request); steps [B] int64 (the
+    index of the token being generated, so each step draws fresh noise).
+    Returns token ids [B] int32.
+    """
+    if logits.dim() != 2:
+        raise ValueError(f"sample: logits must be [B, V], got shape {tuple(logits.shape)}")
+    b, v = logits.shape
+    for name, t in (("temperature", temperature), ("top_k", top_k), ("top_p", top_p),
+                    ("seeds", seeds), ("steps", steps)):
+        if t.shape != (b,):
+            raise ValueError(f"sample: {name} must have shape [{b}], got {tuple(t.shape)}")
+    l32 = logits.float()
+    greedy = l32.argmax(dim=-1)
+    temp = temperature.float().clamp_min(1e-6)
+    scaled = l32 / temp[:, None]
+    keep = torch.ones_like(scaled, dtype=torch.bool)
+
+    k = top_k.to(torch.int64).clamp(0, v)
+    use_k = k > 0
+    if bool(use_k.any()):
+        sorted_desc = scaled.sort(dim=-1, descending=True).values
+        kth = sorted_desc.gather(1, (k.clamp_min(1) - 1)[:, None])
+        keep &= ~use_k[:, None] | (scaled >= kth)
+
+    p = top_p.float()
+    use_p = p < 1.0
+    if bool(use_p.any()):
+        masked = scaled.masked_fill(~keep, float("-inf"))
+        probs = torch.softmax(masked, dim=-1)
+        # Stable order: descending probability, then ascending token id.
+        order = torch.sort(probs, dim=-1, descending=True, stable=True).indices
+        sorted_probs = probs.gather(1, order)
+        mass_before = sorted_probs.cumsum(dim=-1) - sorted_probs
+        keep_sorted = mass_before < p[:, None]
+        keep_sorted[:, 0] = True
+        keep_p = torch.zeros_like(keep).scatter(1, order, keep_sorted)
+        keep &= ~use_p[:, None] | keep_p
+
+    gumbel = -torch.log(-torch.log(sampling_uniforms(seeds, steps, v)))
+    drawn = (scaled + gumbel).masked_fill(~keep, float("-inf")).argmax(dim=-1)
+    return torch.where(temperature > 0, drawn, greedy).to(torch.int32)
+
+
+def _case(batch: int, vocab: int, mode: str):
+    def make(gen, dtype, device):
+        logits = randn(gen, batch, vocab, dtype=dtype, device=device, scale=3.0)
+        temperature = torch.full((batch,), 0.0 if mode == "greedy" else 0.8)
+        top_k = torch.zeros(batch, dtype=torch.int32)
+        top_p = torch.ones(batch)
+        if mode == "mixed":
+            temperature = torch.tensor([0.0, 0.7, 1.0, 1.3][:batch] * (batch // 4 + 1))[:batch]
+            top_k = torch.tensor([0, 40, 0, 5][:batch] * (batch // 4 + 1), dtype=torch.int32)[:batch]
+            top_p = torch.tensor([1.0, 0.9, 0.5, 1.0][:batch] * (batch // 4 + 1))[:batch]
+        seeds = torch.randint(0, 2**62, (batch,), generator=gen)
+        steps = torch.randint(0, 4096, (batch,), generator=gen)
+        return {"logits": logits, "temperature": temperature.to(device),
+                "top_k": top_k.to(device), "top_p": top_p.to(device),
+                "seeds": seeds.to(device), "steps": steps.to(device)}
+    return make
+
+
+SAMPLE = define_op(
+    sample,
+    cases=[
+        Case("greedy", _case(4, 1000, "greedy")),
+        Case("temperature", _case(5, 4096, "temperature")),
+        Case("mixed_topk_topp", _case(8, 3000, "mixed")),
+    ],
+    # Token ids must match exactly: the noise is deterministic and fixtures are tie-free.
+    tolerance={torch.float32: EXACT, torch.bfloat16: EXACT},
+)

@@ -1,0 +1,182 @@
+"""The conformance harness: every impl of a backend against its op's reference.
+
+Items are generated from the registry: (op, impl, case, dtype) for every impl the backend lists.
+Each run builds fresh random inputs, computes the reference, then calls the impl with every
+tensor allocation it makes through ``torch.empty*`` poisoned (NaN for floats, a sentinel for
+integers) so an output element a kernel forgets to write cannot pass by luck. Inputs must come
+back unchanged (unless the op declares them mutated).
+
+Where a backend's devices are absent, Triton impls still run under ``TRITON_INTERPRET=1`` on
+CPU tensors with a fake DeviceInfo of that backend's main architecture (predicates see a real
+arch; the interpreter executes the kernel on the host).
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+import zlib
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+import torch
+
+from hwinfer.backend import Impl, SelectionError, fake_device, get_backend
+from hwinfer.backend.device import DeviceInfo
+from hwinfer.backend.discovery import detect_devices
+from hwinfer.ops.contract import Case, OpSpec, all_ops, compare_outputs
+
+# The architecture a backend's Triton kernels are interpreted as when its hardware is absent.
+INTERPRET_AS = {"nvidia": "sm_90", "amd": "gfx942", "xpu": "xpu"}
+INT_POISON = -(2**30) + 7
+
+
+def interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where a backend's conformance runs: a device, and whether only interpretable impls run."""
+
+    backend: str
+    device: DeviceInfo | None
+    interpret_only: bool
+    why_absent: str = ""
+
+
+def target_for(backend_name: str) -> Target:
+    backend = get_backend(backend_name)
+    devices, _ = detect_devices()
+    mine = [d for d in devices if backend.serves(d)]
+    if mine:
+        return Target(backend_name, mine[0], False)
+    if interpreting() and backend_name in INTERPRET_AS:
+        dev = fake_device(INTERPRET_AS[backend_name])
+        host = DeviceInfo(dev.vendor, dev.arch, dev.family, dev.features, "cpu", None,
+                          dev.name + " interpreted on the host CPU", 0, fake=True)
+        return Target(backend_name, host, True)
+    hint = " (set TRITON_INTERPRET=1 to interpret its Triton kernels)" if backend_name in INTERPRET_AS else ""
+    return Target(backend_name, None, False, f"no {backend_name} device on this machine{hint}")
+
+
+@dataclass(frozen=True)
+class Item:
+    op: OpSpec
+    impl: Impl
+    case: Case
+    dtype: torch.dtype
+
+    @property
+    def id(self) -> str:
+        return f"{self.op.name}-{self.impl.name}-{self.case.name}-{str(self.dtype).replace('torch.', '')}"
+
+
+def items(backend_name: str) -> tuple[list[Item], list[str]]:
+    """Every (op, impl, case, dtype) of a backend, plus the ops the backend has no impl for."""
+    ops = all_ops()
+    impls = get_backend(backend_name).impls()
+    out: list[Item] = []
+    for impl in impls:
+        if impl.op not in ops:
+            raise SelectionError(f"backend {backend_name} lists impl {impl.name} for unknown op {impl.op!r}")
+        spec = ops[impl.op]
+        for case in spec.cases:
+            for dtype in spec.dtypes:
+                out.append(Item(spec, impl, case, dtype))
+    covered = {i.op for i in impls}
+    missing = [name for name in ops if name not in covered]
+    return out, missing
+
+
+def case_seed(item_id: str, base_seed: int) -> int:
+    return (zlib.crc32(item_id.encode()) ^ base_seed) & 0x7FFFFFFF
+
+
+@contextlib.contextmanager
+def poisoned_allocations() -> Iterator[None]:
+    """Make ``torch.empty``/``empty_like``/``empty_strided``/``Tensor.new_empty`` return poison."""
+    originals = {name: getattr(torch, name) for name in ("empty", "empty_like", "empty_strided")}
+    original_new_empty = torch.Tensor.new_empty
+
+    def poison(t: torch.Tensor) -> torch.Tensor:
+        if t.numel() == 0:
+            return t
+        if t.is_floating_point() or t.is_complex():
+            if t.dtype.itemsize >= 2:
+                return t.fill_(float("nan"))
+            return t.fill_(0)  # 1-byte floats (fp8) may have no NaN encoding: at least not stale
+        if t.dtype == torch.bool:
+            return t.fill_(True)
+        return t.fill_(INT_POISON if t.dtype.itemsize >= 4 else -1)
+
+    def wrap(fn):
+        def poisoned(*args: Any, **kwargs: Any) -> torch.Tensor:
+            return poison(fn(*args, **kwargs))
+        return poisoned
+
+    try:
+        for name, fn in originals.items():
+            setattr(torch, name, wrap(fn))
+        torch.Tensor.new_empty = wrap(original_new_empty)
+        yield
+    finally:
+        for name, fn in originals.items():
+            setattr(torch, name, fn)
+        torch.Tensor.new_empty = original_new_empty
+
+
+def _snapshot(inputs: dict[str, Any]) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in inputs.items() if isinstance(v, torch.Tensor)}
+
+
+def _changed_inputs(inputs: dict[str, Any], snap: dict[str, torch.Tensor], allowed: tuple[str, ...]) -> list[str]:
+    changed = []
+    for k, before in snap.items():
+        if k in allowed:
+            continue
+        after = inputs[k]
+        same = torch.equal(after.nan_to_num(), before.nan_to_num()) if after.is_floating_point() else torch.equal(after, before)
+        if not same:
+            changed.append(k)
+    return changed
+
+
+@dataclass
+class Outcome:
+    status: str  # "pass", "fail", "skip"
+    message: str = ""
+    seconds: float = 0.0
+
+
+def run_item(item: Item, device: torch.device, base_seed: int) -> Outcome:
+    """Check one impl on one case and dtype against the reference."""
+    if item.impl.is_reference:
+        return Outcome("skip", "impl is the reference itself (checked by the reference tests)")
+    try:
+        fn = item.impl.load()
+        check = item.impl.load_check()
+    except Exception as exc:
+        return Outcome("fail", f"cannot import {item.impl.target}: {type(exc).__name__}: {exc}")
+    gen = torch.Generator().manual_seed(case_seed(item.id, base_seed))
+    inputs = item.case.make(gen, item.dtype, device)
+    if check is not None:
+        reason = check(**inputs)
+        if reason is not None:
+            return Outcome("skip", f"per-call check refuses this case: {reason}")
+    ref = item.op.reference(**_clone_tensors(inputs))
+    snap = _snapshot(inputs)
+    start = time.perf_counter()
+    with poisoned_allocations():
+        out = fn(**inputs)
+    elapsed = time.perf_counter() - start
+    changed = _changed_inputs(inputs, snap, item.op.mutates)
+    if changed:
+        return Outcome("fail", f"impl modified its input(s) {', '.join(changed)}", elapsed)
+    tol = item.op.tol(item.dtype)
+    msg = item.op.compare(out, ref, inputs, tol) if item.op.compare else compare_outputs(out, ref, tol)
+    return Outcome("fail" if msg else "pass", msg or "", elapsed)
+
+
+def _clone_tensors(inputs: dict[str, Any]) -> dict[str, Any]:
+    return {k: (v.clone() if isinstance(v, torch.Tensor) else v) for k, v in inputs.items()}

@@ -1,0 +1,72 @@
+"""The harness itself must catch what it is there to catch: an output element left unwritten,
+a mutated input, a wrong value, a wrong dtype."""
+from __future__ import annotations
+
+import torch
+
+from hwinfer.backend import Impl
+from hwinfer.ops import get_op
+from hwinfer.testing.conformance import Item, poisoned_allocations, run_item
+
+RMS = get_op("rms_norm")
+CASE = RMS.cases[0]
+
+
+def _item(target: str) -> Item:
+    return Item(RMS, Impl("rms_norm", "probe", target, backend="test"), CASE, torch.float32)
+
+
+def forgets_last_row(x, weight=None, *, eps=1e-6, weight_offset=0.0):
+    out = torch.empty_like(x)
+    out[:-1] = RMS.reference(x[:-1], weight, eps=eps, weight_offset=weight_offset)
+    return out
+
+
+def mutates_input(x, weight=None, *, eps=1e-6, weight_offset=0.0):
+    y = RMS.reference(x, weight, eps=eps, weight_offset=weight_offset)
+    x.mul_(2)
+    return y
+
+
+def off_by_a_bit(x, weight=None, *, eps=1e-6, weight_offset=0.0):
+    return RMS.reference(x, weight, eps=eps, weight_offset=weight_offset) * 1.001
+
+
+def wrong_dtype(x, weight=None, *, eps=1e-6, weight_offset=0.0):
+    return RMS.reference(x, weight, eps=eps, weight_offset=weight_offset).double()
+
+
+def correct(x, weight=None, *, eps=1e-6, weight_offset=0.0):
+    return RMS.reference(x, weight, eps=eps, weight_offset=weight_offset)
+
+
+def _run(fn_name: str):
+    return run_item(_item(f"{__name__}:{fn_name}"), torch.device("cpu"), base_seed=1234)
+
+
+def test_unwritten_output_is_caught_by_poison():
+    outcome = _run("forgets_last_row")
+    assert outcome.status == "fail" and "NaN pattern differs" in outcome.message
+
+
+def test_mutated_input_is_caught():
+    outcome = _run("mutates_input")
+    assert outcome.status == "fail" and "modified its input" in outcome.message
+
+
+def test_value_and_dtype_errors_are_caught():
+    assert _run("off_by_a_bit").status == "fail"
+    assert "dtype" in _run("wrong_dtype").message
+
+
+def test_correct_impl_passes():
+    assert _run("correct").status == "pass"
+
+
+def test_poison_fills_empty_allocations_and_restores_torch():
+    with poisoned_allocations():
+        f = torch.empty(4)
+        i = torch.empty(3, dtype=torch.int32)
+        n = torch.zeros(2).new_empty(2)
+    assert f.isnan().all() and n.isnan().all() and (i == -(2**30) + 7).all()
+    assert torch.empty.__name__ == "empty"
