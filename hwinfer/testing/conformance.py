@@ -180,3 +180,15 @@ def run_item(item: Item, device: torch.device, base_seed: int) -> Outcome:
 
 def _clone_tensors(inputs: dict[str, Any]) -> dict[str, Any]:
     return {k: (v.clone() if isinstance(v, torch.Tensor) else v) for k, v in inputs.items()}
+
+
+def suite_path() -> str:
+    """The conformance tests of a source checkout (lanes run from a clone of the repository)."""
+    from pathlib import Path
+
+    import hwinfer
+
+    path = Path(hwinfer.__file__).resolve().parents[1] / "tests" / "conformance"
+    if not path.is_dir():
+        raise FileNotFoundError(f"{path} not found: run `hwinfer conform` from a source checkout")
+    return str(path)

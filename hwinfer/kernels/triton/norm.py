@@ -50,3 +50,20 @@ def rms_norm_supported(x: torch.Tensor, weight: torch.Tensor | None = None, **_:
     if weight is not None and weight.stride(-1) != 1:
         return "weight must be contiguous"
     return None
+
+
+def _aot_specs():
+    from hwinfer.kernels.triton.aot import AotSpec
+
+    specs = []
+    for dtype in ("fp32", "bf16"):
+        for block, warps in ((1024, 4), (4096, 8)):
+            sig = {"x_ptr": f"*{dtype}", "w_ptr": "*fp32", "y_ptr": f"*{dtype}", "stride_x": "i32",
+                   "stride_y": "i32", "D": "i32", "eps": "fp32", "offset": "fp32",
+                   "HAS_WEIGHT": "constexpr", "BLOCK": "constexpr"}
+            specs.append(AotSpec(f"rms_norm[{dtype},{block}]", _rms_norm_kernel, sig,
+                                 {"HAS_WEIGHT": True, "BLOCK": block}, {"num_warps": warps}))
+    return specs
+
+
+AOT_SPECS = _aot_specs()
