@@ -1,4 +1,4 @@
-"""The `hwinfer` command line: info | conform | aot."""
+"""The `hwinfer` command line: info | ops | conform | aot."""
 from __future__ import annotations
 
 import argparse
@@ -16,6 +16,9 @@ def _build_parser() -> argparse.ArgumentParser:
     info.add_argument("--json", action="store_true", help="print the same data as JSON")
     info.add_argument("--verbose", "-v", action="store_true", help="also list other vendors' impls with reasons")
     info.add_argument("--strict", action="store_true", help="error if any op would fall back to the reference")
+
+    ops = sub.add_parser("ops", help="list the op contracts (--markdown: the full catalogue, docs/ops.md)")
+    ops.add_argument("--markdown", action="store_true")
 
     conform = sub.add_parser("conform", help="run the conformance suite for one backend (pytest)")
     conform.add_argument("--backend", default="cpu")
@@ -38,6 +41,10 @@ def main(argv: list[str] | None = None) -> int:
         except (DeviceNotFound, SelectionError, KeyError) as exc:
             print(f"hwinfer info: {exc}", file=sys.stderr)
             return 2
+    if args.command == "ops":
+        from hwinfer.catalogue import main as ops_main
+
+        return ops_main(args.markdown)
     if args.command == "conform":
         import pytest
 

@@ -40,7 +40,7 @@ def _check_streams(name: str, x: torch.Tensor, fn: torch.Tensor, base: torch.Ten
 
 def _rms_normed_flat(x: torch.Tensor, eps: float) -> torch.Tensor:
     """Flatten [T, N, H] to [T, N*H] in fp32 and divide by its RMS (no weight)."""
-    flat = x.float().reshape(x.shape[0], -1)
+    flat = x.float().reshape(x.shape[0], x.shape[1] * x.shape[2])
     return flat * torch.rsqrt(flat.pow(2).mean(dim=-1, keepdim=True) + eps)
 
 
@@ -174,7 +174,7 @@ def ihc_pre(x: torch.Tensor, fn: torch.Tensor, base: torch.Tensor, scale: torch.
     """
     _check_streams("ihc_pre", x, fn, base, scale, lambda n: 2 * n, 2)
     n = x.shape[1]
-    flat = x.float().reshape(x.shape[0], -1)
+    flat = x.float().reshape(x.shape[0], x.shape[1] * x.shape[2])
     r = torch.rsqrt(flat.pow(2).mean(dim=-1, keepdim=True) + norm_eps)
     z = (flat @ fn.float().t()) * r
     b, s = base.float(), scale.float()
