@@ -130,14 +130,24 @@ def _snapshot(inputs: dict[str, Any]) -> dict[str, torch.Tensor]:
     return {k: v.detach().clone() for k, v in inputs.items() if isinstance(v, torch.Tensor)}
 
 
+def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Bitwise equality (NaN equals NaN); 1-byte float types compare as their bytes, because
+    torch has no CPU comparison kernels for them."""
+    if a.dtype != b.dtype or a.shape != b.shape:
+        return False
+    if a.is_floating_point() and a.dtype.itemsize == 1:
+        return torch.equal(a.view(torch.uint8), b.view(torch.uint8))
+    if a.is_floating_point():
+        return torch.equal(a.isnan(), b.isnan()) and torch.equal(a.nan_to_num(), b.nan_to_num())
+    return torch.equal(a, b)
+
+
 def _changed_inputs(inputs: dict[str, Any], snap: dict[str, torch.Tensor], allowed: tuple[str, ...]) -> list[str]:
     changed = []
     for k, before in snap.items():
         if k in allowed:
             continue
-        after = inputs[k]
-        same = torch.equal(after.nan_to_num(), before.nan_to_num()) if after.is_floating_point() else torch.equal(after, before)
-        if not same:
+        if not same_bits(inputs[k], before):
             changed.append(k)
     return changed
 
