@@ -219,7 +219,7 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, start: 
 # Cases. Positions stay below 8192 so a device that derives the same fp32 inv_freq agrees
 # closely; the tables are tested against transformers separately (tests/ops/test_rope.py).
 
-_DSV4_YARN = {"rope_type": "yarn", "factor": 16, "original_max_position_embeddings": 65536,
+DSV4_COMPRESS_YARN = {"rope_type": "yarn", "factor": 16, "original_max_position_embeddings": 65536,
               "beta_fast": 32, "beta_slow": 1, "attention_factor": 1.0}
 
 
@@ -245,7 +245,7 @@ ROPE_TABLES = define_op(
     rope_tables,
     cases=[
         Case("default_qwen35", _tables_case(33, 64, 1e7, None)),
-        Case("yarn_dsv4_compress", _tables_case(33, 64, 160000.0, _DSV4_YARN)),
+        Case("yarn_dsv4_compress", _tables_case(33, 64, 160000.0, DSV4_COMPRESS_YARN)),
         Case("yarn_derived_mscale", _tables_case(9, 64, 1e4, {"rope_type": "yarn", "factor": 40,
               "original_max_position_embeddings": 4096, "mscale": 1.0, "mscale_all_dim": 0.707})),
         Case("proportional_gemma4", _tables_case(17, 512, 1e6, {"rope_type": "proportional",
