@@ -126,8 +126,20 @@ def poisoned_allocations() -> Iterator[None]:
         torch.Tensor.new_empty = original_new_empty
 
 
+def _tensor_leaves(inputs: dict[str, Any]) -> Iterator[tuple[str, str, torch.Tensor]]:
+    """(input name, leaf path, tensor) for every tensor, also inside tuples and lists."""
+    def walk(name: str, path: str, value: Any):
+        if isinstance(value, torch.Tensor):
+            yield name, path, value
+        elif isinstance(value, (tuple, list)):
+            for i, item in enumerate(value):
+                yield from walk(name, f"{path}[{i}]", item)
+    for name, value in inputs.items():
+        yield from walk(name, name, value)
+
+
 def _snapshot(inputs: dict[str, Any]) -> dict[str, torch.Tensor]:
-    return {k: v.detach().clone() for k, v in inputs.items() if isinstance(v, torch.Tensor)}
+    return {path: t.detach().clone() for _, path, t in _tensor_leaves(inputs)}
 
 
 def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -143,13 +155,8 @@ def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 
 def _changed_inputs(inputs: dict[str, Any], snap: dict[str, torch.Tensor], allowed: tuple[str, ...]) -> list[str]:
-    changed = []
-    for k, before in snap.items():
-        if k in allowed:
-            continue
-        if not same_bits(inputs[k], before):
-            changed.append(k)
-    return changed
+    return [path for name, path, t in _tensor_leaves(inputs)
+            if name not in allowed and not same_bits(t, snap[path])]
 
 
 @dataclass
@@ -188,8 +195,14 @@ def run_item(item: Item, device: torch.device, base_seed: int) -> Outcome:
     return Outcome("fail" if msg else "pass", msg or "", elapsed)
 
 
-def _clone_tensors(inputs: dict[str, Any]) -> dict[str, Any]:
-    return {k: (v.clone() if isinstance(v, torch.Tensor) else v) for k, v in inputs.items()}
+def _clone_tensors(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.clone()
+    if isinstance(value, (tuple, list)):
+        return type(value)(_clone_tensors(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _clone_tensors(v) for k, v in value.items()}
+    return value
 
 
 def suite_path() -> str:
