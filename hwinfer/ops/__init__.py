@@ -8,7 +8,8 @@ Conventions shared by every op (the docstring of each reference gives its own de
 * References accumulate in fp32, return the input dtype unless stated, and never raise for
   valid inputs; invalid inputs raise ValueError naming the problem.
 * Index outputs are int32; -1 marks an invalid (padding) entry.
-* State (linear attention, conv, compressor) goes in and comes out explicitly, in fp32.
+* State goes in and comes out explicitly: linear-attention and compressor state in fp32, the
+  short-conv state (raw past inputs) in the input dtype.
 
 ``hwinfer.ops.all_ops()`` lists every contract; ``hwinfer.ops.reference.<name>`` is the
 reference function of op ``<name>``.
