@@ -63,6 +63,7 @@ def render(info: dict[str, Any], verbose: bool = False) -> str:
         lines.append(f"  backend {e['backend']} could not detect devices: {e['error']}")
     lines += ["", f"Op table for {info['selected_device']}:"]
     counts: dict[str, int] = {}
+    hidden = 0
     width = max(len(r["op"]) for r in info["ops"]) if info["ops"] else 10
     for r in info["ops"]:
         counts[r["kind"]] = counts.get(r["kind"], 0) + 1
@@ -76,10 +77,11 @@ def render(info: dict[str, Any], verbose: bool = False) -> str:
                 continue
             why = c["reason"] or "eligible, lower priority"
             lines.append(f"  {'':<{width}}    - {c['impl']} (p{c['priority']}): {why}")
-        if other_vendor:
-            lines.append(f"  {'':<{width}}    - for other vendors: {', '.join(other_vendor)}")
+        hidden += len(other_vendor)
     summary = ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
     lines += ["", f"{len(info['ops'])} ops: {summary}"]
+    if hidden:
+        lines.append(f"({hidden} impls of other vendors' backends not shown; -v lists them with reasons)")
     return "\n".join(lines)
 
 

@@ -19,7 +19,7 @@ EXPECTED_RMS_NORM = {
     "gfx942": "amd.triton",
     "gfx950": "amd.triton",
     "xpu": "xpu.triton",
-    "npu": "reference",  # torch_npu is not installed here: refused with that reason
+    "npu": "npu.torch",  # torch_npu is not installed here: refused with that reason
     "cpu": "cpu.torch",
 }
 
@@ -47,6 +47,14 @@ def test_refusal_reasons_name_the_cause():
     npu = select(fake_device("npu"), bind=False, ops=["rms_norm"])
     npu_reasons = {c["impl"]: c["reason"] for c in npu.report()[0]["candidates"]}
     assert npu_reasons["npu.torch_npu"] == "package torch_npu not installed"
+
+
+@pytest.mark.parametrize("name", FAKES)
+def test_every_vendor_resolves_every_op_without_fallback(name):
+    """Each vendor lists a kernel or a deliberate reference choice for every op (strict passes)."""
+    table = select(fake_device(name), strict=True, bind=False)
+    assert table.chosen("attention") == f"{table.choices['attention'].chosen.backend}.torch"
+    assert table.chosen("route_topk").endswith(".reference")
 
 
 def test_cpu_binds_every_op_without_fallback():

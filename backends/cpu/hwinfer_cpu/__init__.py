@@ -1,12 +1,12 @@
 """hwinfer's CPU backend: the host CPU, vectorised torch implementations, gloo for parallelism.
 
-Its impls live in ``hwinfer.kernels.torch`` (portable torch code any backend may list) and are
-listed here with CPU priorities. With nothing else installed, every op resolves on the CPU:
+Its impls are the portable torch kernels of ``hwinfer.kernels.torch``, listed
+with CPU priorities. With nothing else installed, every op resolves on the CPU:
 to one of these impls where it beats the reference, else to the reference itself.
 """
 from hwinfer.backend import Backend, cpu_info
 
-from hwinfer_cpu.tables import all_impls
+from hwinfer_cpu.impls import all_impls
 
 
 def _detect():
