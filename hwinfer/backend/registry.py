@@ -34,7 +34,7 @@ class Impl:
 
     ``target`` and ``check`` are ``"module:function"`` strings imported only when the impl is
     bound, so listing a Triton or vendor-library impl costs nothing where it cannot run.
-    ``check(**inputs)`` is an optional cheap per-call test (shape / dtype limits) returning None
+    ``check(**inputs)`` (the op's arguments, always by name) is an optional cheap per-call test (shape / dtype limits) returning None
     when the call is supported, else the reason; a refused call goes to the next candidate.
     Higher ``priority`` wins. ``requires`` names Python packages that must be importable.
     ``interpretable`` marks Triton kernels the conformance suite may run under TRITON_INTERPRET=1.

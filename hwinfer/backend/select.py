@@ -12,6 +12,7 @@ selection time and at call time. An explicit choice (``impl={"op": "name"}`` or
 """
 from __future__ import annotations
 
+import inspect
 import os
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping
@@ -99,11 +100,14 @@ def _dispatcher(op: OpSpec, chain, strict: bool) -> Callable[..., Any]:
     if chain and chain[0][2] is None:
         return chain[0][1]  # no per-call check: bind the function itself, no wrapper cost
     reference = op.reference
+    signature = inspect.signature(reference)
 
     def call(*args: Any, **kwargs: Any) -> Any:
         reasons = []
+        # Checks take the op's arguments by name, whatever way the caller passed them.
+        named = signature.bind_partial(*args, **kwargs).arguments
         for impl, fn, check in chain:
-            reason = check(*args, **kwargs) if check is not None else None
+            reason = check(**named) if check is not None else None
             if reason is None:
                 return fn(*args, **kwargs)
             reasons.append(f"{impl.qualname}: {reason}")

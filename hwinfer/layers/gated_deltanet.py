@@ -1,0 +1,67 @@
+"""Gated DeltaNet mixer (Qwen3.5 linear-attention layers, MODELS.md §3.3).
+
+x [T, H] -> in_proj_qkv -> causal conv1d + SiLU -> q, k [nk, dk], v [nv, dv]; beta = sigmoid(b),
+g = gdn_gate(a); the gated delta rule (chunked for prefill, recurrent for decode, state carried
+in the cache per request); output = gated RMSNorm(o, z) -> out_proj.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from hwinfer.backend.select import OpTable
+from hwinfer.cache.spec import CacheTensor
+from hwinfer.layers.basic import Linear
+from hwinfer.runtime.batch import ForwardBatch
+
+
+class GatedDeltaNet(nn.Module):
+    def __init__(self, cfg: dict[str, Any], ops: OpTable, dtype: torch.dtype) -> None:
+        super().__init__()
+        h = cfg["hidden_size"]
+        self.nk, self.dk = cfg["linear_num_key_heads"], cfg["linear_key_head_dim"]
+        self.nv, self.dv = cfg["linear_num_value_heads"], cfg["linear_value_head_dim"]
+        self.kernel = cfg.get("linear_conv_kernel_dim", 4)
+        self.eps = cfg.get("rms_norm_eps", 1e-6)
+        self.conv_dim = 2 * self.nk * self.dk + self.nv * self.dv
+        self.in_proj_qkv = Linear(h, self.conv_dim, dtype=dtype)
+        self.in_proj_z = Linear(h, self.nv * self.dv, dtype=dtype)
+        self.in_proj_b = Linear(h, self.nv, dtype=dtype)
+        self.in_proj_a = Linear(h, self.nv, dtype=dtype)
+        self.conv1d = nn.Module()
+        self.conv1d.weight = nn.Parameter(torch.empty(self.conv_dim, 1, self.kernel, dtype=dtype), requires_grad=False)
+        self.dt_bias = nn.Parameter(torch.empty(self.nv, dtype=torch.float32), requires_grad=False)
+        self.A_log = nn.Parameter(torch.empty(self.nv, dtype=torch.float32), requires_grad=False)
+        self.norm = nn.Module()
+        self.norm.weight = nn.Parameter(torch.empty(self.dv, dtype=torch.float32), requires_grad=False)
+        self.out_proj = Linear(self.nv * self.dv, h, dtype=dtype)
+        self.ops = ops
+
+    def cache_specs(self, dtype: torch.dtype) -> list[CacheTensor]:
+        return [CacheTensor("conv", "request", (self.conv_dim, self.kernel - 1), dtype),
+                CacheTensor("ssm", "request", (self.nv, self.dk, self.dv), torch.float32)]
+
+    def forward(self, x: torch.Tensor, batch: ForwardBatch, cache: dict | None) -> torch.Tensor:
+        ops, t = self.ops, x.shape[0]
+        cu = batch.cu_seqlens
+        conv_state = ssm_state = None
+        if cache is not None:
+            conv_state, ssm_state = cache["conv"][batch.slots], cache["ssm"][batch.slots]
+        mixed, new_conv = ops.causal_conv1d(self.in_proj_qkv(x)[None], self.conv1d.weight, None,
+                                            conv_state, activation="silu", cu_seqlens=cu)
+        q, k, v = mixed[0].split([self.nk * self.dk, self.nk * self.dk, self.nv * self.dv], dim=-1)
+        q = q.reshape(1, t, self.nk, self.dk)
+        k = k.reshape(1, t, self.nk, self.dk)
+        v = v.reshape(1, t, self.nv, self.dv)
+        beta = torch.sigmoid(self.in_proj_b(x).float())[None]
+        g = ops.gdn_gate(self.in_proj_a(x)[None], self.A_log, self.dt_bias)
+        rule = ops.gdn_recurrent if batch.is_decode else ops.gdn_chunked
+        o, new_ssm = rule(q, k, v, g, beta, ssm_state, use_qk_l2norm=True, cu_seqlens=cu)
+        if cache is not None:
+            cache["conv"][batch.slots] = new_conv.to(cache["conv"].dtype)
+            cache["ssm"][batch.slots] = new_ssm
+        z = self.in_proj_z(x).view(t, self.nv, self.dv)
+        y = ops.rms_norm_gated(o[0], z, self.norm.weight, eps=self.eps, activation="silu")
+        return self.out_proj(y.reshape(t, -1))

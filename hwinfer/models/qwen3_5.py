@@ -1,0 +1,196 @@
+"""Qwen3.5 dense and MoE (model_type qwen3_5 / qwen3_5_moe and their *_text forms).
+
+Hybrid decoder (MODELS.md §3): Gated DeltaNet layers and gated full-attention layers (GQA,
+per-head sigmoid output gate, zero-centred q/k norms, partial rotate-half RoPE on the first
+``head_dim * partial_rotary_factor`` channels); a SwiGLU MLP or a softmax top-k MoE with a
+sigmoid-gated shared expert; zero-centred decoder RMSNorms. MTP weights (``mtp.*``) are loaded
+into ``self.mtp`` for speculative decoding.
+
+Checkpoint layouts: the published VLM layout (``model.language_model.*``, ``model.visual.*``
+not used, ``mtp.*``; experts per expert or fused) and transformers' text-class layout
+(``model.*``, fused experts).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from hwinfer.backend.select import OpTable
+from hwinfer.cache.spec import CacheTensor
+from hwinfer.layers.basic import Embedding, GatedMLP, Linear, RMSNorm
+from hwinfer.layers.gated_deltanet import GatedDeltaNet
+from hwinfer.layers.kv_attention import cached_attention, kv_cache_specs
+from hwinfer.layers.moe import SoftmaxMoE
+from hwinfer.loader.config import require
+from hwinfer.loader.weights import Layout
+from hwinfer.models.base import CausalLM
+from hwinfer.runtime.batch import ForwardBatch
+
+
+def _layer_types(cfg: dict[str, Any]) -> list[str]:
+    if cfg.get("layer_types"):
+        return list(cfg["layer_types"])
+    interval = cfg.get("full_attention_interval", 4)
+    n = require(cfg, "num_hidden_layers")
+    return ["full_attention" if (i + 1) % interval == 0 else "linear_attention" for i in range(n)]
+
+
+def _rope(cfg: dict[str, Any]) -> tuple[float, float]:
+    params = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
+    theta = params.get("rope_theta", cfg.get("rope_theta", 10_000_000.0))
+    partial = params.get("partial_rotary_factor", cfg.get("partial_rotary_factor", 0.25))
+    return float(theta), float(partial)
+
+
+class GatedAttention(nn.Module):
+    """Full attention with a per-head sigmoid output gate; q_proj gives [query | gate] per head."""
+
+    def __init__(self, cfg: dict[str, Any], ops: OpTable, dtype: torch.dtype) -> None:
+        super().__init__()
+        h = cfg["hidden_size"]
+        self.heads, self.kv_heads = cfg["num_attention_heads"], cfg["num_key_value_heads"]
+        self.head_dim = cfg.get("head_dim") or h // self.heads
+        theta, partial = _rope(cfg)
+        self.rotary_dim, self.theta = int(self.head_dim * partial), theta
+        eps = cfg.get("rms_norm_eps", 1e-6)
+        self.q_proj = Linear(h, self.heads * self.head_dim * 2, dtype=dtype)
+        self.k_proj = Linear(h, self.kv_heads * self.head_dim, dtype=dtype)
+        self.v_proj = Linear(h, self.kv_heads * self.head_dim, dtype=dtype)
+        self.o_proj = Linear(self.heads * self.head_dim, h, dtype=dtype)
+        self.q_norm = RMSNorm(ops, self.head_dim, eps, offset=1.0)
+        self.k_norm = RMSNorm(ops, self.head_dim, eps, offset=1.0)
+        self.ops = ops
+
+    def cache_specs(self, dtype: torch.dtype) -> list[CacheTensor]:
+        return kv_cache_specs(self.kv_heads, self.head_dim, self.head_dim, dtype)
+
+    def forward(self, x: torch.Tensor, batch: ForwardBatch, cache: dict | None) -> torch.Tensor:
+        t = x.shape[0]
+        qg = self.q_proj(x).view(t, self.heads, 2 * self.head_dim)
+        q, gate = qg[..., : self.head_dim], qg[..., self.head_dim:]
+        q = self.q_norm(q)
+        k = self.k_norm(self.k_proj(x).view(t, self.kv_heads, self.head_dim))
+        v = self.v_proj(x).view(t, self.kv_heads, self.head_dim)
+        cos, sin = self.ops.rope_tables(batch.positions, rotary_dim=self.rotary_dim, base=self.theta)
+        q = self.ops.apply_rope(q, cos, sin)
+        k = self.ops.apply_rope(k, cos, sin)
+        o = cached_attention(self.ops, batch, cache, q, k, v, scale=self.head_dim ** -0.5,
+                             gate=gate.contiguous())
+        return self.o_proj(o.reshape(t, -1))
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, cfg: dict[str, Any], kind: str, ops: OpTable, dtype: torch.dtype) -> None:
+        super().__init__()
+        h, eps = cfg["hidden_size"], cfg.get("rms_norm_eps", 1e-6)
+        self.kind = kind
+        if kind == "linear_attention":
+            self.linear_attn = GatedDeltaNet(cfg, ops, dtype)
+        else:
+            self.self_attn = GatedAttention(cfg, ops, dtype)
+        if cfg.get("num_experts"):
+            self.mlp = SoftmaxMoE(cfg, ops, dtype)
+        else:
+            self.mlp = GatedMLP(h, cfg["intermediate_size"], dtype)
+        self.input_layernorm = RMSNorm(ops, h, eps, offset=1.0)
+        self.post_attention_layernorm = RMSNorm(ops, h, eps, offset=1.0)
+
+    @property
+    def mixer(self) -> nn.Module:
+        return self.linear_attn if self.kind == "linear_attention" else self.self_attn
+
+    def forward(self, x: torch.Tensor, batch: ForwardBatch, cache: dict | None) -> torch.Tensor:
+        x = x + self.mixer(self.input_layernorm(x), batch, cache)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class MultiTokenPredictor(nn.Module):
+    """Qwen3.5's MTP head (``mtp.*``): h' = fc([norm_e(embed(next)); norm_h(h)]) -> one
+    full-attention decoder layer -> norm -> the shared lm_head. Loaded for speculative decoding;
+    its math follows the Qwen3-Next convention and is not checked against transformers (which
+    does not implement it)."""
+
+    def __init__(self, cfg: dict[str, Any], ops: OpTable, dtype: torch.dtype) -> None:
+        super().__init__()
+        h, eps = cfg["hidden_size"], cfg.get("rms_norm_eps", 1e-6)
+        self.fc = Linear(2 * h, h, dtype=dtype)
+        self.pre_fc_norm_embedding = RMSNorm(ops, h, eps, offset=1.0)
+        self.pre_fc_norm_hidden = RMSNorm(ops, h, eps, offset=1.0)
+        self.layers = nn.ModuleList([DecoderLayer(cfg, "full_attention", ops, dtype)
+                                     for _ in range(cfg.get("mtp_num_hidden_layers", 1))])
+        self.norm = RMSNorm(ops, h, eps, offset=1.0)
+
+
+class Qwen3_5ForCausalLM(CausalLM):
+    def __init__(self, config: dict[str, Any], ops: OpTable, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.config, self.ops, self.dtype = config, ops, dtype
+        h, v = require(config, "hidden_size"), require(config, "vocab_size")
+        self.layer_types = _layer_types(config)
+        self.embed_tokens = Embedding(v, h, dtype)
+        self.layers = nn.ModuleList([DecoderLayer(config, k, ops, dtype) for k in self.layer_types])
+        self.norm = RMSNorm(ops, h, config.get("rms_norm_eps", 1e-6), offset=1.0)
+        self.tied = bool(config.get("tie_word_embeddings", False))
+        self.lm_head = Linear(h, v, dtype=dtype)
+        if self.tied:
+            self.lm_head.weight = self.embed_tokens.weight
+        self.mtp = MultiTokenPredictor(config, ops, dtype) if config.get("mtp_num_hidden_layers") else None
+
+    def post_load(self) -> None:
+        if self.tied:
+            self.lm_head.weight = self.embed_tokens.weight
+
+    def cache_specs(self) -> list[list[CacheTensor]]:
+        return [layer.mixer.cache_specs(self.dtype) for layer in self.layers]
+
+    def forward_batch(self, batch: ForwardBatch) -> torch.Tensor:
+        x = self.embed_tokens(batch.input_ids)
+        for i, layer in enumerate(self.layers):
+            x = layer(x, batch, batch.cache.layers[i] if batch.cache is not None else None)
+        return self.norm(x)
+
+    # --- checkpoint layouts ------------------------------------------------------------------
+    def _layer_entries(self, layout: Layout, prefix: str, layer: DecoderLayer, ours: str,
+                       fused_experts: bool) -> None:
+        for name, p in layer.named_parameters():
+            if name.startswith("mlp.experts."):
+                continue  # added below, per expert or fused
+            layout.add(f"{prefix}.{name}", f"{ours}.{name}", tuple(p.shape),
+                       quantizable=name.endswith("proj.weight"))
+        if isinstance(layer.mlp, SoftmaxMoE):
+            layer.mlp.add_expert_entries(layout, f"{prefix}.mlp.experts", f"{ours}.mlp.experts", fused_experts)
+
+    def _layout(self, stem: str, fused_experts: bool, with_mtp: bool) -> Layout:
+        name = ("published" if stem == "model.language_model" else "text-only prefix") + \
+            (", fused experts" if fused_experts else "") + ("" if with_mtp else ", no MTP")
+        layout = Layout({}, name=name, ignored_prefixes=("model.visual.",))
+        layout.add(f"{stem}.embed_tokens.weight", "embed_tokens.weight", tuple(self.embed_tokens.weight.shape))
+        layout.add(f"{stem}.norm.weight", "norm.weight", tuple(self.norm.weight.shape))
+        if not self.tied:
+            layout.add("lm_head.weight", "lm_head.weight", tuple(self.lm_head.weight.shape))
+        for i, layer in enumerate(self.layers):
+            self._layer_entries(layout, f"{stem}.layers.{i}", layer, f"layers.{i}", fused_experts)
+        if self.mtp is None:
+            return layout
+        if not with_mtp:
+            layout.without = ("mtp",)
+            return layout
+        for name_, p in self.mtp.named_parameters():
+            if ".mlp.experts." in name_:
+                continue
+            layout.add(f"mtp.{name_}", f"mtp.{name_}", tuple(p.shape), quantizable=name_.endswith("proj.weight"))
+        for i, layer in enumerate(self.mtp.layers):
+            if isinstance(layer.mlp, SoftmaxMoE):
+                layer.mlp.add_expert_entries(layout, f"mtp.layers.{i}.mlp.experts",
+                                             f"mtp.layers.{i}.mlp.experts", fused_experts)
+        return layout
+
+    def layouts(self) -> list[Layout]:
+        """The published VLM layout (``model.language_model.*``, experts per expert or fused,
+        MTP present or not: transformers' save_pretrained writes it without MTP), and the same
+        under a plain ``model.*`` prefix (text-only checkpoints)."""
+        return [self._layout(stem, fused, mtp)
+                for stem in ("model.language_model", "model")
+                for fused in (False, True) for mtp in (True, False)]

@@ -1,0 +1,90 @@
+"""ForwardBatch: everything a forward step needs besides weights, passed explicitly to layers.
+
+Tokens of N requests are packed: ``input_ids`` [T]; request i's new tokens are
+``cu_seqlens[i] .. cu_seqlens[i+1]-1`` at positions ``context_lens[i] ..  seq_lens[i]-1``
+(``context_lens`` = tokens already in the cache). ``cache=None`` is a plain full forward over
+the given tokens (no prefix, nothing stored).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from hwinfer.cache.model_cache import ModelCache
+
+
+@dataclass
+class ForwardBatch:
+    input_ids: torch.Tensor          # [T] int64
+    positions: torch.Tensor          # [T] int64
+    cu_seqlens: torch.Tensor         # [N+1] int32, new tokens per request
+    seq_lens: torch.Tensor           # [N] int32, cached + new
+    cache: ModelCache | None = None
+    slots: torch.Tensor | None = None        # [N] int64 request slots (ring / request state)
+    block_table: torch.Tensor | None = None  # [N, max_blocks] int32
+    # Host-side copies, so layers never sync with the device to learn the batch's shape.
+    new_lens: list[int] = field(default_factory=list)
+    context_lens_host: list[int] = field(default_factory=list)
+
+    @property
+    def num_requests(self) -> int:
+        return len(self.new_lens)
+
+    @property
+    def is_decode(self) -> bool:
+        """Every request adds exactly one token after a cached prefix."""
+        return all(n == 1 for n in self.new_lens) and all(c > 0 for c in self.context_lens_host)
+
+    @property
+    def has_prefix(self) -> bool:
+        return any(c > 0 for c in self.context_lens_host)
+
+    @property
+    def context_lens(self) -> torch.Tensor:
+        return self.seq_lens - (self.cu_seqlens[1:] - self.cu_seqlens[:-1])
+
+    @property
+    def cu_seqlens_k(self) -> torch.Tensor:
+        """[N+1] int32 cumulative total lengths (for attention over prefix + new tokens)."""
+        out = torch.zeros(self.num_requests + 1, dtype=torch.int32, device=self.seq_lens.device)
+        out[1:] = torch.cumsum(self.seq_lens, 0)
+        return out
+
+    def token_rows(self, ratio: int = 1) -> torch.Tensor:
+        """Global cache row of every new token's position (``per="token"`` tensors, ratio 1)."""
+        return self.rows_for(self.positions, self.request_of_token(), ratio)
+
+    def request_of_token(self) -> torch.Tensor:
+        """[T] int64: which request each packed token belongs to."""
+        lens = torch.tensor(self.new_lens, dtype=torch.int64, device=self.input_ids.device)
+        return torch.repeat_interleave(torch.arange(len(self.new_lens), device=lens.device), lens)
+
+    def rows_for(self, positions: torch.Tensor, requests: torch.Tensor, ratio: int = 1) -> torch.Tensor:
+        """Global row of (request, position) in a paged ``per="token"`` tensor with ``ratio``."""
+        assert self.cache is not None and self.block_table is not None
+        bs = self.cache.block_size
+        block = self.block_table[requests, positions // bs].to(torch.int64)
+        return block * (bs // ratio) + (positions % bs) // ratio
+
+    @classmethod
+    def full(cls, input_ids: torch.Tensor, lengths: list[int]) -> "ForwardBatch":
+        """A cacheless forward over packed sequences of ``lengths`` tokens starting at position 0."""
+        device = input_ids.device
+        positions = torch.cat([torch.arange(n, device=device) for n in lengths]) if lengths else \
+            torch.zeros(0, dtype=torch.int64, device=device)
+        cu = torch.zeros(len(lengths) + 1, dtype=torch.int32, device=device)
+        cu[1:] = torch.cumsum(torch.tensor(lengths, device=device), 0)
+        return cls(input_ids, positions, cu, torch.tensor(lengths, dtype=torch.int32, device=device),
+                   new_lens=list(lengths), context_lens_host=[0] * len(lengths))
+
+    @classmethod
+    def step(cls, input_ids: torch.Tensor, new_lens: list[int], context_lens: list[int],
+             cache: ModelCache, slots: torch.Tensor, block_table: torch.Tensor) -> "ForwardBatch":
+        """A cached step: request i adds ``new_lens[i]`` tokens after ``context_lens[i]`` cached."""
+        device = input_ids.device
+        positions = torch.cat([torch.arange(c, c + n, device=device) for n, c in zip(new_lens, context_lens)])
+        cu = torch.zeros(len(new_lens) + 1, dtype=torch.int32, device=device)
+        cu[1:] = torch.cumsum(torch.tensor(new_lens, device=device), 0)
+        seq = torch.tensor([n + c for n, c in zip(new_lens, context_lens)], dtype=torch.int32, device=device)
+        return cls(input_ids, positions, cu, seq, cache, slots, block_table, list(new_lens), list(context_lens))

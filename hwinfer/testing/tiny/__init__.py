@@ -1,0 +1,1 @@
+"""Tiny configurations of each architecture for generated checkpoints."""

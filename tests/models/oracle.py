@@ -1,0 +1,97 @@
+"""Shared oracle checks: hwinfer against transformers 5.23.0 on tiny generated checkpoints.
+
+Each check loads the same files with both libraries (fp32, CPU) and compares: logits (max
+relative error, relative to the largest reference logit), greedy tokens, cached decode against
+full recompute, and loading transformers' own ``save_pretrained`` output.
+"""
+from __future__ import annotations
+
+import inspect
+import shutil
+import sys
+from pathlib import Path
+
+import torch
+
+from hwinfer import load_model
+
+LOGIT_RTOL = 1e-4
+
+
+def force_torch_paths(model) -> None:
+    """Make transformers run its plain-torch kernels even though fla is installed (it is a test
+    dependency for the op oracles; its Triton kernels cannot run on the CPU). The modeling
+    module bound fla's functions in place of its own at import; ``__wrapped__`` leads back."""
+    module = sys.modules[type(model).__module__]
+    for name, fn in list(vars(module).items()):
+        if callable(fn) and hasattr(fn, "__wrapped__") and name.startswith(("torch_", "causal_conv1d", "chunk_", "fused_")):
+            setattr(module, name, inspect.unwrap(fn))
+
+
+def hf_load(path: Path, cls_name: str | None = None):
+    transformers = __import__("transformers")
+    cls = getattr(transformers, cls_name) if cls_name else transformers.AutoModelForCausalLM
+    model, info = cls.from_pretrained(str(path), dtype=torch.float32, output_loading_info=True)
+    force_torch_paths(model)
+    return model.eval(), info
+
+
+def rel_err(ours: torch.Tensor, ref: torch.Tensor) -> float:
+    return float((ours.float() - ref.float()).abs().max() / ref.float().abs().max())
+
+
+def random_ids(vocab: int, batch: int, length: int, seed: int = 0) -> torch.Tensor:
+    return torch.randint(3, vocab, (batch, length), generator=torch.Generator().manual_seed(seed))
+
+
+def check_logits(ours, hf, ids: torch.Tensor) -> float:
+    with torch.no_grad():
+        ref = hf(input_ids=ids).logits
+    got = ours(ids)
+    err = rel_err(got, ref)
+    assert err <= LOGIT_RTOL, f"logits differ from transformers: max relative error {err:.2e}"
+    return err
+
+
+def check_greedy(ours, hf, prompt: list[int], steps: int = 16) -> list[int]:
+    with torch.no_grad():
+        ref = hf.generate(torch.tensor([prompt]), max_new_tokens=steps, do_sample=False,
+                          min_new_tokens=steps, eos_token_id=None, pad_token_id=0)[0, len(prompt):].tolist()
+    got = _greedy_no_eos(ours, prompt, steps)
+    assert got == ref, f"greedy tokens differ:\n ours {got}\n  hf  {ref}"
+    return got
+
+
+def _greedy_no_eos(model, prompt: list[int], steps: int) -> list[int]:
+    saved = model.generation_defaults
+    model.generation_defaults = type(saved)(eos_token_ids=())
+    try:
+        return model.generate(prompt, max_new_tokens=steps, temperature=0).token_ids
+    finally:
+        model.generation_defaults = saved
+
+
+def check_cached_equals_full(ours, prompts: list[list[int]], steps: int = 12) -> None:
+    """Batched cached decode (prefill once, then one token per step) == full recompute."""
+    outs = [_greedy_no_eos(ours, p, steps) for p in prompts]
+    for prompt, tokens in zip(prompts, outs):
+        full = ours(torch.tensor(prompt + tokens))
+        predicted = full[len(prompt) - 1:-1].argmax(-1).tolist()
+        assert predicted == tokens, f"cached decode {tokens} != full recompute {predicted}"
+    saved = ours.generation_defaults
+    ours.generation_defaults = type(saved)(eos_token_ids=())
+    try:
+        batched = [o.token_ids for o in ours.generate(prompts, max_new_tokens=steps, temperature=0)]
+    finally:
+        ours.generation_defaults = saved
+    assert batched == outs, "batched generation differs from one-request generation"
+
+
+def check_hf_layout(ours, hf, src: Path, dst: Path, ids: torch.Tensor) -> None:
+    """transformers' save_pretrained output loads into hwinfer and gives the same logits."""
+    hf.save_pretrained(str(dst))
+    for name in ("tokenizer.json", "tokenizer_config.json", "generation_config.json"):
+        if (src / name).exists() and not (dst / name).exists():
+            shutil.copy(src / name, dst / name)
+    again = load_model(dst, device="cpu")
+    assert rel_err(again(ids), ours(ids)) <= LOGIT_RTOL
