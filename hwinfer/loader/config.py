@@ -20,6 +20,15 @@ ARCHITECTURES: dict[str, str] = {
     "qwen3_5_text": "hwinfer.models.qwen3_5:Qwen3_5ForCausalLM",
     "qwen3_5_moe": "hwinfer.models.qwen3_5:Qwen3_5ForCausalLM",
     "qwen3_5_moe_text": "hwinfer.models.qwen3_5:Qwen3_5ForCausalLM",
+    "deepseek_v4": "hwinfer.models.deepseek_v4:DeepseekV4ForCausalLM",
+    "kimi_linear": "hwinfer.models.kimi_linear:KimiLinearForCausalLM",
+    "kimi_k3": "hwinfer.models.kimi_k3:KimiK3ForCausalLM",
+    "glm_moe_dsa": "hwinfer.models.glm5:GlmMoeDsaForCausalLM",
+    "hy_v4": "hwinfer.models.hy_v4:HYV4ForCausalLM",
+    "gemma4": "hwinfer.models.gemma4:Gemma4ForCausalLM",
+    "gemma4_text": "hwinfer.models.gemma4:Gemma4ForCausalLM",
+    "minimax_m3_vl": "hwinfer.models.minimax_m3:MiniMaxM3ForCausalLM",
+    "minimax_m3_vl_text": "hwinfer.models.minimax_m3:MiniMaxM3ForCausalLM",
 }
 
 

@@ -17,6 +17,8 @@ if TYPE_CHECKING:
 
 
 def _as_batch(model: "CausalLM", prompt, add_special_tokens: bool) -> tuple[list[list[int]], bool]:
+    if isinstance(prompt, (list, tuple)) and len(prompt) == 0:
+        raise ValueError("empty prompt: at least one token is needed")
     if isinstance(prompt, str):
         prompts, single = [prompt], True
     elif prompt and all(isinstance(p, int) for p in prompt):

@@ -28,7 +28,8 @@ from hwinfer.loader.config import flatten_config, model_class
 from hwinfer.ops.quant_pack import quantize_fp4, quantize_fp8_block
 from hwinfer.testing.tokenizer_fixture import write_tokenizer
 
-ARCHS = ("qwen3_5", "qwen3_5_moe")
+ARCHS = ("qwen3_5", "qwen3_5_moe", "deepseek_v4", "kimi_linear", "kimi_k3", "glm_moe_dsa", "hy_v4",
+         "gemma4", "gemma4_moe", "minimax_m3")
 
 
 def tiny_module(arch: str):
