@@ -10,6 +10,10 @@ SIZES = {
     "small": dict(hidden_size=256, num_hidden_layers=8, num_attention_heads=8, num_key_value_heads=2,
                   head_dim=64, linear_num_key_heads=4, linear_key_head_dim=32,
                   linear_num_value_heads=8, linear_value_head_dim=32, intermediate_size=512),
+    # About 0.9 GB of fp32 weights: the load-time benchmark (scripts/bench_load.py).
+    "bench": dict(hidden_size=1024, num_hidden_layers=12, num_attention_heads=8, num_key_value_heads=2,
+                  head_dim=128, linear_num_key_heads=8, linear_key_head_dim=128,
+                  linear_num_value_heads=16, linear_value_head_dim=64, intermediate_size=4096),
 }
 
 
