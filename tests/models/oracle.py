@@ -14,6 +14,7 @@ from pathlib import Path
 import torch
 
 from hwinfer import load_model
+from hwinfer.runtime.batch import ForwardBatch
 
 LOGIT_RTOL = 1e-4
 
@@ -95,3 +96,54 @@ def check_hf_layout(ours, hf, src: Path, dst: Path, ids: torch.Tensor) -> None:
             shutil.copy(src / name, dst / name)
     again = load_model(dst, device="cpu")
     assert rel_err(again(ids), ours(ids)) <= LOGIT_RTOL
+
+
+def check_chunked_prefill(model, prompts: list[list[int]], first: list[int]) -> None:
+    """Prefill ``first[i]`` tokens of each prompt, then the rest as one chunk over the cached
+    prefix (chunked prefill / prefix-cache hit): every position's logits equal a full forward."""
+    n = len(prompts)
+    cache, alloc = model.new_cache(n, max(len(p) for p in prompts))
+    table, slots = alloc.block_table(model.device), torch.arange(n)
+    got: list[list[torch.Tensor]] = [[] for _ in prompts]
+    for new, ctx in ((first, [0] * n), ([len(p) - f for p, f in zip(prompts, first)], first)):
+        ids = torch.tensor([t for p, c, m in zip(prompts, ctx, new) for t in p[c:c + m]])
+        batch = ForwardBatch.step(ids, new, ctx, cache, slots, table)
+        with torch.no_grad():
+            logits = model.logits(model.forward_batch(batch))
+        for i, part in enumerate(logits.split(new)):
+            got[i].append(part)
+    for prompt, parts in zip(prompts, got):
+        assert rel_err(torch.cat(parts), model(torch.tensor(prompt))) <= LOGIT_RTOL
+
+
+def add_hf_towers(path: Path, cls_name: str, keep: tuple[str, ...]) -> list[str]:
+    """Complete a generated VLM checkpoint with the tensors hwinfer does not write (vision /
+    audio towers, projectors), as transformers' ``cls_name`` saves them for the same config
+    (random values): every key outside the ``keep`` prefixes that the checkpoint lacks. Returns
+    the added keys. A sharded checkpoint gets them as one more shard in its index."""
+    import json
+    import tempfile
+
+    from safetensors.torch import load_file, save_file
+
+    transformers = __import__("transformers")
+    model = getattr(transformers, cls_name)(transformers.AutoConfig.from_pretrained(str(path)))
+    with tempfile.TemporaryDirectory() as tmp:
+        model.save_pretrained(tmp)
+        theirs = {}
+        for f in sorted(Path(tmp).glob("*.safetensors")):
+            theirs.update(load_file(str(f)))
+    index = path / "model.safetensors.index.json"
+    have = set(json.loads(index.read_text())["weight_map"]) if index.exists() else \
+        set(load_file(str(path / "model.safetensors")))
+    extra = {k: v.contiguous() for k, v in theirs.items() if k not in have and not k.startswith(keep)}
+    if index.exists():
+        meta = json.loads(index.read_text())
+        save_file(extra, str(path / "model-towers.safetensors"), metadata={"format": "pt"})
+        meta["weight_map"].update({k: "model-towers.safetensors" for k in extra})
+        index.write_text(json.dumps(meta, indent=2))
+    else:
+        tensors = load_file(str(path / "model.safetensors"))
+        tensors.update(extra)
+        save_file(tensors, str(path / "model.safetensors"), metadata={"format": "pt"})
+    return sorted(extra)
