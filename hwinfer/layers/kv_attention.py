@@ -33,20 +33,30 @@ def _gather(storage: torch.Tensor, batch: ForwardBatch) -> torch.Tensor:
     return storage.flatten(0, 1).index_select(0, rows)
 
 
+def gather_sequences(storage: torch.Tensor, batch: ForwardBatch) -> torch.Tensor:
+    """Rows of positions 0 .. seq_len-1 of every request, packed in request order (the key
+    layout ``cu_seqlens_k`` describes), from a paged ``per="token"`` tensor [NB, BS, ...]."""
+    return _gather(storage, batch)
+
+
 def cached_attention(ops: OpTable, batch: ForwardBatch, cache: dict | None, q: torch.Tensor,
                      k: torch.Tensor, v: torch.Tensor | None, *, scale: float,
                      window: int | None = None, sinks: torch.Tensor | None = None,
-                     gate: torch.Tensor | None = None) -> torch.Tensor:
-    """q [T, Hq, Dk], k [T, Hkv, Dk], v [T, Hkv, Dv] or None (V = K) -> [T, Hq, Dv]."""
+                     gate: torch.Tensor | None = None, store: bool = True) -> torch.Tensor:
+    """q [T, Hq, Dk], k [T, Hkv, Dk], v [T, Hkv, Dv] or None (V = K) -> [T, Hq, Dv].
+
+    ``store=False``: k and v are already in ``cache`` (a layer attending over another layer's
+    KV, Gemma 4 ``num_kv_shared_layers``), so nothing is written."""
     cu = batch.cu_seqlens
     if cache is None:
         return ops.attention(q, k, v, cu, cu, scale=scale, window=window, sinks=sinks, gate=gate)
-    rows = batch.token_rows()
-    k_store = cache["k"].flatten(0, 1)
-    k_store.index_copy_(0, rows, k.to(k_store.dtype))
     v_cache = cache.get("v")
-    if v is not None and v_cache is not None:
-        v_cache.flatten(0, 1).index_copy_(0, rows, v.to(v_cache.dtype))
+    if store:
+        rows = batch.token_rows()
+        k_store = cache["k"].flatten(0, 1)
+        k_store.index_copy_(0, rows, k.to(k_store.dtype))
+        if v is not None and v_cache is not None:
+            v_cache.flatten(0, 1).index_copy_(0, rows, v.to(v_cache.dtype))
     if batch.is_decode:
         n = batch.num_requests
         out = ops.paged_attention(
