@@ -40,8 +40,6 @@ def _as_batch(model: "CausalLM", prompt, add_special_tokens: bool) -> tuple[list
 
 def run_generation(model: "CausalLM", prompt, *, max_new_tokens: int, temperature, top_p, top_k,
                    seed, stop, add_special_tokens: bool):
-    from hwinfer.models.base import GenerationOutput
-
     prompts, single = _as_batch(model, prompt, add_special_tokens)
     if any(len(p) == 0 for p in prompts):
         raise ValueError("empty prompt: at least one token is needed")
