@@ -128,7 +128,9 @@ def sparse_mla_prefill(q: torch.Tensor, kv: torch.Tensor, indices: torch.Tensor,
 
 def sparse_mla_decode(q: torch.Tensor, kv_cache: torch.Tensor, indices: torch.Tensor,
                       sinks: torch.Tensor | None = None, *, scale: float, v_dim: int | None = None,
-                      out_rope: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+                      out_rope: tuple[torch.Tensor, torch.Tensor] | None = None,
+                      extra_kv_cache: torch.Tensor | None = None,
+                      extra_indices: torch.Tensor | None = None) -> torch.Tensor:
     """Sparse MLA decode over a paged latent cache: :func:`sparse_mla_prefill` per (b, s).
 
     Same math as ``sparse_mla_prefill`` with q[b, s] as the query and the cache viewed as rows:
@@ -136,6 +138,13 @@ def sparse_mla_decode(q: torch.Tensor, kv_cache: torch.Tensor, indices: torch.Te
     ``kv_cache`` (-1 invalid). The caller resolves each request's positions (window rows,
     compressed entries, indexer picks) through its block table; this op never sees one.
     S > 1 covers speculative / MTP decoding (each of the S query tokens has its own list).
+
+    ``extra_kv_cache`` [blocks2, block_size2, D] with ``extra_indices`` [B, S, K2] (global slots
+    into it, -1 invalid; both or neither) adds a second set of rows to the *same* softmax (as
+    FlashMLA's ``extra_k_cache`` / ``extra_indices_in_kvcache``): DeepSeek-V4 decode attends its
+    sliding-window ring (``kv_cache`` = the ring viewed [slots, window, D]) and its compressed
+    entries (``extra_kv_cache`` = the paged entry store) at once. The result equals the call
+    on one cache holding both row sets with the two index lists concatenated.
 
     Shapes / dtypes: q [B, S, H, D] float; kv_cache [num_blocks, block_size, D] same dtype
     (unquantized rows); indices [B, S, K] int32 (int64 accepted), entries in
@@ -162,10 +171,31 @@ def sparse_mla_decode(q: torch.Tensor, kv_cache: torch.Tensor, indices: torch.Te
             raise ValueError(f"sparse_mla_decode: out_rope cos/sin must both be [B={b}, S={s}, R/2], "
                              f"got {tuple(cos.shape)} and {tuple(sin.shape)}")
         rope = (cos.reshape(b * s, -1), sin.reshape(b * s, -1))
-    out = sparse_mla_prefill(q.reshape(b * s, h, d), kv_cache.reshape(-1, kv_cache.shape[-1]),
-                             indices.reshape(b * s, -1), sinks, scale=scale, v_dim=v_dim,
+    rows, idx = kv_cache.reshape(-1, kv_cache.shape[-1]), indices.reshape(b * s, -1)
+    if (extra_kv_cache is None) != (extra_indices is None):
+        raise ValueError("sparse_mla_decode: give extra_kv_cache and extra_indices together")
+    if extra_kv_cache is not None:
+        check_extra_args(q, extra_kv_cache, extra_indices)
+        check_index_range(indices, rows.shape[0], "sparse_mla_decode")
+        check_index_range(extra_indices, extra_kv_cache.shape[0] * extra_kv_cache.shape[1], "sparse_mla_decode")
+        extra = extra_indices.reshape(b * s, -1).long()
+        idx = torch.cat((idx.long(), torch.where(extra >= 0, extra + rows.shape[0], -1)), dim=1)
+        rows = torch.cat((rows, extra_kv_cache.reshape(-1, d)))
+    out = sparse_mla_prefill(q.reshape(b * s, h, d), rows, idx, sinks, scale=scale, v_dim=v_dim,
                              out_rope=rope)
     return out.reshape(b, s, h, -1)
+
+
+def check_extra_args(q: torch.Tensor, extra_kv_cache: torch.Tensor, extra_indices: torch.Tensor) -> None:
+    """Shapes of sparse_mla_decode's second row set (see its docstring)."""
+    b, s, _, d = q.shape
+    if extra_kv_cache.dim() != 3 or extra_kv_cache.shape[-1] != d or extra_kv_cache.dtype != q.dtype:
+        raise ValueError(f"sparse_mla_decode: extra_kv_cache must be [blocks, block_size, D={d}] in "
+                         f"{q.dtype}, got {extra_kv_cache.dtype} {tuple(extra_kv_cache.shape)}")
+    if extra_indices.dim() != 3 or tuple(extra_indices.shape[:2]) != (b, s) or \
+            extra_indices.dtype not in (torch.int32, torch.int64):
+        raise ValueError(f"sparse_mla_decode: extra_indices must be int32 [B={b}, S={s}, K2], got "
+                         f"{extra_indices.dtype} {tuple(extra_indices.shape)}")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -232,6 +262,32 @@ def _prefill_case(t_len: int, heads: int, dim: int, *, kind: str, rope: int = 0,
     return make
 
 
+def _decode_extra_case(batch: int, heads: int, dim: int, *, window: int = 8, ratio: int = 4, topk: int = 4):
+    """DeepSeek-V4 decode: window rows from a per-slot ring, entries from a paged store."""
+    def make(gen, dtype, device):
+        slots, blocks, block_size = batch + 2, 6, 16 // ratio
+        win = torch.full((batch, 1, window), -1, dtype=torch.int32)
+        extra = torch.full((batch, 1, topk), -1, dtype=torch.int32)
+        for bi in range(batch):
+            pos = int(torch.randint(0, 40, (1,), generator=gen))
+            seen = torch.arange(max(0, pos - window + 1), pos + 1)
+            win[bi, 0, : seen.numel()] = (bi + 1) * window + seen % window
+            done = (pos + 1) // ratio
+            pick = torch.randperm(blocks * block_size, generator=gen)[: min(topk, done)]
+            extra[bi, 0, : pick.numel()] = pick.to(torch.int32)
+        return {
+            "q": randn(gen, batch, 1, heads, dim, dtype=dtype, device=device),
+            "kv_cache": randn(gen, slots, window, dim, dtype=dtype, device=device),
+            "indices": win.to(device),
+            "sinks": randn(gen, heads, dtype=torch.float32, device=device),
+            "scale": dim ** -0.5,
+            "out_rope": tuple(t[:, None].to(device) for t in _rope_table(torch.arange(batch) * 7, 16)),
+            "extra_kv_cache": randn(gen, blocks, block_size, dim, dtype=dtype, device=device),
+            "extra_indices": extra.to(device),
+        }
+    return make
+
+
 def _decode_case(batch: int, s: int, heads: int, dim: int, *, rope: int = 0, sinks: bool = True,
                  v_dim: int | None = None, k: int = 24, blocks: int = 12, block_size: int = 16):
     def make(gen, dtype, device):
@@ -279,9 +335,10 @@ SPARSE_MLA_DECODE = define_op(
         Case("dsv4_d128_s1", _decode_case(4, 1, 8, 128, rope=64)),
         Case("dsv4_d512_s2", _decode_case(2, 2, 8, 512, rope=64)),
         Case("glm5_absorbed_s2", _decode_case(3, 2, 8, 160, sinks=False, v_dim=128, k=32)),
+        Case("dsv4_ring_plus_entries", _decode_extra_case(3, 8, 64)),
     ],
     tolerance=_TOL,
 )
 
-__all__ = ["check_index_range", "check_sparse_mla_args", "inverse_rope_interleaved",
+__all__ = ["check_extra_args", "check_index_range", "check_sparse_mla_args", "inverse_rope_interleaved",
            "sparse_mla_decode", "sparse_mla_prefill"]

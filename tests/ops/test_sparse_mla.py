@@ -120,6 +120,30 @@ def test_decode_equals_prefill_on_the_same_rows(s):
             torch.testing.assert_close(out[bi, si], ref[0], rtol=1e-5, atol=1e-6)
 
 
+def test_decode_extra_rows_equal_one_concatenated_cache():
+    """A second (cache, indices) pair joins the same softmax: same as one cache holding both."""
+    from hwinfer.kernels.torch.sparse_mla import sparse_mla_decode as torch_decode
+
+    gen = torch.Generator().manual_seed(4)
+    b, heads, dim = 3, 4, 32
+    q = torch.randn(b, 1, heads, dim, generator=gen)
+    ring, store = torch.randn(4, 8, dim, generator=gen), torch.randn(5, 4, dim, generator=gen)
+    win = torch.randint(-1, 32, (b, 1, 8), generator=gen, dtype=torch.int32)
+    ent = torch.randint(-1, 20, (b, 1, 3), generator=gen, dtype=torch.int32)
+    ent[2] = -1
+    sinks = torch.randn(heads, generator=gen)
+    both = torch.cat([ring.reshape(-1, dim), store.reshape(-1, dim)])[None]
+    idx = torch.cat([win, torch.where(ent >= 0, ent + 32, -1)], dim=-1)
+    ref = sparse_mla_decode(q, both, idx, sinks, scale=0.2)
+    for fn in (sparse_mla_decode, torch_decode):
+        out = fn(q, ring, win, sinks, scale=0.2, extra_kv_cache=store, extra_indices=ent)
+        torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="together"):
+        sparse_mla_decode(q, ring, win, sinks, scale=0.2, extra_kv_cache=store)
+    with pytest.raises(ValueError, match="indices must lie"):
+        sparse_mla_decode(q, ring, win, sinks, scale=0.2, extra_kv_cache=store, extra_indices=ent + 20)
+
+
 def _index_mask(idx: torch.Tensor, n: int) -> torch.Tensor:
     mask = torch.full((idx.shape[0], n), float("-inf"))
     for t, row in enumerate(idx.tolist()):

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import torch
 
-from hwinfer.ops.sparse_mla import check_index_range, check_sparse_mla_args, inverse_rope_interleaved
+from hwinfer.ops.sparse_mla import (
+    check_extra_args, check_index_range, check_sparse_mla_args, inverse_rope_interleaved,
+)
 
 _WORKSPACE_ELEMS = 1 << 20
 
@@ -61,9 +63,12 @@ def sparse_mla_prefill(q: torch.Tensor, kv: torch.Tensor, indices: torch.Tensor,
 
 def sparse_mla_decode(q: torch.Tensor, kv_cache: torch.Tensor, indices: torch.Tensor,
                       sinks: torch.Tensor | None = None, *, scale: float, v_dim: int | None = None,
-                      out_rope: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+                      out_rope: tuple[torch.Tensor, torch.Tensor] | None = None,
+                      extra_kv_cache: torch.Tensor | None = None,
+                      extra_indices: torch.Tensor | None = None) -> torch.Tensor:
     """Same contract as :func:`hwinfer.ops.sparse_mla.sparse_mla_decode`: global slots into the
-    paged cache viewed as rows (no copy), then the gathered prefill path."""
+    paged cache viewed as rows (no copy), then the gathered prefill path. With a second row set,
+    only the selected rows of both caches are gathered (never a copy of either cache)."""
     if q.dim() != 4 or kv_cache.dim() != 3 or indices.dim() != 3 or indices.shape[:2] != q.shape[:2]:
         raise ValueError("sparse_mla_decode: expected q [B, S, H, D], kv_cache [blocks, block_size, D], "
                          f"indices [B, S, K]; got {tuple(q.shape)}, {tuple(kv_cache.shape)}, "
@@ -75,6 +80,20 @@ def sparse_mla_decode(q: torch.Tensor, kv_cache: torch.Tensor, indices: torch.Te
         if cos.dim() != 3 or cos.shape[:2] != q.shape[:2] or cos.shape != sin.shape:
             raise ValueError(f"sparse_mla_decode: out_rope cos/sin must both be [B={b}, S={s}, R/2]")
         rope = (cos.reshape(b * s, -1), sin.reshape(b * s, -1))
-    out = sparse_mla_prefill(q.reshape(b * s, h, d), kv_cache.reshape(-1, kv_cache.shape[-1]),
-                             indices.reshape(b * s, -1), sinks, scale=scale, v_dim=v_dim, out_rope=rope)
+    rows, idx = kv_cache.reshape(-1, kv_cache.shape[-1]), indices.reshape(b * s, -1)
+    if (extra_kv_cache is None) != (extra_indices is None):
+        raise ValueError("sparse_mla_decode: give extra_kv_cache and extra_indices together")
+    if extra_kv_cache is not None:
+        check_extra_args(q, extra_kv_cache, extra_indices)
+        extra_rows = extra_kv_cache.reshape(-1, d)
+        check_index_range(idx, rows.shape[0], "sparse_mla_decode")
+        check_index_range(extra_indices, extra_rows.shape[0], "sparse_mla_decode")
+        both = torch.cat((idx, extra_indices.reshape(b * s, -1).to(idx.dtype)), dim=1)
+        k1 = idx.shape[1]
+        rows = torch.cat((rows.index_select(0, idx.clamp(min=0).flatten().long()).view(b * s, k1, d),
+                          extra_rows.index_select(0, both[:, k1:].clamp(min=0).flatten().long())
+                          .view(b * s, -1, d)), dim=1).view(-1, d)
+        local = torch.arange(rows.shape[0], device=q.device).view(b * s, -1)
+        idx = torch.where(both >= 0, local, -1)
+    out = sparse_mla_prefill(q.reshape(b * s, h, d), rows, idx, sinks, scale=scale, v_dim=v_dim, out_rope=rope)
     return out.reshape(b, s, h, -1)

@@ -1,0 +1,324 @@
+"""DeepSeek-V4 attention: sliding window + compressed KV entries (+ lightning indexer), MODELS.md
+§2.5-2.7, ENGINES.md §2.1-2.2.
+
+Every layer attends, in one softmax with a per-head sink, the raw KV of the last ``sliding_window``
+tokens and (CSA / HCA layers) the layer's compressed entries: one per complete window of ``m``
+tokens (:class:`Compressor`). HCA layers see every completed entry; CSA layers only the
+``index_topk`` the :class:`Indexer` picks. K = V is one 512-wide head with RoPE on its last
+``qk_rope_head_dim`` channels, so the output is rotated back at the query position.
+
+Cache per layer (all declared as :class:`CacheTensor`): ``swa`` a ring of ``sliding_window`` raw
+KV rows per request; ``comp`` the compressed entries (per token, ratio m); ``comp_kv`` /
+``comp_score`` the compressor's fp32 partial-window ring (``c*m`` rows); for CSA also ``idx`` (the
+indexer keys, ratio m) and ``idx_kv`` / ``idx_score``. Decode reads everything through global
+rows (``sparse_mla_decode`` on the ring plus the entry store); prefill and chunked prefill gather
+the rows they need into one workspace for ``sparse_mla_prefill``. Nothing is ever recomputed.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from hwinfer.backend.select import OpTable
+from hwinfer.cache.spec import CacheTensor
+from hwinfer.layers.basic import Linear, RMSNorm
+from hwinfer.runtime.batch import ForwardBatch
+
+RopeTables = tuple[torch.Tensor, torch.Tensor]
+
+
+@dataclass(frozen=True)
+class RopeSpec:
+    """Interleaved RoPE on the last ``dim`` channels: ``base`` and optional YaRN ``scaling``."""
+
+    dim: int
+    base: float
+    scaling: dict[str, Any] | None = None
+
+    def tables(self, ops: OpTable, positions: torch.Tensor) -> RopeTables:
+        return ops.rope_tables(positions, rotary_dim=self.dim, base=self.base, scaling=self.scaling)
+
+
+@dataclass
+class StepInfo:
+    """What every layer needs about the step besides the batch (built once per forward)."""
+
+    batch: ForwardBatch
+    cached: bool
+    requests: torch.Tensor          # [T] int64, batch-local request of each packed token
+    starts: list[int]               # host: first packed token of each request
+    ctx: list[int]                  # host: tokens already cached per request (0 without a cache)
+    tables: dict[str, RopeTables]   # "main" / "compress": (cos, sin) [T, r/2] at token positions
+
+    @property
+    def new(self) -> list[int]:
+        return self.batch.new_lens
+
+    @property
+    def decode(self) -> bool:
+        return self.cached and self.batch.is_decode
+
+
+def _exclusive_cumsum(counts: list[int], device: torch.device) -> torch.Tensor:
+    out = torch.zeros(len(counts), dtype=torch.int64, device=device)
+    if len(counts) > 1:
+        out[1:] = torch.tensor(counts[:-1], device=device).cumsum(0)
+    return out
+
+
+class Compressor(nn.Module):
+    """Per-window softmax pooling of ``wkv x`` gated by ``wgate x + ape`` -> RMSNorm -> RoPE at
+    the window's first position (``kv_compress`` / ``kv_compress_step``). ``overlap`` (CSA):
+    2*dim-wide projections, entry w pools window w-1's first half with window w's second half.
+    Parameters: wkv, wgate [c*dim, H]; ape [m, c*dim] fp32; norm [dim]."""
+
+    def __init__(self, ops: OpTable, hidden: int, dim: int, ratio: int, overlap: bool, rope: RopeSpec,
+                 eps: float, dtype: torch.dtype, name: str) -> None:
+        super().__init__()
+        width = (2 if overlap else 1) * dim
+        self.wkv = Linear(hidden, width, dtype=dtype)
+        self.wgate = Linear(hidden, width, dtype=dtype)
+        self.ape = nn.Parameter(torch.empty(ratio, width, dtype=torch.float32), requires_grad=False)
+        self.norm = RMSNorm(ops, dim, eps)
+        self.ops, self.dim, self.ratio, self.overlap, self.rope, self.eps = ops, dim, ratio, overlap, rope, eps
+        self.name, self.rows = name, (2 if overlap else 1) * ratio
+
+    def cache_specs(self, dtype: torch.dtype) -> list[CacheTensor]:
+        width = self.ape.shape[1]
+        return [CacheTensor(self.name, "token", (self.dim,), dtype, ratio=self.ratio),
+                CacheTensor(f"{self.name}_kv", "ring", (width,), torch.float32, rows=self.rows),
+                CacheTensor(f"{self.name}_score", "ring", (width,), torch.float32, rows=self.rows)]
+
+    def counts(self, step: StepInfo) -> list[int]:
+        """Completed entries per request after this step."""
+        return [(c + n) // self.ratio for c, n in zip(step.ctx, step.new)]
+
+    def entries(self, x: torch.Tensor, step: StepInfo, cache: dict | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Compress the step's tokens; return every request's entries packed [sum E_i, dim] and
+        each request's first row [N] (from the store when there is a cache)."""
+        new, counts = self.update(x, step, cache), self.counts(step)
+        starts = _exclusive_cumsum(counts, x.device)
+        if cache is None:
+            return new, starts
+        m, n = self.ratio, step.batch.num_requests
+        reqs = torch.repeat_interleave(torch.arange(n, device=x.device), torch.tensor(counts, device=x.device))
+        pos = torch.cat([torch.arange(e, device=x.device) * m for e in counts])
+        rows = step.batch.rows_for(pos, reqs, m)
+        return cache[self.name].flatten(0, 1).index_select(0, rows), starts
+
+    def entry_rows(self, step: StepInfo) -> torch.Tensor:
+        """[N, max E_i] global rows of every request's entries in the store, -1 padded."""
+        per_request = self.counts(step)
+        counts = torch.tensor(per_request, device=step.requests.device)
+        w = torch.arange(max(per_request), device=counts.device)
+        valid = w[None] < counts[:, None]
+        pos = torch.where(valid, w[None] * self.ratio, 0)
+        reqs = torch.arange(counts.numel(), device=counts.device)[:, None].expand_as(pos)
+        return torch.where(valid, step.batch.rows_for(pos, reqs, self.ratio), -1)
+
+    def update(self, x: torch.Tensor, step: StepInfo, cache: dict | None) -> torch.Tensor | None:
+        """Without a cache: every request's entries, packed. With one: store the new entries and
+        the ring state; returns None."""
+        kv, score = self.wkv(x).float(), self.wgate(x).float()
+        if cache is None:
+            parts = [self._pool(kv[s:s + n], score[s:s + n], 0) for s, n in zip(step.starts, step.new)]
+            return torch.cat(parts).to(x.dtype)
+        if step.decode:
+            self._step(kv, score, step, cache)
+            return None
+        m, rows, b = self.ratio, self.rows, step.batch
+        ring_kv, ring_score = cache[f"{self.name}_kv"], cache[f"{self.name}_score"]
+        for i, (s, n, c) in enumerate(zip(step.starts, step.new, step.ctx)):
+            # Start at the oldest window an emission in this chunk reads (the Ca window before).
+            s0 = max(0, (c // m - int(self.overlap)) * m) if c else 0
+            kv_i, score_i = kv[s:s + n], score[s:s + n]
+            if s0 < c:
+                p = torch.arange(s0, c, device=x.device)
+                kv_i = torch.cat((ring_kv[b.slots[i], p % rows], kv_i))
+                # the ring holds gate logits with ape added; kv_compress adds it itself
+                score_i = torch.cat((ring_score[b.slots[i], p % rows] - self.ape[p % m], score_i))
+            fresh = self._pool(kv_i, score_i, s0)[c // m - s0 // m:]
+            if fresh.shape[0]:
+                pos = (c // m + torch.arange(fresh.shape[0], device=x.device)) * m
+                dest = b.rows_for(pos, torch.full_like(pos, i), m)
+                cache[self.name].flatten(0, 1)[dest] = fresh.to(cache[self.name].dtype)
+        # Ring rows of each request's last `rows` positions (older ones would be overwritten).
+        pos, reqs = b.positions, step.requests
+        keep = pos >= b.seq_lens.long()[reqs] - rows
+        slot, p = b.slots[reqs[keep]], pos[keep]
+        ring_kv[slot, p % rows] = kv[keep]
+        ring_score[slot, p % rows] = score[keep] + self.ape[p % m]
+        return None
+
+    def _pool(self, kv: torch.Tensor, score: torch.Tensor, first: int) -> torch.Tensor:
+        """kv, score fp32 [L, c*dim] of positions first.. (first a multiple of m) -> [L // m, dim]."""
+        pos = first + self.ratio * torch.arange(kv.shape[0] // self.ratio, device=kv.device)
+        return self.ops.kv_compress(kv, score, self.ape, self.norm.weight, ratio=self.ratio,
+                                    overlap=self.overlap, eps=self.eps, rope=self.rope.tables(self.ops, pos),
+                                    rope_dim=self.rope.dim)
+
+    def _step(self, kv: torch.Tensor, score: torch.Tensor, step: StepInfo, cache: dict) -> None:
+        b, m, rows = step.batch, self.ratio, self.rows
+        ring_kv, ring_score = cache[f"{self.name}_kv"], cache[f"{self.name}_score"]
+        pos = b.positions
+        start = (pos // m) * m
+        entries, _, new_kv, new_score = self.ops.kv_compress_step(
+            kv, score, pos, ring_kv[b.slots], ring_score[b.slots], self.ape, self.norm.weight, ratio=m,
+            overlap=self.overlap, eps=self.eps, rope=self.rope.tables(self.ops, start), rope_dim=self.rope.dim)
+        req = torch.arange(b.num_requests, device=kv.device)
+        ring_kv[b.slots, pos % rows] = new_kv[req, pos % rows]
+        ring_score[b.slots, pos % rows] = new_score[req, pos % rows]
+        closed = [i for i, c in enumerate(step.ctx) if (c + 1) % m == 0]  # host-side: no sync
+        if closed:
+            sel = torch.tensor(closed, device=kv.device)
+            dest = b.rows_for(start[sel], sel, m)
+            cache[self.name].flatten(0, 1)[dest] = entries[sel].to(cache[self.name].dtype)
+
+
+class Indexer(nn.Module):
+    """Lightning indexer of CSA layers: its own overlapping compressor at ``index_head_dim``
+    gives keys; queries ``wq_b · qr`` [Hi, Di] (compress RoPE); head weights ``weights_proj x``
+    * Hi^-1/2; score ``sum_h w_h ReLU(q_h . k) * Di^-1/2``; top ``index_topk`` visible entries."""
+
+    def __init__(self, cfg: dict[str, Any], ops: OpTable, ratio: int, rope: RopeSpec, dtype: torch.dtype) -> None:
+        super().__init__()
+        h, eps = cfg["hidden_size"], cfg.get("rms_norm_eps", 1e-6)
+        self.heads, self.dim, self.topk = cfg["index_n_heads"], cfg["index_head_dim"], cfg["index_topk"]
+        self.wq_b = Linear(cfg["q_lora_rank"], self.heads * self.dim, dtype=dtype)
+        self.weights_proj = Linear(h, self.heads, dtype=dtype)
+        self.compressor = Compressor(ops, h, self.dim, ratio, True, rope, eps, dtype, "idx")
+        self.ops, self.rope, self.ratio = ops, rope, ratio
+
+    def forward(self, x: torch.Tensor, qr: torch.Tensor, step: StepInfo, cache: dict | None) -> torch.Tensor:
+        """x [T, H] (normed block input), qr [T, q_lora] -> [T, topk] entry ids of the token's
+        request (relative, -1 = none)."""
+        t = x.shape[0]
+        cos, sin = step.tables["compress"]
+        q = self.ops.apply_rope(self.wq_b(qr).view(t, self.heads, self.dim), cos, sin,
+                                start=self.dim - self.rope.dim, interleaved=True)
+        weights = self.weights_proj(x).float() * self.heads ** -0.5
+        keys, starts = self.compressor.entries(x, step, cache)
+        base = starts[step.requests]
+        end = base + (step.batch.positions + 1) // self.ratio
+        picks = self.ops.lightning_indexer(q, keys.to(q.dtype), weights, base.to(torch.int32),
+                                           end.to(torch.int32), topk=self.topk, scale=self.dim ** -0.5)
+        return torch.where(picks >= 0, picks.long() - base[:, None], -1)
+
+
+class DeepseekV4Attention(nn.Module):
+    """x [T, H] (``attn_norm``-ed) -> [T, H]. ``ratio`` 0: sliding window only; with ``indexer``
+    (CSA) the indexer picks the entries; otherwise (HCA) all completed entries are attended.
+    Parameters (checkpoint ``attn.*``): wq_a, q_norm, wq_b, wkv, kv_norm, wo_a, wo_b, attn_sink,
+    compressor.*, indexer.*."""
+
+    def __init__(self, cfg: dict[str, Any], ops: OpTable, dtype: torch.dtype, *, ratio: int,
+                 indexer: bool, rope: RopeSpec, rope_key: str) -> None:
+        super().__init__()
+        h, eps = cfg["hidden_size"], cfg.get("rms_norm_eps", 1e-6)
+        self.heads, self.head_dim = cfg["num_attention_heads"], cfg["head_dim"]
+        self.groups, self.window = cfg["o_groups"], cfg["sliding_window"]
+        q_lora, o_lora = cfg["q_lora_rank"], cfg["o_lora_rank"]
+        self.wq_a = Linear(h, q_lora, dtype=dtype)
+        self.q_norm = RMSNorm(ops, q_lora, eps)
+        self.wq_b = Linear(q_lora, self.heads * self.head_dim, dtype=dtype)
+        self.wkv = Linear(h, self.head_dim, dtype=dtype)
+        self.kv_norm = RMSNorm(ops, self.head_dim, eps)
+        self.wo_a = Linear(self.heads * self.head_dim // self.groups, self.groups * o_lora, dtype=dtype)
+        self.wo_b = Linear(self.groups * o_lora, h, dtype=dtype)
+        self.attn_sink = nn.Parameter(torch.empty(self.heads, dtype=torch.float32), requires_grad=False)
+        # CSA (the layers with an indexer) compresses overlapping windows; HCA disjoint ones.
+        self.compressor = Compressor(ops, h, self.head_dim, ratio, indexer, rope, eps, dtype, "comp") \
+            if ratio else None
+        self.indexer = Indexer(cfg, ops, ratio, rope, dtype) if indexer else None
+        self.ops, self.rope, self.rope_key, self.eps, self.ratio = ops, rope, rope_key, eps, ratio
+
+    def cache_specs(self, dtype: torch.dtype) -> list[CacheTensor]:
+        specs = [CacheTensor("swa", "ring", (self.head_dim,), dtype, rows=self.window)]
+        if self.compressor is not None:
+            specs += self.compressor.cache_specs(dtype)
+        if self.indexer is not None:
+            specs += self.indexer.compressor.cache_specs(dtype)
+        return specs
+
+    def forward(self, x: torch.Tensor, step: StepInfo, cache: dict | None) -> torch.Tensor:
+        ops, t, start = self.ops, x.shape[0], self.head_dim - self.rope.dim
+        cos, sin = step.tables[self.rope_key]
+        qr = self.q_norm(self.wq_a(x))
+        q = ops.rms_norm(self.wq_b(qr).view(t, self.heads, self.head_dim), None, eps=self.eps)
+        q = ops.apply_rope(q, cos, sin, start=start, interleaved=True)
+        kv = ops.apply_rope(self.kv_norm(self.wkv(x)), cos, sin, start=start, interleaved=True)
+        picks = self.indexer(x, qr, step, cache) if self.indexer is not None else None
+        if step.decode:
+            o = self._decode(q, kv, x, picks, step, cache)
+        else:
+            o = self._prefill(q, kv, x, picks, step, cache)
+        # Grouped output projection: group j of heads through rows j*o_lora.. of wo_a.
+        w = self.wo_a.weight.view(self.groups, -1, self.wo_a.weight.shape[1])
+        y = torch.einsum("tgk,gok->tgo", o.reshape(t, self.groups, -1), w)
+        return self.wo_b(y.reshape(t, -1))
+
+    def _window(self, pos: torch.Tensor) -> torch.Tensor:
+        """[T, W] positions p-W+1 .. p of each token's window (negative before the start)."""
+        return pos[:, None] - self.window + 1 + torch.arange(self.window, device=pos.device)
+
+    def _prefill(self, q: torch.Tensor, kv: torch.Tensor, x: torch.Tensor, picks: torch.Tensor | None,
+                 step: StepInfo, cache: dict | None) -> torch.Tensor:
+        """Workspace rows per request: its cached window rows (up to W-1, from the ring), its new
+        KV; then every request's compressed entries. Index lists point into it."""
+        b, w = step.batch, self.window
+        old = [min(w - 1, c) for c in step.ctx]
+        parts = []
+        for i, (s, n) in enumerate(zip(step.starts, step.new)):
+            if old[i]:
+                p = torch.arange(step.ctx[i] - old[i], step.ctx[i], device=x.device)
+                parts.append(cache["swa"][b.slots[i], p % w].to(kv.dtype))
+            parts.append(kv[s:s + n])
+        rows = torch.cat(parts)
+        req, pos = step.requests, b.positions
+        raw_start = _exclusive_cumsum([o + n for o, n in zip(old, step.new)], x.device)[req]
+        first = torch.tensor([c - o for c, o in zip(step.ctx, old)], device=x.device)[req]
+        win = self._window(pos)
+        idx = torch.where(win >= first[:, None], raw_start[:, None] + win - first[:, None], -1)
+        if cache is not None:
+            keep = pos >= b.seq_lens.long()[req] - w
+            cache["swa"][b.slots[req[keep]], pos[keep] % w] = kv[keep].to(cache["swa"].dtype)
+        if self.compressor is not None:
+            entries, starts = self.compressor.entries(x, step, cache)
+            base = rows.shape[0] + starts[req]
+            if picks is not None:
+                comp = torch.where(picks >= 0, base[:, None] + picks, -1)
+            else:
+                e = torch.arange(max(self.compressor.counts(step)), device=x.device)
+                comp = torch.where(e[None] < ((pos + 1) // self.ratio)[:, None], base[:, None] + e, -1)
+            rows, idx = torch.cat((rows, entries.to(rows.dtype))), torch.cat((idx, comp), dim=1)
+        cos, sin = step.tables[self.rope_key]
+        return self.ops.sparse_mla_prefill(q, rows, idx, self.attn_sink, scale=self.head_dim ** -0.5,
+                                           out_rope=(cos, sin))
+
+    def _decode(self, q: torch.Tensor, kv: torch.Tensor, x: torch.Tensor, picks: torch.Tensor | None,
+                step: StepInfo, cache: dict) -> torch.Tensor:
+        """One token per request: the window through global slots of the ring [slots, W, D], the
+        entries through global rows of the paged store, in one ``sparse_mla_decode``."""
+        b, w, ring = step.batch, self.window, cache["swa"]
+        pos, slots = b.positions, b.slots
+        ring[slots, pos % w] = kv.to(ring.dtype)
+        win = self._window(pos)
+        idx = torch.where(win >= 0, slots[:, None] * w + win % w, -1)
+        extra = extra_idx = None
+        if self.compressor is not None:
+            self.compressor.update(x, step, cache)
+            extra = cache["comp"]
+            if picks is not None:
+                reqs = step.requests[:, None].expand_as(picks)
+                extra_idx = torch.where(picks >= 0, b.rows_for(picks.clamp(min=0) * self.ratio, reqs, self.ratio), -1)
+            else:
+                extra_idx = self.compressor.entry_rows(step)
+            extra_idx = extra_idx[:, None]
+        cos, sin = step.tables[self.rope_key]
+        out = self.ops.sparse_mla_decode(q[:, None], ring, idx[:, None], self.attn_sink, scale=self.head_dim ** -0.5,
+                                         out_rope=(cos[:, None], sin[:, None]), extra_kv_cache=extra,
+                                         extra_indices=extra_idx)
+        return out[:, 0]
