@@ -56,7 +56,8 @@ def random_init(model: torch.nn.Module, gen: torch.Generator) -> None:
 
 def _quantize(tensor: torch.Tensor, scheme: str) -> dict[str, torch.Tensor]:
     """scheme: 'fp8_fp32' (e4m3 + fp32 weight_scale_inv), 'fp8_ue8m0' (e4m3 + e8m0 .scale),
-    'fp4' (packed e2m1 int8 + e8m0 .scale per 32)."""
+    'fp4' (packed e2m1 int8 + e8m0 .scale per 32), 'mxfp4_ct' (compressed-tensors
+    mxfp4-pack-quantized: uint8 .weight_packed + uint8 e8m0 .weight_scale per 32)."""
     if scheme == "fp8_fp32":
         q, s = quantize_fp8_block(tensor.float(), scale_format="fp32")
         return {"weight": q, "weight_scale_inv": s}
@@ -66,6 +67,9 @@ def _quantize(tensor: torch.Tensor, scheme: str) -> dict[str, torch.Tensor]:
     if scheme == "fp4":
         q, s = quantize_fp4(tensor.float())
         return {"weight": q.view(torch.int8), "scale": s}
+    if scheme == "mxfp4_ct":
+        q, s = quantize_fp4(tensor.float())
+        return {"weight_packed": q, "weight_scale": s.view(torch.uint8)}
     raise ValueError(f"unknown quantization scheme {scheme!r}")
 
 

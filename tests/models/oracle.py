@@ -25,7 +25,7 @@ def force_torch_paths(model) -> None:
     module bound fla's functions in place of its own at import; ``__wrapped__`` leads back."""
     module = sys.modules[type(model).__module__]
     for name, fn in list(vars(module).items()):
-        if callable(fn) and hasattr(fn, "__wrapped__") and name.startswith(("torch_", "causal_conv1d", "chunk_", "fused_")):
+        if callable(fn) and hasattr(fn, "__wrapped__") and name.startswith(("torch_", "causal_conv1d", "chunk_", "fused_", "recurrent_")):
             setattr(module, name, inspect.unwrap(fn))
 
 
