@@ -1,120 +1,36 @@
-"""The decode loop behind ``model.generate``: prefill once, then one token per step.
+"""``model.generate``: the same engine as the server and ``LLM``, sized for one call.
 
-Finished requests leave the batch; their cache slots stay untouched until the loop ends. Stop
-strings are matched on the decoded text of the new tokens (the text is cut before the match).
+A fresh engine per call owns a pool just large enough for the prompts and their new tokens, so
+nothing leaks between calls; continuous batching, chunked prefill and seeded sampling are the
+engine's.
 """
 from __future__ import annotations
 
-import random
-from typing import TYPE_CHECKING
-
-import torch
-
-from hwinfer.runtime.batch import ForwardBatch
-
-if TYPE_CHECKING:
-    from hwinfer.models.base import CausalLM, GenerationOutput
+from hwinfer.engine.engine import Engine
+from hwinfer.engine.llm import prompt_ids
+from hwinfer.engine.request import SamplingParams
 
 
-def _as_batch(model: "CausalLM", prompt, add_special_tokens: bool) -> tuple[list[list[int]], bool]:
-    if isinstance(prompt, (list, tuple)) and len(prompt) == 0:
-        raise ValueError("empty prompt: at least one token is needed")
-    if isinstance(prompt, str):
-        prompts, single = [prompt], True
-    elif prompt and all(isinstance(p, int) for p in prompt):
-        return [list(prompt)], True
-    else:
-        prompts, single = list(prompt), False
-    out = []
-    for p in prompts:
-        if isinstance(p, str):
-            if model.tokenizer is None:
-                raise ValueError("this model has no tokenizer: pass token ids")
-            out.append(model.tokenizer.encode(p, add_special_tokens=add_special_tokens))
-        elif isinstance(p, (list, tuple)) and all(isinstance(i, int) for i in p):
-            out.append(list(p))
-        else:
-            raise ValueError("prompt must be a string, a list of token ids, or a list of those")
-    return out, single
-
-
-def run_generation(model: "CausalLM", prompt, *, max_new_tokens: int, temperature, top_p, top_k,
-                   seed, stop, add_special_tokens: bool):
-    prompts, single = _as_batch(model, prompt, add_special_tokens)
-    if any(len(p) == 0 for p in prompts):
-        raise ValueError("empty prompt: at least one token is needed")
+def run_generation(model, prompt, *, max_new_tokens: int, temperature, top_p, top_k, seed, stop,
+                   add_special_tokens: bool):
+    prompts = prompt_ids(model, prompt, add_special_tokens)
+    single = len(prompts) == 1 and (isinstance(prompt, str) or all(isinstance(t, int) for t in prompt))
     if max_new_tokens < 1:
         raise ValueError("max_new_tokens must be >= 1")
-    vocab = model.config.get("vocab_size")
-    for p in prompts:
-        bad = [i for i in p if i < 0 or (vocab is not None and i >= vocab)]
-        if bad:
-            raise ValueError(f"token id(s) {bad[:5]} outside the vocabulary [0, {vocab})")
-    d = model.generation_defaults
-    temperature = d.temperature if temperature is None else temperature
-    top_p = d.top_p if top_p is None else top_p
-    top_k = d.top_k if top_k is None else top_k
     stops = [stop] if isinstance(stop, str) else list(stop or [])
-    n = len(prompts)
-    device = model.device
-    base_seed = seed if seed is not None else random.randrange(1 << 62)
-
-    cache, alloc = model.new_cache(n, max(len(p) for p in prompts) + max_new_tokens)
-    block_table = alloc.block_table(device)
-    slots = torch.arange(n, device=device)
-    generated: list[list[int]] = [[] for _ in range(n)]
-    finish: list[str | None] = [None] * n
-    active = list(range(n))
-    ids = torch.tensor([t for p in prompts for t in p], device=device)
-    new_lens, ctx = [len(p) for p in prompts], [0] * n
-    step = 0
-    while active:
-        batch = ForwardBatch.step(ids, new_lens, ctx, cache, slots[active], block_table[active])
-        hidden = model.forward_batch(batch)
-        last = batch.cu_seqlens[1:].to(torch.int64) - 1
-        logits = model.logits(hidden.index_select(0, last))
-        m = len(active)
-        tokens = model.ops.sample(
-            logits, torch.full((m,), float(temperature), device=device),
-            torch.full((m,), int(top_k), dtype=torch.int32, device=device),
-            torch.full((m,), float(top_p), device=device),
-            torch.tensor([base_seed + i for i in active], device=device),
-            torch.full((m,), step, dtype=torch.int64, device=device)).tolist()
-        still, next_ids, next_ctx = [], [], []
-        for req, tok, c, nl in zip(active, tokens, ctx, new_lens):
-            generated[req].append(tok)
-            reason = _finished(model, generated[req], tok, stops, max_new_tokens)
-            if reason:
-                finish[req] = reason
-            else:
-                still.append(req)
-                next_ids.append(tok)
-                next_ctx.append(c + nl)
-        active, ctx, new_lens = still, next_ctx, [1] * len(still)
-        ids = torch.tensor(next_ids, device=device)
-        step += 1
-    outs = [_output(model, generated[i], finish[i] or "length", stops) for i in range(n)]
-    return outs[0] if single else outs
+    bs = model.cache_block_size()
+    blocks = sum(-(-(len(p) + max_new_tokens) // bs) for p in prompts)
+    engine = Engine(model, max_num_seqs=len(prompts), num_blocks=blocks,
+                    max_num_batched_tokens=max(512, max(len(p) for p in prompts)))
+    reqs = [engine.add_request(p, SamplingParams(
+        max_tokens=max_new_tokens, temperature=temperature, top_p=top_p, top_k=top_k,
+        seed=None if seed is None else seed + i, stop=stops)) for i, p in enumerate(prompts)]
+    outs = engine.run(reqs)
+    results = [model_output(o) for o in outs]
+    return results[0] if single else results
 
 
-def _finished(model, tokens: list[int], last: int, stops: list[str], limit: int) -> str | None:
-    if last in model.generation_defaults.eos_token_ids:
-        return "stop"
-    if stops and model.tokenizer is not None:
-        text = model.tokenizer.decode(tokens)
-        if any(s in text for s in stops):
-            return "stop"
-    return "length" if len(tokens) >= limit else None
-
-
-def _output(model, tokens: list[int], reason: str, stops: list[str]) -> "GenerationOutput":
+def model_output(out):
     from hwinfer.models.base import GenerationOutput
 
-    if tokens and tokens[-1] in model.generation_defaults.eos_token_ids:
-        tokens = tokens[:-1]
-    text = model.tokenizer.decode(tokens) if model.tokenizer is not None else ""
-    for s in stops:
-        cut = text.find(s)
-        if cut >= 0:
-            text = text[:cut]
-    return GenerationOutput(tokens, text, reason)
+    return GenerationOutput(out.token_ids, out.text, out.finish_reason)

@@ -1,0 +1,153 @@
+"""The engine loop: schedule, run one forward over every scheduled token, sample, finish.
+
+One ``step()`` runs one forward pass over a packed batch that mixes decodes (one token each)
+and prefill chunks, then samples a token for every request whose pending tokens are all in the
+cache now. Sampling noise depends only on the request's seed and the token's index, so a
+request's tokens are the same alone, batched, chunked or preempted and recomputed.
+"""
+from __future__ import annotations
+
+import itertools
+from typing import Iterable
+
+import torch
+
+from hwinfer.engine.pool import CachePool, plan
+from hwinfer.engine.request import Request, RequestOutput, SamplingParams, Status
+from hwinfer.engine.scheduler import Scheduler
+from hwinfer.runtime.batch import ForwardBatch
+
+DEFAULT_CPU_BUDGET = 1 << 30
+
+
+class Engine:
+    def __init__(self, model, *, max_num_seqs: int = 16, max_num_batched_tokens: int = 512,
+                 cache_bytes: int | None = None, num_blocks: int | None = None,
+                 block_size: int | None = None) -> None:
+        self.model = model
+        bs = block_size or model.cache_block_size()
+        if num_blocks is None:
+            num_blocks, _ = plan(model, budget_bytes=cache_bytes or _default_budget(model),
+                                 max_num_seqs=max_num_seqs, block_size=bs)
+        self.pool = CachePool(model, num_blocks=num_blocks, num_slots=max_num_seqs, block_size=bs)
+        self.scheduler = Scheduler(self.pool, max_num_seqs=max_num_seqs,
+                                   max_num_batched_tokens=max_num_batched_tokens)
+        self.requests: dict[str, Request] = {}
+        self._ids = itertools.count()
+        self.steps = 0
+
+    # --- requests ------------------------------------------------------------------------------
+    def add_request(self, prompt_ids: list[int], params: SamplingParams | None = None,
+                    request_id: str | None = None) -> Request:
+        rid = request_id or f"req-{next(self._ids)}"
+        if rid in self.requests:
+            raise ValueError(f"request id {rid!r} is already in use")
+        vocab = self.model.config.get("vocab_size")
+        bad = [t for t in prompt_ids if t < 0 or (vocab is not None and t >= vocab)]
+        if bad:
+            raise ValueError(f"token id(s) {bad[:5]} outside the vocabulary [0, {vocab})")
+        params = params or SamplingParams()
+        need = self.pool.blocks_for(len(prompt_ids) + params.max_tokens)
+        if need > self.pool.num_blocks:
+            raise ValueError(f"request needs {need} cache blocks, the pool has {self.pool.num_blocks}")
+        req = Request(rid, list(prompt_ids), params)
+        self.requests[rid] = req
+        self.scheduler.add(req)
+        return req
+
+    def abort(self, request_id: str) -> None:
+        """Stop a request now; everything it holds returns to the pool."""
+        req = self.requests.get(request_id)
+        if req is not None and req.status is not Status.FINISHED:
+            self.scheduler.finish(req, "abort")
+
+    def has_unfinished(self) -> bool:
+        return self.scheduler.has_work()
+
+    # --- the loop --------------------------------------------------------------------------------
+    @torch.no_grad()
+    def step(self) -> list[Request]:
+        """One forward; returns the requests that finished in it."""
+        scheduled = self.scheduler.schedule()
+        if not scheduled:
+            if self.scheduler.waiting and not self.scheduler.running:
+                raise RuntimeError("the cache pool cannot hold the next waiting request")
+            return []
+        model, device = self.model, self.model.device
+        reqs = [r for r, _ in scheduled]
+        new = [n for _, n in scheduled]
+        ctx = [r.num_computed for r in reqs]
+        ids = torch.tensor([t for r, n in scheduled for t in r.all_ids[r.num_computed:r.num_computed + n]],
+                           device=device)
+        width = max(len(r.blocks) for r in reqs)
+        table = torch.tensor([r.blocks + [0] * (width - len(r.blocks)) for r in reqs],
+                             dtype=torch.int32, device=device)
+        slots = torch.tensor([r.slot for r in reqs], device=device)
+        batch = ForwardBatch.step(ids, new, ctx, self.pool.cache, slots, table)
+        hidden = model.forward_batch(batch)
+        for r, n in scheduled:
+            r.num_computed += n
+        sampling = [i for i, r in enumerate(reqs) if r.num_pending == 0]
+        finished = []
+        if sampling:
+            last = batch.cu_seqlens[1:].to(torch.int64)[sampling] - 1
+            tokens = self._sample(model.logits(hidden.index_select(0, last)), [reqs[i] for i in sampling])
+            for i, tok in zip(sampling, tokens):
+                req = reqs[i]
+                req.output_ids.append(tok)
+                reason = self._stop_reason(req, tok)
+                if reason:
+                    self.scheduler.finish(req, reason)
+                    finished.append(req)
+        self.steps += 1
+        return finished
+
+    def _sample(self, logits: torch.Tensor, reqs: list[Request]) -> list[int]:
+        d, device = self.model.generation_defaults, logits.device
+
+        def pick(value, default):
+            return default if value is None else value
+        temp = [float(pick(r.params.temperature, d.temperature)) for r in reqs]
+        top_k = [int(pick(r.params.top_k, d.top_k)) for r in reqs]
+        top_p = [float(pick(r.params.top_p, d.top_p)) for r in reqs]
+        return self.model.ops.sample(
+            logits, torch.tensor(temp, device=device), torch.tensor(top_k, dtype=torch.int32, device=device),
+            torch.tensor(top_p, device=device), torch.tensor([r.seed for r in reqs], device=device),
+            torch.tensor([len(r.output_ids) for r in reqs], device=device)).tolist()
+
+    def _stop_reason(self, req: Request, token: int) -> str | None:
+        if not req.params.ignore_eos and token in self.model.generation_defaults.eos_token_ids:
+            return "stop"
+        tok = self.model.tokenizer
+        if req.params.stop and tok is not None:
+            if any(s in tok.decode(req.output_ids) for s in req.params.stop):
+                return "stop"
+        return "length" if len(req.output_ids) >= req.params.max_tokens else None
+
+    # --- convenience ---------------------------------------------------------------------------
+    def output(self, req: Request) -> RequestOutput:
+        tokens = list(req.output_ids)
+        if req.finish_reason == "stop" and tokens and tokens[-1] in self.model.generation_defaults.eos_token_ids:
+            tokens = tokens[:-1]
+        text = self.model.tokenizer.decode(tokens) if self.model.tokenizer is not None else ""
+        for s in req.params.stop:
+            cut = text.find(s)
+            if cut >= 0:
+                text = text[:cut]
+        return RequestOutput(req.id, req.prompt_ids, tokens, text, req.finish_reason or "abort")
+
+    def run(self, requests: Iterable[Request]) -> list[RequestOutput]:
+        """Step until every given request has finished; outputs in the given order."""
+        reqs = list(requests)
+        while any(r.status is not Status.FINISHED for r in reqs):
+            self.step()
+        for r in reqs:
+            self.requests.pop(r.id, None)
+        return [self.output(r) for r in reqs]
+
+
+def _default_budget(model) -> int:
+    if model.device.type == "cpu":
+        return DEFAULT_CPU_BUDGET
+    free, _ = torch.cuda.mem_get_info(model.device) if model.device.type == "cuda" else (DEFAULT_CPU_BUDGET, 0)
+    return int(free * 0.8)

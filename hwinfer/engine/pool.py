@@ -1,0 +1,98 @@
+"""The cache pool: one ModelCache for every cache kind of a model, handed out in blocks and slots.
+
+Per-token tensors (KV, compressed entries, indexer keys) are paged in blocks of ``block_size``
+tokens; ring and per-request tensors (sliding windows, compressor partial state, linear-attention
+and conv state) live in request slots. Sizing comes from a byte budget: each slot costs the
+model's fixed bytes per request, each block ``block_size`` x its bytes per token.
+"""
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+import torch
+
+from hwinfer.cache.model_cache import ModelCache
+from hwinfer.engine.request import Request
+
+
+@dataclass(frozen=True)
+class CacheBytes:
+    per_token: float
+    per_request: int
+
+    @classmethod
+    def of(cls, model) -> "CacheBytes":
+        specs = [s for layer in model.cache_specs() for s in layer]
+        return cls(sum(s.bytes_per_token() for s in specs), sum(s.fixed_bytes() for s in specs))
+
+
+def plan(model, *, budget_bytes: int, max_num_seqs: int, block_size: int) -> tuple[int, int]:
+    """(num_blocks, num_slots) that fit ``budget_bytes``."""
+    cost = CacheBytes.of(model)
+    slots = max_num_seqs
+    left = budget_bytes - slots * cost.per_request
+    block_bytes = max(cost.per_token * block_size, 1.0)
+    blocks = int(left // block_bytes)
+    if blocks < 1:
+        raise ValueError(f"cache budget {budget_bytes} B is too small: {slots} request slots need "
+                         f"{slots * cost.per_request} B and one block {block_bytes:.0f} B")
+    return blocks, slots
+
+
+class CachePool:
+    """Blocks and slots of one ModelCache, with a free list each."""
+
+    def __init__(self, model, *, num_blocks: int, num_slots: int, block_size: int | None = None) -> None:
+        self.block_size = block_size or model.cache_block_size()
+        self.cache = ModelCache.allocate(model.cache_specs(), num_slots=num_slots, num_blocks=num_blocks,
+                                         block_size=self.block_size, device=model.device)
+        self.num_blocks, self.num_slots = num_blocks, num_slots
+        self.free_blocks: deque[int] = deque(range(num_blocks))
+        self.free_slots: deque[int] = deque(range(num_slots))
+
+    def blocks_for(self, num_tokens: int) -> int:
+        return -(-num_tokens // self.block_size)
+
+    def can_admit(self, num_tokens: int) -> bool:
+        return bool(self.free_slots) and len(self.free_blocks) >= self.blocks_for(num_tokens)
+
+    def take_slot(self, req: Request) -> None:
+        req.slot = self.free_slots.popleft()
+        self.cache.reset_slots(torch.tensor([req.slot], device=self._device))
+
+    def grow(self, req: Request, num_tokens: int) -> bool:
+        """Make ``req`` own enough blocks for ``num_tokens`` tokens; False if the pool is short."""
+        need = self.blocks_for(num_tokens) - len(req.blocks)
+        if need > len(self.free_blocks):
+            return False
+        req.blocks.extend(self.free_blocks.popleft() for _ in range(max(need, 0)))
+        return True
+
+    def release(self, req: Request) -> None:
+        self.free_blocks.extend(req.blocks)
+        req.blocks = []
+        if req.slot is not None:
+            self.free_slots.append(req.slot)
+            req.slot = None
+
+    @property
+    def used_blocks(self) -> int:
+        return self.num_blocks - len(self.free_blocks)
+
+    @property
+    def used_slots(self) -> int:
+        return self.num_slots - len(self.free_slots)
+
+    def is_empty(self) -> bool:
+        return self.used_blocks == 0 and self.used_slots == 0
+
+    def usage(self) -> float:
+        return self.used_blocks / self.num_blocks if self.num_blocks else 0.0
+
+    @property
+    def _device(self) -> torch.device:
+        for layer in self.cache.layers:
+            if layer:
+                return next(iter(layer.values())).device
+        return torch.device("cpu")

@@ -1,0 +1,84 @@
+"""Requests and their sampling parameters, as the engine tracks them."""
+from __future__ import annotations
+
+import enum
+import random
+from dataclasses import dataclass, field
+
+
+@dataclass
+class SamplingParams:
+    """How one request decodes. ``temperature=None`` (etc.) takes the model's
+    generation_config.json default; ``temperature=0`` is greedy."""
+
+    max_tokens: int = 16
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    seed: int | None = None
+    stop: list[str] = field(default_factory=list)
+    ignore_eos: bool = False
+
+    def __post_init__(self) -> None:
+        if isinstance(self.stop, str):
+            self.stop = [self.stop]
+        if self.max_tokens < 1:
+            raise ValueError("max_tokens must be >= 1")
+        if self.temperature is not None and self.temperature < 0:
+            raise ValueError("temperature must be >= 0")
+        if self.top_p is not None and not 0.0 < self.top_p <= 1.0:
+            raise ValueError("top_p must be in (0, 1]")
+        if self.top_k is not None and self.top_k < 0:
+            raise ValueError("top_k must be >= 0 (0 disables it)")
+
+
+class Status(enum.Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    FINISHED = "finished"
+
+
+@dataclass
+class Request:
+    """One request: its tokens, how many of them the cache holds, and what it owns in the pool."""
+
+    id: str
+    prompt_ids: list[int]
+    params: SamplingParams
+    output_ids: list[int] = field(default_factory=list)
+    status: Status = Status.WAITING
+    num_computed: int = 0            # tokens whose KV / state is in the cache
+    blocks: list[int] = field(default_factory=list)
+    slot: int | None = None
+    finish_reason: str | None = None
+    num_preemptions: int = 0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.prompt_ids:
+            raise ValueError(f"request {self.id}: empty prompt")
+        self.seed = self.params.seed if self.params.seed is not None else random.randrange(1 << 62)
+
+    @property
+    def all_ids(self) -> list[int]:
+        return self.prompt_ids + self.output_ids
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.prompt_ids) + len(self.output_ids)
+
+    @property
+    def num_pending(self) -> int:
+        """Tokens not yet in the cache (the prompt's rest, or the last sampled token)."""
+        return self.num_tokens - self.num_computed
+
+
+@dataclass
+class RequestOutput:
+    """A finished request: its new tokens, their text, and why decoding stopped."""
+
+    request_id: str
+    prompt_ids: list[int]
+    token_ids: list[int]
+    text: str
+    finish_reason: str
