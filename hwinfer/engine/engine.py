@@ -13,6 +13,7 @@ from typing import Iterable
 import torch
 
 from hwinfer.engine.pool import CachePool, plan
+from hwinfer.engine.prefix_cache import PrefixCache
 from hwinfer.engine.request import Request, RequestOutput, SamplingParams, Status
 from hwinfer.engine.scheduler import Scheduler
 from hwinfer.runtime.batch import ForwardBatch
@@ -23,15 +24,25 @@ DEFAULT_CPU_BUDGET = 1 << 30
 class Engine:
     def __init__(self, model, *, max_num_seqs: int = 16, max_num_batched_tokens: int = 512,
                  cache_bytes: int | None = None, num_blocks: int | None = None,
-                 block_size: int | None = None) -> None:
+                 block_size: int | None = None, enable_prefix_caching: bool = False,
+                 prefix_chunk_tokens: int | None = None, prefix_checkpoints: int | None = None) -> None:
         self.model = model
         bs = block_size or model.cache_block_size()
         if num_blocks is None:
             num_blocks, _ = plan(model, budget_bytes=cache_bytes or _default_budget(model),
                                  max_num_seqs=max_num_seqs, block_size=bs)
-        self.pool = CachePool(model, num_blocks=num_blocks, num_slots=max_num_seqs, block_size=bs)
+        checkpoints = 0
+        if enable_prefix_caching:
+            checkpoints = prefix_checkpoints if prefix_checkpoints is not None else 2 * max_num_seqs
+        self.pool = CachePool(model, num_blocks=num_blocks, num_slots=max_num_seqs, block_size=bs,
+                              checkpoint_slots=checkpoints if self._stateful(model) else 0)
+        self.prefix = None
+        if enable_prefix_caching:
+            # Stateful models checkpoint their state per chunk: keep chunks coarse by default.
+            chunk = prefix_chunk_tokens or (bs * -(-256 // bs) if self.pool.has_state else bs)
+            self.prefix = PrefixCache(self.pool, chunk)
         self.scheduler = Scheduler(self.pool, max_num_seqs=max_num_seqs,
-                                   max_num_batched_tokens=max_num_batched_tokens)
+                                   max_num_batched_tokens=max_num_batched_tokens, prefix=self.prefix)
         self.requests: dict[str, Request] = {}
         self._ids = itertools.count()
         self.steps = 0
@@ -87,6 +98,8 @@ class Engine:
         hidden = model.forward_batch(batch)
         for r, n in scheduled:
             r.num_computed += n
+            if self.prefix is not None:
+                self.prefix.register(r)
         sampling = [i for i, r in enumerate(reqs) if r.num_pending == 0]
         finished = []
         if sampling:
@@ -101,6 +114,10 @@ class Engine:
                     finished.append(req)
         self.steps += 1
         return finished
+
+    @staticmethod
+    def _stateful(model) -> bool:
+        return any(s.per != "token" for layer in model.cache_specs() for s in layer)
 
     def _sample(self, logits: torch.Tensor, reqs: list[Request]) -> list[int]:
         d, device = self.model.generation_defaults, logits.device

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 
@@ -41,21 +42,39 @@ def plan(model, *, budget_bytes: int, max_num_seqs: int, block_size: int) -> tup
 
 
 class CachePool:
-    """Blocks and slots of one ModelCache, with a free list each."""
+    """Blocks and slots of one ModelCache, with a free list each.
 
-    def __init__(self, model, *, num_blocks: int, num_slots: int, block_size: int | None = None) -> None:
+    Blocks are reference-counted: a request holds one reference to each of its blocks, and the
+    prefix cache one to each block it keeps for reuse; a block is free when nobody holds it.
+    ``checkpoint_slots`` extra slots hold copies of a request's ring / per-request state taken at
+    prefix-cache boundaries. When blocks run short, ``reclaimer(n)`` (the prefix cache's LRU
+    eviction) is asked to give back at least ``n``.
+    """
+
+    def __init__(self, model, *, num_blocks: int, num_slots: int, block_size: int | None = None,
+                 checkpoint_slots: int = 0) -> None:
         self.block_size = block_size or model.cache_block_size()
-        self.cache = ModelCache.allocate(model.cache_specs(), num_slots=num_slots, num_blocks=num_blocks,
-                                         block_size=self.block_size, device=model.device)
+        self.cache = ModelCache.allocate(model.cache_specs(), num_slots=num_slots + checkpoint_slots,
+                                         num_blocks=num_blocks, block_size=self.block_size,
+                                         device=model.device)
         self.num_blocks, self.num_slots = num_blocks, num_slots
         self.free_blocks: deque[int] = deque(range(num_blocks))
         self.free_slots: deque[int] = deque(range(num_slots))
+        self.free_checkpoints: deque[int] = deque(range(num_slots, num_slots + checkpoint_slots))
+        self.refs = [0] * num_blocks
+        self.reclaimer: Callable[[int], None] | None = None
 
     def blocks_for(self, num_tokens: int) -> int:
         return -(-num_tokens // self.block_size)
 
+    def has_blocks(self, n: int) -> bool:
+        """At least ``n`` free blocks, after asking the reclaimer if needed."""
+        if len(self.free_blocks) < n and self.reclaimer is not None:
+            self.reclaimer(n - len(self.free_blocks))
+        return len(self.free_blocks) >= n
+
     def can_admit(self, num_tokens: int) -> bool:
-        return bool(self.free_slots) and len(self.free_blocks) >= self.blocks_for(num_tokens)
+        return bool(self.free_slots) and self.has_blocks(self.blocks_for(num_tokens))
 
     def take_slot(self, req: Request) -> None:
         req.slot = self.free_slots.popleft()
@@ -63,18 +82,45 @@ class CachePool:
 
     def grow(self, req: Request, num_tokens: int) -> bool:
         """Make ``req`` own enough blocks for ``num_tokens`` tokens; False if the pool is short."""
-        need = self.blocks_for(num_tokens) - len(req.blocks)
-        if need > len(self.free_blocks):
+        need = max(self.blocks_for(num_tokens) - len(req.blocks), 0)
+        if not self.has_blocks(need):
             return False
-        req.blocks.extend(self.free_blocks.popleft() for _ in range(max(need, 0)))
+        for _ in range(need):
+            block = self.free_blocks.popleft()
+            self.refs[block] = 1
+            req.blocks.append(block)
         return True
 
+    def share(self, block: int) -> None:
+        """One more holder of ``block`` (a request reusing a cached prefix, or the cache)."""
+        self.refs[block] += 1
+
+    def unref(self, block: int) -> None:
+        self.refs[block] -= 1
+        if self.refs[block] == 0:
+            self.free_blocks.append(block)
+
     def release(self, req: Request) -> None:
-        self.free_blocks.extend(req.blocks)
+        for block in req.blocks:
+            self.unref(block)
         req.blocks = []
         if req.slot is not None:
             self.free_slots.append(req.slot)
             req.slot = None
+
+    def copy_state(self, src: int, dst: int) -> None:
+        """Copy every ring / per-request tensor row of slot ``src`` into slot ``dst``."""
+        for layer in self.cache.layers:
+            if layer is None:
+                continue
+            for name, spec in layer.specs.items():
+                if spec.per in ("ring", "request"):
+                    layer[name][dst].copy_(layer[name][src])
+
+    @property
+    def has_state(self) -> bool:
+        """Does the model keep ring or per-request state (not restorable from KV blocks alone)?"""
+        return any(spec.per != "token" for layer in self.cache.layers if layer for spec in layer.specs.values())
 
     @property
     def used_blocks(self) -> int:
@@ -85,6 +131,7 @@ class CachePool:
         return self.num_slots - len(self.free_slots)
 
     def is_empty(self) -> bool:
+        """No block or slot is held by anyone (requests or the prefix cache)."""
         return self.used_blocks == 0 and self.used_slots == 0
 
     def usage(self) -> float:

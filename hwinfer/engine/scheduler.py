@@ -6,18 +6,22 @@ prefill its next chunk), then waiting requests while the token budget, a free sl
 free blocks allow. When a running request cannot grow, the most recently admitted running
 request is preempted: its blocks and slot go back to the pool and it returns to the front of the
 queue with its generated tokens kept, to be recomputed (prompt + output) when readmitted.
+With prefix caching, admission first reuses the longest cached prefix (see prefix_cache.py).
 """
 from __future__ import annotations
 
 from collections import deque
 
 from hwinfer.engine.pool import CachePool
+from hwinfer.engine.prefix_cache import PrefixCache
 from hwinfer.engine.request import Request, Status
 
 
 class Scheduler:
-    def __init__(self, pool: CachePool, *, max_num_seqs: int, max_num_batched_tokens: int) -> None:
+    def __init__(self, pool: CachePool, *, max_num_seqs: int, max_num_batched_tokens: int,
+                 prefix: PrefixCache | None = None) -> None:
         self.pool = pool
+        self.prefix = prefix
         self.max_num_seqs = max_num_seqs
         self.token_budget = max_num_batched_tokens
         self.waiting: deque[Request] = deque()
@@ -39,6 +43,8 @@ class Scheduler:
             if req.status is not Status.RUNNING:
                 continue  # preempted earlier in this loop
             n = min(req.num_pending, budget)
+            if self.prefix is not None:
+                n = self.prefix.chunk_limit(req, n)
             while not self.pool.grow(req, req.num_computed + n):
                 victim = self.running[-1]
                 self.preempt(victim)
@@ -49,12 +55,24 @@ class Scheduler:
                 budget -= n
         while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
             req = self.waiting[0]
-            n = min(req.num_pending, budget)
-            if not self.pool.can_admit(req.num_computed + n):
+            if not self.pool.free_slots:
                 break
+            hit = self.prefix.peek(req) if self.prefix is not None else 0
+            n = min(req.num_tokens - hit, budget)
+            if self.prefix is not None and self.prefix.stateful:
+                n = min(n, self.prefix.chunk)  # end at the next boundary (hit is on one)
             self.waiting.popleft()
             self.pool.take_slot(req)
-            self.pool.grow(req, req.num_computed + n)
+            if self.prefix is not None:
+                # Sharing the hit blocks first protects them from eviction by grow() below.
+                self.prefix.apply(req, hit)
+            if not self.pool.grow(req, hit + n):
+                self.pool.release(req)
+                req.num_computed = 0
+                self.waiting.appendleft(req)
+                break
+            if self.prefix is not None:
+                self.prefix.record(req, hit)
             req.status = Status.RUNNING
             self.running.append(req)
             step.append((req, n))
@@ -76,5 +94,7 @@ class Scheduler:
         elif req in self.waiting:
             self.waiting.remove(req)
         self.pool.release(req)
+        if self.prefix is not None:
+            self.prefix.forget(req)
         req.status = Status.FINISHED
         req.finish_reason = reason
