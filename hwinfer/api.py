@@ -89,3 +89,25 @@ def load_model(path: str | Path, device: str = "auto", dtype: str | torch.dtype 
         model.tokenizer = Tokenizer(root)
     model.generation_defaults = load_generation_config(root, config)
     return model
+
+
+def random_model(config_path: str | Path, device: str = "auto", dtype: str | torch.dtype | None = None,
+                 *, seed: int = 0, impl: Mapping[str, str] | None = None, strict: bool = False):
+    """A model at the real dimensions of a config (a checkpoint directory, a config.json, or a
+    preset name) with deterministic random weights: for benchmarks without the weights. It has
+    no tokenizer; generation_config.json defaults apply when the directory has one."""
+    from hwinfer.testing.checkpoints import random_init
+
+    config = load_config(config_path)
+    cls = model_class(config)
+    dev = resolve_device(device)
+    ops = select(dev, impl=impl, strict=strict)
+    compute_dtype = _resolve_dtype(dtype, config, dev.device_type)
+    with torch.device("meta"):
+        model = cls(config, ops, compute_dtype)
+    model = model.to_empty(device=dev.torch_device)
+    random_init(model, torch.Generator(device=dev.torch_device).manual_seed(seed))
+    model.post_load()
+    model.generation_defaults = load_generation_config(Path(config_path), config) \
+        if Path(config_path).is_dir() else model.generation_defaults
+    return model.eval()

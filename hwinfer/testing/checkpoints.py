@@ -39,19 +39,21 @@ def tiny_module(arch: str):
 
 
 def random_init(model: torch.nn.Module, gen: torch.Generator) -> None:
-    """Deterministic random weights that keep activations O(1) through the network."""
+    """Deterministic random weights that keep activations O(1) through the network (drawn on
+    the generator's device, so real-size models initialise where they run)."""
+    dev = gen.device
     with torch.no_grad():
         for name, p in model.named_parameters():
             leaf = name.rsplit(".", 1)[-1]
             if leaf == "A_log":
-                p.copy_(torch.log(torch.rand(p.shape, generator=gen) * 7 + 1))
+                p.copy_(torch.log(torch.rand(p.shape, generator=gen, device=dev) * 7 + 1))
             elif leaf in ("dt_bias", "bias", "e_score_correction_bias"):
-                p.copy_(torch.randn(p.shape, generator=gen) * 0.1)
+                p.copy_(torch.randn(p.shape, generator=gen, device=dev) * 0.1)
             elif p.dim() == 1:
-                p.copy_(1.0 + torch.randn(p.shape, generator=gen) * 0.1)
+                p.copy_(1.0 + torch.randn(p.shape, generator=gen, device=dev) * 0.1)
             else:
                 fan_in = p.shape[-1]
-                p.copy_(torch.randn(p.shape, generator=gen) / math.sqrt(fan_in))
+                p.copy_(torch.randn(p.shape, generator=gen, device=dev) / math.sqrt(fan_in))
 
 
 def _quantize(tensor: torch.Tensor, scheme: str) -> dict[str, torch.Tensor]:
