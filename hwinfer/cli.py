@@ -1,4 +1,4 @@
-"""The `hwinfer` command line: info | ops | conform | aot."""
+"""The `hwinfer` command line: info | ops | conform | aot | ledger."""
 from __future__ import annotations
 
 import argparse
@@ -27,6 +27,15 @@ def _build_parser() -> argparse.ArgumentParser:
 
     aot = sub.add_parser("aot", help="compile every Triton kernel ahead of time for GPU targets (no GPU needed)")
     aot.add_argument("--targets", default="sm_90,sm_100,gfx942,gfx950")
+
+    ledger = sub.add_parser("ledger", help="cache memory per request: bytes per token, fixed bytes, total, "
+                                           "entries attended per decode step, per layer kind")
+    ledger.add_argument("model", metavar="MODEL_OR_CONFIG",
+                        help="checkpoint directory, config.json, or preset name (see hwinfer.presets)")
+    ledger.add_argument("--context", required=True, help="context length in tokens: 8192, 128K, 1M (K = 1024)")
+    ledger.add_argument("--json", action="store_true", help="print the ledger as JSON (bytes)")
+    ledger.add_argument("--kv-format", default="auto", choices=["auto", "bf16", "fp8"],
+                        help="auto: each architecture's deployed format (default); bf16; fp8")
     return parser
 
 
@@ -54,11 +63,28 @@ def main(argv: list[str] | None = None) -> int:
         if args.strict:
             argv_.append("--strict")
         return pytest.main(argv_)
+    if args.command == "ledger":
+        return _ledger(args)
     if args.command == "aot":
         from hwinfer.kernels.triton.aot import main as aot_main
 
         return aot_main(args.targets.split(","))
     return 2
+
+
+def _ledger(args: argparse.Namespace) -> int:
+    import json
+
+    from hwinfer.engine.ledger import format_table, ledger, parse_context
+    from hwinfer.loader.config import ConfigError
+
+    try:
+        led = ledger(args.model, context=parse_context(args.context), kv_format=args.kv_format)
+    except (ConfigError, ValueError) as exc:
+        print(f"hwinfer ledger: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(led.to_json(), indent=2) if args.json else format_table(led))
+    return 0
 
 
 if __name__ == "__main__":

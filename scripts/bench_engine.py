@@ -1,6 +1,7 @@
 """Engine benchmarks: throughput vs concurrency, and the prefix-cache hit rate on a shared prefix.
 
     python scripts/bench_engine.py --arch qwen3_5 --size small --device cpu [--concurrency 1,4,16]
+    python scripts/bench_engine.py --preset qwen3.5-0.8b --device cuda --dtype bf16
 
 Writes a generated checkpoint of ``--arch``/``--size`` (random weights; the tokens are
 meaningless, the work is real), then for each concurrency c submits c requests at once (prompt
@@ -19,6 +20,7 @@ from pathlib import Path
 import torch
 
 from hwinfer import load_model
+from hwinfer.api import random_model
 from hwinfer.engine import Engine, SamplingParams
 from hwinfer.testing.checkpoints import write_checkpoint
 
@@ -85,12 +87,18 @@ def main() -> None:
     ap.add_argument("--budget", type=int, default=512)
     ap.add_argument("--prefix", type=int, default=192)
     ap.add_argument("--chunk", type=int, default=64)
+    ap.add_argument("--preset", default=None, help="real dimensions, random weights (e.g. qwen3.5-0.8b)")
     ap.add_argument("--json", default=None, help="also write the results here")
     args = ap.parse_args()
-    root = Path(tempfile.mkdtemp(prefix=f"hwinfer-bench-{args.arch}-"))
-    write_checkpoint(args.arch, root, size=args.size)
-    model = load_model(root, device=args.device, dtype=args.dtype)
-    print(f"{args.arch}/{args.size} on {model.device} ({next(model.parameters()).dtype}); "
+    if args.preset:
+        model = random_model(args.preset, device=args.device, dtype=args.dtype)
+        name = args.preset
+    else:
+        root = Path(tempfile.mkdtemp(prefix=f"hwinfer-bench-{args.arch}-"))
+        write_checkpoint(args.arch, root, size=args.size)
+        model = load_model(root, device=args.device, dtype=args.dtype)
+        name = f"{args.arch}/{args.size}"
+    print(f"{name} on {model.device} ({next(model.parameters()).dtype}); "
           f"{sum(p.numel() for p in model.parameters()) / 1e6:.1f} M parameters")
     results = {"throughput": [], "prefix": None}
     for c in (int(x) for x in args.concurrency.split(",")):

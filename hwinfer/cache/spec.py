@@ -10,7 +10,16 @@ Every cache-owning layer declares a list of :class:`CacheTensor`. ``per``:
   ``rows`` leaves room for the draft tokens.
 * ``"request"``: one fixed-size tensor per request (linear-attention and conv state).
 
-The memory ledger (bytes per token, fixed bytes per request) is computed from this data alone.
+The memory ledger (bytes per token, fixed bytes per request) is computed from this data alone
+(:mod:`hwinfer.engine.ledger`). Three optional fields describe the layout engines deploy, which
+the ledger reports beside what this pool allocates:
+
+* ``fp8_row_bytes``: bytes of one row in the FP8 layout the architecture's kernels use (e.g.
+  DeepSeek-V4's 584-byte ``fp8_ds_mla`` row: 448 e4m3 + 64 bf16 RoPE + 8 UE8M0 scale bytes);
+* ``window``: a per-token tensor of a sliding-window layer, of which only the last ``window``
+  rows are ever read (a deployed cache keeps just those, like a ring);
+* ``shared_with``: rows an engine need not store because they are derived from another tensor's
+  (Gemma 4 ``attention_k_eq_v``: V and K both come from one normalised key projection).
 """
 from __future__ import annotations
 
@@ -28,6 +37,9 @@ class CacheTensor:
     dtype: torch.dtype
     ratio: int = 1
     rows: int = 0
+    fp8_row_bytes: int | None = None
+    window: int | None = None
+    shared_with: str | None = None
 
     def __post_init__(self) -> None:
         if self.per not in ("token", "ring", "request"):
@@ -48,3 +60,21 @@ class CacheTensor:
         if self.per == "request":
             return self.row_bytes
         return 0
+
+
+def fp8_v4_row_bytes(dim: int, rope_dim: int) -> int:
+    """DeepSeek-V4 ``fp8_ds_mla`` row: e4m3 NoPE channels, bf16 RoPE channels, one UE8M0 scale
+    byte per 64 NoPE channels padded to 8 bytes (dim 512, rope 64: 448 + 128 + 8 = 584)."""
+    nope = dim - rope_dim
+    return nope + 2 * rope_dim + 8 * math.ceil(nope / 64 / 8)
+
+
+def fp8_mla_row_bytes(kv_lora_rank: int, rope_dim: int) -> int:
+    """DeepSeek-V3.2 / GLM-5 DSA ``fp8_ds_mla`` row: e4m3 latent, one fp32 scale per 128 latent
+    channels, bf16 RoPE channels (512 + 16 + 128 = 656)."""
+    return kv_lora_rank + 4 * math.ceil(kv_lora_rank / 128) + 2 * rope_dim
+
+
+def fp8_indexer_row_bytes(dim: int) -> int:
+    """FP8 lightning-indexer key: e4m3 channels and one fp32 scale per 128 (128 -> 132)."""
+    return dim + 4 * math.ceil(dim / 128)

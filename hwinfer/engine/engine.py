@@ -16,6 +16,7 @@ from hwinfer.engine.pool import CachePool, plan
 from hwinfer.engine.prefix_cache import PrefixCache
 from hwinfer.engine.request import Request, RequestOutput, SamplingParams, Status
 from hwinfer.engine.scheduler import Scheduler
+from hwinfer.engine.speculative import Speculator, SpecStats, spec_cache_model
 from hwinfer.runtime.batch import ForwardBatch
 
 DEFAULT_CPU_BUDGET = 1 << 30
@@ -25,16 +26,19 @@ class Engine:
     def __init__(self, model, *, max_num_seqs: int = 16, max_num_batched_tokens: int = 512,
                  cache_bytes: int | None = None, num_blocks: int | None = None,
                  block_size: int | None = None, enable_prefix_caching: bool = False,
-                 prefix_chunk_tokens: int | None = None, prefix_checkpoints: int | None = None) -> None:
+                 prefix_chunk_tokens: int | None = None, prefix_checkpoints: int | None = None,
+                 num_speculative_tokens: int = 0) -> None:
         self.model = model
         bs = block_size or model.cache_block_size()
+        # Speculative decoding: the pool also holds the MTP layer's cache and spare ring rows.
+        cache_model = spec_cache_model(model, num_speculative_tokens)
         if num_blocks is None:
-            num_blocks, _ = plan(model, budget_bytes=cache_bytes or _default_budget(model),
+            num_blocks, _ = plan(cache_model, budget_bytes=cache_bytes or _default_budget(model),
                                  max_num_seqs=max_num_seqs, block_size=bs)
         checkpoints = 0
         if enable_prefix_caching:
             checkpoints = prefix_checkpoints if prefix_checkpoints is not None else 2 * max_num_seqs
-        self.pool = CachePool(model, num_blocks=num_blocks, num_slots=max_num_seqs, block_size=bs,
+        self.pool = CachePool(cache_model, num_blocks=num_blocks, num_slots=max_num_seqs, block_size=bs,
                               checkpoint_slots=checkpoints if self._stateful(model) else 0)
         self.prefix = None
         if enable_prefix_caching:
@@ -46,6 +50,7 @@ class Engine:
         self.requests: dict[str, Request] = {}
         self._ids = itertools.count()
         self.steps = 0
+        self.spec = Speculator(self, num_speculative_tokens) if num_speculative_tokens else None
 
     # --- requests ------------------------------------------------------------------------------
     def add_request(self, prompt_ids: list[int], params: SamplingParams | None = None,
@@ -75,10 +80,16 @@ class Engine:
     def has_unfinished(self) -> bool:
         return self.scheduler.has_work()
 
+    def spec_stats(self) -> SpecStats | None:
+        """Draft / acceptance counters (None without speculative decoding)."""
+        return self.spec.stats if self.spec is not None else None
+
     # --- the loop --------------------------------------------------------------------------------
     @torch.no_grad()
     def step(self) -> list[Request]:
         """One forward; returns the requests that finished in it."""
+        if self.spec is not None:
+            return self.spec.step()
         scheduled = self.scheduler.schedule()
         if not scheduled:
             if self.scheduler.waiting and not self.scheduler.running:
@@ -119,8 +130,11 @@ class Engine:
     def _stateful(model) -> bool:
         return any(s.per != "token" for layer in model.cache_specs() for s in layer)
 
-    def _sample(self, logits: torch.Tensor, reqs: list[Request]) -> list[int]:
+    def _sample(self, logits: torch.Tensor, reqs: list[Request], steps: list[int] | None = None) -> list[int]:
+        """One token per row of ``logits`` for ``reqs`` (one per row); ``steps``: each row's
+        output index (its sampling noise), by default the request's next one."""
         d, device = self.model.generation_defaults, logits.device
+        steps = [len(r.output_ids) for r in reqs] if steps is None else steps
 
         def pick(value, default):
             return default if value is None else value
@@ -130,7 +144,7 @@ class Engine:
         return self.model.ops.sample(
             logits, torch.tensor(temp, device=device), torch.tensor(top_k, dtype=torch.int32, device=device),
             torch.tensor(top_p, device=device), torch.tensor([r.seed for r in reqs], device=device),
-            torch.tensor([len(r.output_ids) for r in reqs], device=device)).tolist()
+            torch.tensor(steps, device=device)).tolist()
 
     def _stop_reason(self, req: Request, token: int) -> str | None:
         if not req.params.ignore_eos and token in self.model.generation_defaults.eos_token_ids:

@@ -13,6 +13,8 @@ KV rows per request; ``comp`` the compressed entries (per token, ratio m); ``com
 indexer keys, ratio m) and ``idx_kv`` / ``idx_score``. Decode reads everything through global
 rows (``sparse_mla_decode`` on the ring plus the entry store); prefill and chunked prefill gather
 the rows they need into one workspace for ``sparse_mla_prefill``. Nothing is ever recomputed.
+Rings are indexed by position modulo their row count (read from the tensor): with speculative
+decoding they carry spare rows, so rejected draft tokens need no undo.
 """
 from __future__ import annotations
 
@@ -23,7 +25,7 @@ import torch
 from torch import nn
 
 from hwinfer.backend.select import OpTable
-from hwinfer.cache.spec import CacheTensor
+from hwinfer.cache.spec import CacheTensor, fp8_indexer_row_bytes, fp8_v4_row_bytes
 from hwinfer.layers.basic import Linear, RMSNorm
 from hwinfer.runtime.batch import ForwardBatch
 
@@ -86,11 +88,15 @@ class Compressor(nn.Module):
         self.ops, self.dim, self.ratio, self.overlap, self.rope, self.eps = ops, dim, ratio, overlap, rope, eps
         self.name, self.rows = name, (2 if overlap else 1) * ratio
 
-    def cache_specs(self, dtype: torch.dtype) -> list[CacheTensor]:
-        width = self.ape.shape[1]
-        return [CacheTensor(self.name, "token", (self.dim,), dtype, ratio=self.ratio),
-                CacheTensor(f"{self.name}_kv", "ring", (width,), torch.float32, rows=self.rows),
-                CacheTensor(f"{self.name}_score", "ring", (width,), torch.float32, rows=self.rows)]
+    def cache_specs(self, dtype: torch.dtype, spare_rows: int = 0) -> list[CacheTensor]:
+        """``spare_rows``: room for that many rejected draft tokens (rounded up to m, the op
+        wants R % m == 0), so their writes never clobber rows the next step still reads."""
+        width, rows = self.ape.shape[1], self.rows + -(-spare_rows // self.ratio) * self.ratio
+        # Deployed FP8 rows: entries as fp8_ds_mla, indexer keys ("idx") as e4m3 + fp32 scale.
+        fp8 = fp8_indexer_row_bytes(self.dim) if self.name == "idx" else fp8_v4_row_bytes(self.dim, self.rope.dim)
+        return [CacheTensor(self.name, "token", (self.dim,), dtype, ratio=self.ratio, fp8_row_bytes=fp8),
+                CacheTensor(f"{self.name}_kv", "ring", (width,), torch.float32, rows=rows),
+                CacheTensor(f"{self.name}_score", "ring", (width,), torch.float32, rows=rows)]
 
     def counts(self, step: StepInfo) -> list[int]:
         """Completed entries per request after this step."""
@@ -129,8 +135,8 @@ class Compressor(nn.Module):
         if step.decode:
             self._step(kv, score, step, cache)
             return None
-        m, rows, b = self.ratio, self.rows, step.batch
         ring_kv, ring_score = cache[f"{self.name}_kv"], cache[f"{self.name}_score"]
+        m, rows, b = self.ratio, ring_kv.shape[1], step.batch
         for i, (s, n, c) in enumerate(zip(step.starts, step.new, step.ctx)):
             # Start at the oldest window an emission in this chunk reads (the Ca window before).
             s0 = max(0, (c // m - int(self.overlap)) * m) if c else 0
@@ -161,8 +167,8 @@ class Compressor(nn.Module):
                                     rope_dim=self.rope.dim)
 
     def _step(self, kv: torch.Tensor, score: torch.Tensor, step: StepInfo, cache: dict) -> None:
-        b, m, rows = step.batch, self.ratio, self.rows
         ring_kv, ring_score = cache[f"{self.name}_kv"], cache[f"{self.name}_score"]
+        b, m, rows = step.batch, self.ratio, ring_kv.shape[1]
         pos = b.positions
         start = (pos // m) * m
         entries, _, new_kv, new_score = self.ops.kv_compress_step(
@@ -235,13 +241,24 @@ class DeepseekV4Attention(nn.Module):
         self.indexer = Indexer(cfg, ops, ratio, rope, dtype) if indexer else None
         self.ops, self.rope, self.rope_key, self.eps, self.ratio = ops, rope, rope_key, eps, ratio
 
-    def cache_specs(self, dtype: torch.dtype) -> list[CacheTensor]:
-        specs = [CacheTensor("swa", "ring", (self.head_dim,), dtype, rows=self.window)]
+    def cache_specs(self, dtype: torch.dtype, spare_rows: int = 0) -> list[CacheTensor]:
+        """``spare_rows`` > 0 (speculative decoding): every ring gets room for that many rejected
+        draft tokens (ENGINES.md §3.4); the layer reads ring sizes from the tensors."""
+        specs = [CacheTensor("swa", "ring", (self.head_dim,), dtype, rows=self.window + spare_rows,
+                             fp8_row_bytes=fp8_v4_row_bytes(self.head_dim, self.rope.dim))]
         if self.compressor is not None:
-            specs += self.compressor.cache_specs(dtype)
+            specs += self.compressor.cache_specs(dtype, spare_rows)
         if self.indexer is not None:
-            specs += self.indexer.compressor.cache_specs(dtype)
+            specs += self.indexer.compressor.cache_specs(dtype, spare_rows)
         return specs
+
+    def decode_entries(self, context: int) -> int:
+        """KV rows one decode step attends with ``context`` tokens cached: the window, plus every
+        completed entry (HCA) or the indexer's top ``index_topk`` of them (CSA)."""
+        entries = context // self.ratio if self.ratio else 0
+        if self.indexer is not None:
+            entries = min(entries, self.indexer.topk)
+        return min(self.window, context) + entries
 
     def forward(self, x: torch.Tensor, step: StepInfo, cache: dict | None) -> torch.Tensor:
         ops, t, start = self.ops, x.shape[0], self.head_dim - self.rope.dim
@@ -274,7 +291,7 @@ class DeepseekV4Attention(nn.Module):
         for i, (s, n) in enumerate(zip(step.starts, step.new)):
             if old[i]:
                 p = torch.arange(step.ctx[i] - old[i], step.ctx[i], device=x.device)
-                parts.append(cache["swa"][b.slots[i], p % w].to(kv.dtype))
+                parts.append(cache["swa"][b.slots[i], p % cache["swa"].shape[1]].to(kv.dtype))
             parts.append(kv[s:s + n])
         rows = torch.cat(parts)
         req, pos = step.requests, b.positions
@@ -283,8 +300,9 @@ class DeepseekV4Attention(nn.Module):
         win = self._window(pos)
         idx = torch.where(win >= first[:, None], raw_start[:, None] + win - first[:, None], -1)
         if cache is not None:
-            keep = pos >= b.seq_lens.long()[req] - w
-            cache["swa"][b.slots[req[keep]], pos[keep] % w] = kv[keep].to(cache["swa"].dtype)
+            r = cache["swa"].shape[1]
+            keep = pos >= b.seq_lens.long()[req] - r
+            cache["swa"][b.slots[req[keep]], pos[keep] % r] = kv[keep].to(cache["swa"].dtype)
         if self.compressor is not None:
             entries, starts = self.compressor.entries(x, step, cache)
             base = rows.shape[0] + starts[req]
@@ -302,11 +320,11 @@ class DeepseekV4Attention(nn.Module):
                 step: StepInfo, cache: dict) -> torch.Tensor:
         """One token per request: the window through global slots of the ring [slots, W, D], the
         entries through global rows of the paged store, in one ``sparse_mla_decode``."""
-        b, w, ring = step.batch, self.window, cache["swa"]
-        pos, slots = b.positions, b.slots
-        ring[slots, pos % w] = kv.to(ring.dtype)
+        b, ring = step.batch, cache["swa"]
+        pos, slots, r = b.positions, b.slots, ring.shape[1]
+        ring[slots, pos % r] = kv.to(ring.dtype)
         win = self._window(pos)
-        idx = torch.where(win >= 0, slots[:, None] * w + win % w, -1)
+        idx = torch.where(win >= 0, slots[:, None] * r + win % r, -1)
         extra = extra_idx = None
         if self.compressor is not None:
             self.compressor.update(x, step, cache)

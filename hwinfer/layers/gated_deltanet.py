@@ -2,7 +2,9 @@
 
 x [T, H] -> in_proj_qkv -> causal conv1d + SiLU -> q, k [nk, dk], v [nv, dv]; beta = sigmoid(b),
 g = gdn_gate(a); the gated delta rule (chunked for prefill, recurrent for decode, state carried
-in the cache per request); output = gated RMSNorm(o, z) -> out_proj.
+in the cache per request); output = gated RMSNorm(o, z) -> out_proj. Speculative decoding: with
+``batch.capture`` set the layer records its per-token state inputs, and :meth:`replay` rebuilds
+a request's state over an accepted prefix (:mod:`hwinfer.runtime.capture`).
 """
 from __future__ import annotations
 
@@ -43,13 +45,18 @@ class GatedDeltaNet(nn.Module):
         return [CacheTensor("conv", "request", (self.conv_dim, self.kernel - 1), dtype),
                 CacheTensor("ssm", "request", (self.nv, self.dk, self.dv), torch.float32)]
 
+    def decode_entries(self, context: int) -> int:
+        """Cached tokens one decode step attends: none (a fixed-size recurrent state)."""
+        return 0
+
     def forward(self, x: torch.Tensor, batch: ForwardBatch, cache: dict | None) -> torch.Tensor:
         ops, t = self.ops, x.shape[0]
         cu = batch.cu_seqlens
         conv_state = ssm_state = None
         if cache is not None:
             conv_state, ssm_state = cache["conv"][batch.slots], cache["ssm"][batch.slots]
-        mixed, new_conv = ops.causal_conv1d(self.in_proj_qkv(x)[None], self.conv1d.weight, None,
+        pre = self.in_proj_qkv(x)
+        mixed, new_conv = ops.causal_conv1d(pre[None], self.conv1d.weight, None,
                                             conv_state, activation="silu", cu_seqlens=cu)
         q, k, v = mixed[0].split([self.nk * self.dk, self.nk * self.dk, self.nv * self.dv], dim=-1)
         q = q.reshape(1, t, self.nk, self.dk)
@@ -62,6 +69,22 @@ class GatedDeltaNet(nn.Module):
         if cache is not None:
             cache["conv"][batch.slots] = new_conv.to(cache["conv"].dtype)
             cache["ssm"][batch.slots] = new_ssm
+            if batch.capture is not None:
+                batch.capture.record(self, cache, pre=pre, q=q[0], k=k[0], v=v[0], g=g[0], beta=beta[0])
         z = self.in_proj_z(x).view(t, self.nv, self.dv)
         y = ops.rms_norm_gated(o[0], z, self.norm.weight, eps=self.eps, activation="silu")
         return self.out_proj(y.reshape(t, -1))
+
+    def replay(self, cache: dict, slots: torch.Tensor, state: dict[str, torch.Tensor],
+               inputs: dict[str, torch.Tensor], cu_seqlens: torch.Tensor) -> None:
+        """Set the state of ``slots`` [N] to ``state`` (``conv`` [N, C, K-1], ``ssm`` [N, Hv, Dk,
+        Dv]: their rows before a forward) advanced over the kept tokens of that forward:
+        ``inputs`` as :meth:`forward` recorded them (``pre`` [T, C] conv input, q, k [T, Hk, Dk],
+        v [T, Hv, Dv], g, beta [T, Hv]), packed per request by ``cu_seqlens`` [N+1] int32."""
+        _, conv = self.ops.causal_conv1d(inputs["pre"][None], self.conv1d.weight, None, state["conv"],
+                                         activation="silu", cu_seqlens=cu_seqlens)
+        _, ssm = self.ops.gdn_recurrent(inputs["q"][None], inputs["k"][None], inputs["v"][None],
+                                        inputs["g"][None], inputs["beta"][None], state["ssm"],
+                                        use_qk_l2norm=True, cu_seqlens=cu_seqlens)
+        cache["conv"][slots] = conv.to(cache["conv"].dtype)
+        cache["ssm"][slots] = ssm

@@ -66,7 +66,14 @@ class Gemma4Attention(nn.Module):
         self.ops = ops
 
     def cache_specs(self, dtype: torch.dtype) -> list[CacheTensor]:
-        return [] if self.shared else kv_cache_specs(self.kv_heads, self.head_dim, self.head_dim, dtype)
+        if self.shared:
+            return []
+        return kv_cache_specs(self.kv_heads, self.head_dim, self.head_dim, dtype, window=self.window,
+                              v_from_k=self.v_proj is None)
+
+    def decode_entries(self, context: int) -> int:
+        """Cached tokens one decode step attends: the window (sliding layers) or all of them."""
+        return min(context, self.window) if self.window else context
 
     def forward(self, x: torch.Tensor, batch: ForwardBatch, cache: dict | None, rope: RopeTable,
                 shared_kv: SharedKV | None = None) -> tuple[torch.Tensor, SharedKV]:

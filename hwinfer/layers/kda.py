@@ -70,6 +70,10 @@ class KimiDeltaAttention(nn.Module):
         return [CacheTensor("conv", "request", (3 * self.proj_dim, self.kernel - 1), dtype),
                 CacheTensor("ssm", "request", (self.heads, self.head_dim, self.head_dim), torch.float32)]
 
+    def decode_entries(self, context: int) -> int:
+        """Cached tokens one decode step attends: none (a fixed-size recurrent state)."""
+        return 0
+
     def output_gate(self, x: torch.Tensor) -> torch.Tensor:
         """Raw output-gate logits [T, P]."""
         return self.g_proj(x) if self.full_rank_gate else self.g_b_proj(self.g_a_proj(x))

@@ -63,6 +63,10 @@ class KimiMLA(nn.Module):
         """One [1, kv_lora + rope] row per token: the normed latent and the shared key part."""
         return kv_cache_specs(1, self.kv_lora + self.rope, None, dtype)
 
+    def decode_entries(self, context: int) -> int:
+        """Cached tokens one decode step attends: all of them (full attention)."""
+        return context
+
     def _query(self, x: torch.Tensor) -> torch.Tensor:
         q = self.q_b_proj(self.q_a_layernorm(self.q_a_proj(x))) if self.q_lora else self.q_proj(x)
         return q.view(x.shape[0], self.heads, self.nope + self.rope)

@@ -14,11 +14,15 @@ from hwinfer.cache.spec import CacheTensor
 from hwinfer.runtime.batch import ForwardBatch
 
 
-def kv_cache_specs(kv_heads: int, head_dim: int, v_head_dim: int | None, dtype: torch.dtype) -> list[CacheTensor]:
-    """Per-token K (and V unless ``v_head_dim`` is None: V shares K's storage)."""
-    specs = [CacheTensor("k", "token", (kv_heads, head_dim), dtype)]
+def kv_cache_specs(kv_heads: int, head_dim: int, v_head_dim: int | None, dtype: torch.dtype, *,
+                   window: int | None = None, v_from_k: bool = False) -> list[CacheTensor]:
+    """Per-token K (and V unless ``v_head_dim`` is None: V shares K's storage). ``window``: a
+    sliding-window layer reads only the last ``window`` rows; ``v_from_k``: V is derived from
+    the same projection as K (a deployed cache stores one of them). Both only inform the ledger."""
+    specs = [CacheTensor("k", "token", (kv_heads, head_dim), dtype, window=window)]
     if v_head_dim is not None:
-        specs.append(CacheTensor("v", "token", (kv_heads, v_head_dim), dtype))
+        specs.append(CacheTensor("v", "token", (kv_heads, v_head_dim), dtype, window=window,
+                                 shared_with="k" if v_from_k else None))
     return specs
 
 

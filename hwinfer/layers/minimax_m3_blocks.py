@@ -123,6 +123,11 @@ class MiniMaxM3Attention(nn.Module):
             specs.append(CacheTensor("index_k", "token", (self.indexer.dim,), dtype))
         return specs
 
+    def decode_entries(self, context: int) -> int:
+        """Cached tokens one decode step attends: all (full layers) or ``index_topk_blocks``
+        blocks of ``index_block_size`` keys, the forced local blocks among them (sparse layers)."""
+        return context if self.indexer is None else min(context, self.topk_blocks * self.block_size)
+
     def forward(self, x: torch.Tensor, batch: ForwardBatch, cache: dict | None, rope: RopeTable) -> torch.Tensor:
         t, ops = x.shape[0], self.ops
         q = ops.apply_rope(self.q_norm(self.q_proj(x).view(t, self.heads, self.head_dim)), *rope)

@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from hwinfer.backend.select import OpTable
-from hwinfer.cache.spec import CacheTensor
+from hwinfer.cache.spec import CacheTensor, fp8_indexer_row_bytes, fp8_mla_row_bytes
 from hwinfer.layers.basic import Linear, RMSNorm
 from hwinfer.loader.config import ConfigError, require
 from hwinfer.runtime.batch import ForwardBatch
@@ -178,10 +178,18 @@ class MLAttention(nn.Module):
         self.gate_proj = Linear(h, nh * c.v_head, dtype=dtype) if c.output_gate else None
 
     def cache_specs(self) -> list[CacheTensor]:
-        specs = [CacheTensor("kv", "token", (self.c.kv_lora_rank + self.c.qk_rope,), self.dtype)]
+        # fp8_row_bytes: the fp8_ds_mla row and FP8 indexer key of DeepSeek's DSA kernels.
+        specs = [CacheTensor("kv", "token", (self.c.kv_lora_rank + self.c.qk_rope,), self.dtype,
+                             fp8_row_bytes=fp8_mla_row_bytes(self.c.kv_lora_rank, self.c.qk_rope))]
         if self.indexer is not None:
-            specs.append(CacheTensor("index_k", "token", (self.c.index_dim,), self.dtype))
+            specs.append(CacheTensor("index_k", "token", (self.c.index_dim,), self.dtype,
+                                     fp8_row_bytes=fp8_indexer_row_bytes(self.c.index_dim)))
         return specs
+
+    def decode_entries(self, context: int) -> int:
+        """Cached tokens one decode step attends: the DSA selection (own or shared), at most
+        ``index_topk``."""
+        return min(context, self.c.index_topk)
 
     def _select(self, x: torch.Tensor, q_latent: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                 batch: ForwardBatch, cache: dict | None) -> torch.Tensor:

@@ -24,6 +24,7 @@ ARCHITECTURES: dict[str, str] = {
     "kimi_linear": "hwinfer.models.kimi_linear:KimiLinearForCausalLM",
     "kimi_k3": "hwinfer.models.kimi_k3:KimiK3ForCausalLM",
     "glm_moe_dsa": "hwinfer.models.glm5:GlmMoeDsaForCausalLM",
+    "deepseek_v32": "hwinfer.models.deepseek_v32:DeepseekV32ForCausalLM",
     "hy_v4": "hwinfer.models.hy_v4:HYV4ForCausalLM",
     "gemma4": "hwinfer.models.gemma4:Gemma4ForCausalLM",
     "gemma4_text": "hwinfer.models.gemma4:Gemma4ForCausalLM",
@@ -46,8 +47,14 @@ def read_json(path: Path) -> dict[str, Any]:
 
 
 def load_config(path: str | Path) -> dict[str, Any]:
-    """The model's config as one flat dict (text_config merged for VLM checkpoints)."""
+    """The model's config as one flat dict (text_config merged for VLM checkpoints). ``path``:
+    a checkpoint directory, a config.json file, or a preset name (:mod:`hwinfer.presets`) when
+    no such path exists."""
     root = Path(path)
+    if not root.exists():
+        from hwinfer.presets import preset_path
+
+        root = preset_path(str(path)) or root
     raw = read_json(root / "config.json" if root.is_dir() else root)
     if not isinstance(raw, dict) or "model_type" not in raw:
         raise ConfigError(f"{root}: config.json has no model_type")

@@ -130,6 +130,17 @@ class MTPBlock(DecoderLayer):
         self.norm = RMSNorm(ops, h, eps)
         self.hc_head = HyperHead(ops, h, cfg.get("hc_mult", 4), norm_eps=eps, hc_eps=cfg.get("hc_eps", 1e-6))
 
+    def draft(self, embeds: torch.Tensor, streams: torch.Tensor, step: StepInfo,
+              cache: dict | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """embeds [T, H] of the next tokens, streams [T, N, H] (the main model's last-layer
+        streams, before its hyper-head, or the previous draft step's) -> (head input [T, H],
+        output streams [T, N, H]). ``e_proj(enorm(e))`` is added to every stream of
+        ``h_proj(hnorm(streams))`` (hnorm per stream), then the decoder layer, then this block's
+        own hyper-head and norm (as the public V4 inference code's MTPBlock; unverified here)."""
+        x = self.e_proj(self.enorm(embeds))[:, None] + self.h_proj(self.hnorm(streams))
+        out = self(x, step, cache)
+        return self.norm(self.hc_head(out)), out
+
 
 class DeepseekV4ForCausalLM(CausalLM):
     """embed -> N streams -> decoder layers -> hyper-head -> norm -> head; ids [T] -> hidden [T, H]."""
@@ -161,12 +172,30 @@ class DeepseekV4ForCausalLM(CausalLM):
                         list(batch.context_lens_host), tables)
 
     def forward_batch(self, batch: ForwardBatch) -> torch.Tensor:
+        return self.forward_batch_mtp(batch)[0]
+
+    # --- speculative decoding with the MTP block (hwinfer.engine.speculative) ----------------
+    def forward_batch_mtp(self, batch: ForwardBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        """(hidden [T, H] after hyper-head and norm, the last layer's streams [T, N, H]: what
+        the MTP block consumes)."""
         step = self.step_info(batch)
         x = self.embed(batch.input_ids)
         streams = x[:, None].expand(-1, self.hc_mult, -1).contiguous()
         for i, layer in enumerate(self.layers):
             streams = layer(streams, step, batch.cache.layers[i] if batch.cache is not None else None)
-        return self.norm(self.hc_head(streams))
+        return self.norm(self.hc_head(streams)), streams
+
+    def spec_cache_specs(self, num_draft: int) -> list[list[CacheTensor]]:
+        """Every ring (sliding window, compressor partial windows) gets ``num_draft`` spare rows,
+        so rejected draft tokens need no undo; then ``mtp[0]``'s own cache as one more layer."""
+        return [layer.attn.cache_specs(self.dtype, num_draft) for layer in [*self.layers, self.mtp[0]]]
+
+    def mtp_forward(self, streams: torch.Tensor, batch: ForwardBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        """streams [T, N, H] at batch.positions, batch.input_ids [T] the token after each
+        position -> (lm_head input [T, H], streams for the next draft step). Only ``mtp[0]``
+        drafts (releases have one block); its cache is ``batch.cache.layers[num_hidden_layers]``."""
+        cache = batch.cache.layers[len(self.layers)] if batch.cache is not None else None
+        return self.mtp[0].draft(self.embed(batch.input_ids), streams, self.step_info(batch), cache)
 
     # --- checkpoint layouts ------------------------------------------------------------------
     @staticmethod

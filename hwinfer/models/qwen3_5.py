@@ -66,6 +66,10 @@ class GatedAttention(nn.Module):
     def cache_specs(self, dtype: torch.dtype) -> list[CacheTensor]:
         return kv_cache_specs(self.kv_heads, self.head_dim, self.head_dim, dtype)
 
+    def decode_entries(self, context: int) -> int:
+        """Cached tokens one decode step attends: all of them (full attention)."""
+        return context
+
     def forward(self, x: torch.Tensor, batch: ForwardBatch, cache: dict | None) -> torch.Tensor:
         t = x.shape[0]
         qg = self.q_proj(x).view(t, self.heads, 2 * self.head_dim)
@@ -108,9 +112,11 @@ class DecoderLayer(nn.Module):
 
 class MultiTokenPredictor(nn.Module):
     """Qwen3.5's MTP head (``mtp.*``): h' = fc([norm_e(embed(next)); norm_h(h)]) -> one
-    full-attention decoder layer -> norm -> the shared lm_head. Loaded for speculative decoding;
-    its math follows the Qwen3-Next convention and is not checked against transformers (which
-    does not implement it)."""
+    full-attention decoder layer -> norm -> the shared lm_head. Used for speculative decoding;
+    its math follows the Qwen3-Next convention (embedding first in the fc input, ``h`` = the
+    main model's hidden after its final norm, position = that of ``h``; vLLM's qwen3_next_mtp)
+    and is NOT checked against transformers (which does not implement it). Only ``layers[0]``
+    drafts (releases have one MTP layer)."""
 
     def __init__(self, cfg: dict[str, Any], ops: OpTable, dtype: torch.dtype) -> None:
         super().__init__()
@@ -121,6 +127,12 @@ class MultiTokenPredictor(nn.Module):
         self.layers = nn.ModuleList([DecoderLayer(cfg, "full_attention", ops, dtype)
                                      for _ in range(cfg.get("mtp_num_hidden_layers", 1))])
         self.norm = RMSNorm(ops, h, eps, offset=1.0)
+
+    def forward(self, embeds: torch.Tensor, hidden: torch.Tensor, batch: ForwardBatch,
+                cache: dict | None) -> torch.Tensor:
+        """embeds [T, H] of the next tokens, hidden [T, H] at batch.positions -> [T, H] (normed)."""
+        x = self.fc(torch.cat((self.pre_fc_norm_embedding(embeds), self.pre_fc_norm_hidden(hidden)), dim=-1))
+        return self.norm(self.layers[0](x, batch, cache))
 
 
 class Qwen3_5ForCausalLM(CausalLM):
@@ -150,6 +162,25 @@ class Qwen3_5ForCausalLM(CausalLM):
         for i, layer in enumerate(self.layers):
             x = layer(x, batch, batch.cache.layers[i] if batch.cache is not None else None)
         return self.norm(x)
+
+    # --- speculative decoding with the MTP head (hwinfer.engine.speculative) -----------------
+    def spec_cache_specs(self, num_draft: int) -> list[list[CacheTensor]]:
+        """The main layers' cache (no rings to widen: GDN state is replayed, attention KV is per
+        token), then the MTP layer's own KV cache as one more layer."""
+        return self.cache_specs() + [self.mtp.layers[0].mixer.cache_specs(self.dtype)]
+
+    def forward_batch_mtp(self, batch: ForwardBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        """(hidden [T, H], what the MTP head consumes [T, H]: the same normed hidden)."""
+        hidden = self.forward_batch(batch)
+        return hidden, hidden
+
+    def mtp_forward(self, hidden: torch.Tensor, batch: ForwardBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        """hidden [T, H] (main model or previous draft step) at batch.positions, batch.input_ids
+        [T] the token after each position -> (lm_head input [T, H], hidden for the next draft
+        step [T, H]). The MTP KV cache is ``batch.cache.layers[num_hidden_layers]``."""
+        cache = batch.cache.layers[len(self.layers)] if batch.cache is not None else None
+        out = self.mtp(self.embed_tokens(batch.input_ids), hidden, batch, cache)
+        return out, out
 
     # --- checkpoint layouts ------------------------------------------------------------------
     def _layer_entries(self, layout: Layout, prefix: str, layer: DecoderLayer, ours: str,

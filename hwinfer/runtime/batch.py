@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 import torch
 
 from hwinfer.cache.model_cache import ModelCache
+from hwinfer.runtime.capture import StateCapture
 
 
 @dataclass
@@ -26,6 +27,8 @@ class ForwardBatch:
     # Host-side copies, so layers never sync with the device to learn the batch's shape.
     new_lens: list[int] = field(default_factory=list)
     context_lens_host: list[int] = field(default_factory=list)
+    # Speculative decoding: recurrent layers record their per-token inputs here for replay.
+    capture: StateCapture | None = None
 
     @property
     def num_requests(self) -> int:
