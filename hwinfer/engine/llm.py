@@ -12,12 +12,16 @@ class LLM:
     ids) through continuous batching and returns one RequestOutput per prompt, in order."""
 
     def __init__(self, path: str | Path, device: str = "auto", dtype=None, *, max_num_seqs: int = 16,
-                 max_num_batched_tokens: int = 512, cache_bytes: int | None = None, **load_kwargs) -> None:
+                 max_num_batched_tokens: int = 512, cache_bytes: int | None = None,
+                 enable_prefix_caching: bool = False, num_speculative_tokens: int = 0,
+                 **load_kwargs) -> None:
         from hwinfer.api import load_model
 
         self.model = load_model(path, device=device, dtype=dtype, **load_kwargs)
         self.engine = Engine(self.model, max_num_seqs=max_num_seqs,
-                             max_num_batched_tokens=max_num_batched_tokens, cache_bytes=cache_bytes)
+                             max_num_batched_tokens=max_num_batched_tokens, cache_bytes=cache_bytes,
+                             enable_prefix_caching=enable_prefix_caching,
+                             num_speculative_tokens=num_speculative_tokens)
 
     @property
     def tokenizer(self):
