@@ -31,9 +31,10 @@ def _prompts(n: int, length: int, vocab: int, seed: int, shared: list[int] | Non
     return [head + torch.randint(3, vocab, (length - len(head),), generator=gen).tolist() for _ in range(n)]
 
 
-def throughput(model, concurrency: int, prompt_len: int, new: int, budget: int) -> dict:
+def throughput(model, concurrency: int, prompt_len: int, new: int, budget: int, spec: int = 0) -> dict:
     engine = Engine(model, max_num_seqs=concurrency, max_num_batched_tokens=budget,
-                    num_blocks=concurrency * -(-(prompt_len + new) // model.cache_block_size()) + 1)
+                    num_blocks=concurrency * -(-(prompt_len + new + spec) // model.cache_block_size()) + 1,
+                    num_speculative_tokens=spec)
     params = SamplingParams(max_tokens=new, temperature=0, ignore_eos=True)
     reqs = [engine.add_request(p, params) for p in _prompts(concurrency, prompt_len, model.config["vocab_size"], 1)]
     _sync(model)
@@ -41,9 +42,14 @@ def throughput(model, concurrency: int, prompt_len: int, new: int, budget: int) 
     engine.run(reqs)
     _sync(model)
     seconds = time.perf_counter() - start
-    return {"concurrency": concurrency, "seconds": round(seconds, 3), "steps": engine.steps,
-            "output_tok_s": round(concurrency * new / seconds, 1),
-            "total_tok_s": round(concurrency * (prompt_len + new) / seconds, 1)}
+    row = {"concurrency": concurrency, "spec_tokens": spec, "seconds": round(seconds, 3),
+           "steps": engine.steps, "output_tok_s": round(concurrency * new / seconds, 1),
+           "total_tok_s": round(concurrency * (prompt_len + new) / seconds, 1)}
+    if spec:
+        stats = engine.spec_stats()
+        row.update(acceptance_rate=round(stats.acceptance_rate, 4),
+                   tokens_per_verify=round(stats.tokens_per_verify, 3))
+    return row
 
 
 def prefix_workload(model, n: int, prefix_len: int, suffix_len: int, new: int, budget: int, chunk: int) -> dict:
@@ -51,7 +57,9 @@ def prefix_workload(model, n: int, prefix_len: int, suffix_len: int, new: int, b
     shared = _prompts(1, prefix_len, vocab, 2)[0]
     prompts = _prompts(n + 1, prefix_len + suffix_len, vocab, 3, shared)
     params = SamplingParams(max_tokens=new, temperature=0, ignore_eos=True)
-    out = {}
+    bs = model.cache_block_size()
+    chunk = bs * -(-chunk // bs)  # a multiple of the block size (so of every compression ratio)
+    out = {"chunk_tokens": chunk}
     for on in (False, True):
         engine = Engine(model, max_num_seqs=n, max_num_batched_tokens=budget,
                         num_blocks=(n + 2) * -(-(prefix_len + suffix_len + new) // model.cache_block_size()),
@@ -87,6 +95,7 @@ def main() -> None:
     ap.add_argument("--budget", type=int, default=512)
     ap.add_argument("--prefix", type=int, default=192)
     ap.add_argument("--chunk", type=int, default=64)
+    ap.add_argument("--spec", type=int, default=0, help="also measure MTP speculation with k drafts")
     ap.add_argument("--preset", default=None, help="real dimensions, random weights (e.g. qwen3.5-0.8b)")
     ap.add_argument("--json", default=None, help="also write the results here")
     args = ap.parse_args()
@@ -105,6 +114,10 @@ def main() -> None:
         row = throughput(model, c, args.prompt, args.new, args.budget)
         results["throughput"].append(row)
         print(json.dumps(row))
+        if args.spec:
+            row = throughput(model, c, args.prompt, args.new, args.budget, spec=args.spec)
+            results["throughput"].append(row)
+            print(json.dumps(row))
     results["prefix"] = prefix_workload(model, max(int(x) for x in args.concurrency.split(",")),
                                         args.prefix, 16, args.new, args.budget, args.chunk)
     print(json.dumps({"prefix": results["prefix"]}))
