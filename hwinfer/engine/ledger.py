@@ -15,7 +15,7 @@ a layer declares in ``fp8_row_bytes``, else the declared dtype, i.e. the model d
 fp32 for recurrent and compressor state); ``"bf16"`` ignores the FP8 rows; ``"fp8"`` also stores
 undeclared model-dtype KV rows (token and ring tensors) as one e4m3 byte per value. Rows that
 ``shared_with`` another tensor are not stored in either format. ``pool_*`` report what
-hwinfer's own cache pool allocates today (declared dtypes, every token of a sliding layer).
+hwinfer's own cache pool allocates today (declared dtypes; V stored even where it is derived from K).
 """
 from __future__ import annotations
 
@@ -229,7 +229,7 @@ def format_table(led: Ledger) -> str:
     layers = sum(row.count for row in led.kinds)
     lines.append(f"{'all':<30} {layers:>6} {led.bytes_per_token / KB:>10.2f} "
                  f"{led.fixed_bytes_per_request / MB:>10.2f} {led.total_bytes / GB:>10.3f}")
-    lines.append(f"\nhwinfer's cache pool today (declared dtypes, sliding-layer KV kept for every token): "
+    lines.append(f"\nhwinfer's cache pool today (declared dtypes, V stored apart even where derived from K): "
                  f"{led.pool_bytes_per_token / KB:.2f} KB/token, {led.pool_fixed_bytes_per_request / MB:.2f} MB fixed")
     return "\n".join(lines)
 

@@ -29,6 +29,9 @@ class ForwardBatch:
     context_lens_host: list[int] = field(default_factory=list)
     # Speculative decoding: recurrent layers record their per-token inputs here for replay.
     capture: StateCapture | None = None
+    # Per-forward scratch shared between layers (e.g. a KV-shared layer reusing its owner's
+    # gathered sliding-window rows); empty at the start of every forward.
+    scratch: dict = field(default_factory=dict)
 
     @property
     def num_requests(self) -> int:

@@ -99,13 +99,13 @@ def test_kv_formats():
 
 
 def test_gemma_sliding_window_and_k_eq_v(ledgers):
-    """Sliding layers need only their 1024-row window; global k_eq_v layers store one row for K
-    and V. hwinfer's pool today keeps both for every token (reported separately)."""
+    """Sliding layers keep only their 1024-row window (a ring per request, in the pool too);
+    global k_eq_v layers need one row for K and V, while the pool still stores V apart."""
     led = ledgers["gemma-4-12b"]
     assert led.fixed_bytes_per_request == 40 * 1024 * 8 * 256 * 2 * 2
     assert led.bytes_per_token == 8 * 512 * 2
-    assert led.pool_bytes_per_token == 40 * 8 * 256 * 2 * 2 + 8 * 512 * 2 * 2
-    assert led.pool_fixed_bytes_per_request == 0
+    assert led.pool_bytes_per_token == 8 * 512 * 2 * 2
+    assert led.pool_fixed_bytes_per_request == 40 * 1024 * 8 * 256 * 2 * 2
 
 
 def test_pool_figures_match_the_engine_pool(ledgers):
