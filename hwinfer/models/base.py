@@ -64,8 +64,20 @@ class CausalLM(nn.Module, metaclass=abc.ABCMeta):
         ratios = [s.ratio for layer in self.cache_specs() for s in layer if s.per == "token"]
         return max(16, math.lcm(*ratios)) if ratios else 16
 
+    def build_head(self, hidden: int, vocab: int, dtype: torch.dtype, tied: bool) -> None:
+        """``lm_head`` [vocab, hidden]; ``tied``: it is the input embedding (``embed_tokens``)."""
+        from hwinfer.layers.basic import Linear
+
+        self.tied = tied
+        self.lm_head = Linear(hidden, vocab, dtype=dtype)
+        if tied:
+            self.lm_head.weight = self.embed_tokens.weight
+
     def post_load(self) -> None:
-        """Called once the weights are in (re-tie shared tensors, precompute, ...)."""
+        """Called once the weights are in: re-tie the head to the embedding (loading replaced
+        the parameter objects); models add their own precomputation."""
+        if getattr(self, "tied", False):
+            self.lm_head.weight = self.embed_tokens.weight
 
     # --- shared ------------------------------------------------------------------------------
     @property

@@ -120,16 +120,9 @@ class Gemma4ForCausalLM(CausalLM):
             self.per_layer_projection_norm = RMSNorm(ops, self.ple_dim, eps)
         self.layers = nn.ModuleList([Gemma4DecoderLayer(config, s, ops, dtype) for s in self.specs])
         self.norm = RMSNorm(ops, h, eps)
-        self.tied = bool(config.get("tie_word_embeddings", True))
-        self.lm_head = Linear(h, v, dtype=dtype)
-        if self.tied:
-            self.lm_head.weight = self.embed_tokens.weight
+        self.build_head(h, v, dtype, bool(config.get("tie_word_embeddings", True)))
         self.softcap = config.get("final_logit_softcapping")
         self.rope = {kind: rope_args(config, kind) for kind in {s.kind for s in self.specs}}
-
-    def post_load(self) -> None:
-        if self.tied:
-            self.lm_head.weight = self.embed_tokens.weight
 
     def cache_specs(self) -> list[list[CacheTensor]]:
         return [layer.self_attn.cache_specs(self.dtype) for layer in self.layers]

@@ -25,7 +25,7 @@ from torch import nn
 
 from hwinfer.backend.select import OpTable
 from hwinfer.cache.spec import CacheTensor
-from hwinfer.layers.basic import Embedding, GatedMLP, Linear, RMSNorm
+from hwinfer.layers.basic import Embedding, GatedMLP, RMSNorm
 from hwinfer.layers.mla import MLAConfig, MLAttention, check_indexer_types
 from hwinfer.layers.sigmoid_moe import SigmoidMoE
 from hwinfer.loader.config import ConfigError, require
@@ -130,14 +130,7 @@ class GlmMoeDsaForCausalLM(CausalLM):
         self.layers = nn.ModuleList([DecoderLayer(config, mla, k, m, ops, dtype)
                                      for k, m in zip(self.indexer_types, self.mlp_types)])
         self.norm = RMSNorm(ops, h, config["rms_norm_eps"])
-        self.tied = bool(config.get("tie_word_embeddings", False))
-        self.lm_head = Linear(h, v, dtype=dtype)
-        if self.tied:
-            self.lm_head.weight = self.embed_tokens.weight
-
-    def post_load(self) -> None:
-        if self.tied:
-            self.lm_head.weight = self.embed_tokens.weight
+        self.build_head(h, v, dtype, bool(config.get("tie_word_embeddings", False)))
 
     def cache_specs(self) -> list[list[CacheTensor]]:
         return [layer.self_attn.cache_specs() for layer in self.layers]

@@ -27,7 +27,7 @@ from torch import nn
 
 from hwinfer.backend.select import OpTable
 from hwinfer.cache.spec import CacheTensor
-from hwinfer.layers.basic import Embedding, Linear, RMSNorm
+from hwinfer.layers.basic import Embedding, RMSNorm
 from hwinfer.layers.minimax_m3_blocks import MiniMaxM3DecoderLayer, SwiGLUOAIMLP
 from hwinfer.loader.config import ConfigError, require
 from hwinfer.loader.weights import Layout
@@ -86,14 +86,7 @@ class MiniMaxM3ForCausalLM(CausalLM):
             MiniMaxM3DecoderLayer(cfg, cfg["layer_types"][i] == "minimax_m3_sparse",
                                   cfg["mlp_layer_types"][i] == "sparse", ops, dtype) for i in range(n)])
         self.norm = RMSNorm(ops, h, cfg.get("rms_norm_eps", 1e-6), offset=1.0)
-        self.tied = bool(cfg.get("tie_word_embeddings", False))
-        self.lm_head = Linear(h, v, dtype=dtype)
-        if self.tied:
-            self.lm_head.weight = self.embed_tokens.weight
-
-    def post_load(self) -> None:
-        if self.tied:
-            self.lm_head.weight = self.embed_tokens.weight
+        self.build_head(h, v, dtype, bool(cfg.get("tie_word_embeddings", False)))
 
     def cache_specs(self) -> list[list[CacheTensor]]:
         return [layer.self_attn.cache_specs(self.dtype) for layer in self.layers]

@@ -144,15 +144,8 @@ class Qwen3_5ForCausalLM(CausalLM):
         self.embed_tokens = Embedding(v, h, dtype)
         self.layers = nn.ModuleList([DecoderLayer(config, k, ops, dtype) for k in self.layer_types])
         self.norm = RMSNorm(ops, h, config.get("rms_norm_eps", 1e-6), offset=1.0)
-        self.tied = bool(config.get("tie_word_embeddings", False))
-        self.lm_head = Linear(h, v, dtype=dtype)
-        if self.tied:
-            self.lm_head.weight = self.embed_tokens.weight
+        self.build_head(h, v, dtype, bool(config.get("tie_word_embeddings", False)))
         self.mtp = MultiTokenPredictor(config, ops, dtype) if config.get("mtp_num_hidden_layers") else None
-
-    def post_load(self) -> None:
-        if self.tied:
-            self.lm_head.weight = self.embed_tokens.weight
 
     def cache_specs(self) -> list[list[CacheTensor]]:
         return [layer.mixer.cache_specs(self.dtype) for layer in self.layers]
