@@ -1,4 +1,4 @@
-"""The `hwinfer` command line: info | ops | conform | aot | ledger."""
+"""The `hwinfer` command line: info | ops | conform | aot | ledger | serve | generate | chat."""
 from __future__ import annotations
 
 import argparse
@@ -36,7 +36,67 @@ def _build_parser() -> argparse.ArgumentParser:
     ledger.add_argument("--json", action="store_true", help="print the ledger as JSON (bytes)")
     ledger.add_argument("--kv-format", default="auto", choices=["auto", "bf16", "fp8"],
                         help="auto: each architecture's deployed format (default); bf16; fp8")
+    _add_serving_commands(sub)
     return parser
+
+
+def _add_serving_commands(sub) -> None:
+    serve = sub.add_parser("serve", help="OpenAI-compatible HTTP server (no PATH: the embedded tiny default model)")
+    serve.add_argument("path", nargs="?", default=None, help="checkpoint directory (default: embedded tiny model)")
+    serve.add_argument("--device", default="auto", help="cpu, cuda[:N], xpu[:N], npu[:N] or auto")
+    serve.add_argument("--dtype", default=None, help="compute dtype (default: checkpoint's; fp32 on the CPU)")
+    serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: local only)")
+    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' on /v1 routes")
+    serve.add_argument("--served-model-name", default=None, help="model id clients use (default: the directory name)")
+    serve.add_argument("--max-model-len", type=int, default=None, help="context limit in tokens")
+    serve.add_argument("--max-num-seqs", type=int, default=16)
+    serve.add_argument("--cache-bytes", type=int, default=None, help="cache pool budget in bytes")
+    serve.add_argument("--enable-prefix-caching", action="store_true")
+    serve.add_argument("--log-level", default="info")
+
+    for name, helptext in (("generate", "stream a completion of PROMPT to the terminal"),
+                           ("chat", "interactive chat on stdin (one turn per line; /exit ends)")):
+        cmd = sub.add_parser(name, help=helptext)
+        cmd.add_argument("path", nargs="?" if name == "chat" else None, default=None,
+                         help="checkpoint directory" + (" (default: embedded tiny model)" if name == "chat" else ""))
+        if name == "generate":
+            cmd.add_argument("prompt")
+        else:
+            cmd.add_argument("--system", default=None, help="system message")
+        cmd.add_argument("--device", default="auto")
+        cmd.add_argument("--max-tokens", type=int, default=128)
+        cmd.add_argument("--temperature", type=float, default=None)
+        if name == "generate":
+            cmd.add_argument("--seed", type=int, default=None)
+
+
+def _serving(args: argparse.Namespace) -> int:
+    if args.command == "serve":
+        try:
+            from hwinfer.server.app import serve
+        except ImportError as exc:
+            print(f"hwinfer serve: {exc}; install the server extra: pip install -e '.[server]'", file=sys.stderr)
+            return 2
+        from hwinfer.server.state import ServerConfig
+
+        config = ServerConfig(model_path=args.path, device=args.device, dtype=args.dtype,
+                              served_model_name=args.served_model_name, api_key=args.api_key,
+                              max_model_len=args.max_model_len, max_num_seqs=args.max_num_seqs,
+                              cache_bytes=args.cache_bytes, enable_prefix_caching=args.enable_prefix_caching)
+        serve(config, host=args.host, port=args.port, log_level=args.log_level)
+        return 0
+    from hwinfer.interactive import chat_main, generate_main
+
+    try:
+        if args.command == "generate":
+            return generate_main(args.path, args.prompt, args.device, args.max_tokens, args.temperature, args.seed)
+        return chat_main(args.path, args.device, args.max_tokens, args.temperature, args.system)
+    except (ValueError, OSError) as exc:
+        print(f"hwinfer {args.command}: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -65,6 +125,8 @@ def main(argv: list[str] | None = None) -> int:
         return pytest.main(argv_)
     if args.command == "ledger":
         return _ledger(args)
+    if args.command in ("serve", "generate", "chat"):
+        return _serving(args)
     if args.command == "aot":
         from hwinfer.kernels.triton.aot import main as aot_main
 

@@ -11,6 +11,8 @@ from hwinfer.server.protocol import ServerError
 
 log = logging.getLogger("hwinfer.server")
 
+CPU_CACHE_BYTES = 64 << 20
+
 
 @dataclass
 class ServerConfig:
@@ -60,9 +62,13 @@ class ServerState:
             self.model = load_model(path, device=self.config.device, dtype=self.config.dtype)
             if self.model.tokenizer is None:
                 raise ValueError(f"{path}: no tokenizer.json; the server needs a tokenizer")
+            cache_bytes = self.config.cache_bytes
+            if cache_bytes is None and self.model.device.type == "cpu":
+                # The engine's step time grows with the pool's size on the CPU: keep it modest.
+                cache_bytes = CPU_CACHE_BYTES
             engine = Engine(self.model, max_num_seqs=self.config.max_num_seqs,
                             max_num_batched_tokens=self.config.max_num_batched_tokens,
-                            cache_bytes=self.config.cache_bytes,
+                            cache_bytes=cache_bytes,
                             enable_prefix_caching=self.config.enable_prefix_caching, **self.config.engine_kwargs)
             limit = self.model.config.get("max_position_embeddings") or 1 << 30
             pool_tokens = engine.pool.num_blocks * engine.pool.block_size

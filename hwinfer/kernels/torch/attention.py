@@ -139,10 +139,11 @@ def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
     # Padding positions may land on unused (garbage) table entries: never dereference those.
     slot = torch.where(valid, block * block_size + pos_c % block_size, torch.zeros_like(pos_c))
     flat = slot.reshape(-1)
-    # Gather straight into [Hkv, B*span, D] so both GEMMs below are plain batched matmuls over
-    # (Hkv, B) without re-layout copies; each kv head serves its G query heads in one GEMM.
-    k = k_cache.reshape(-1, hkv, dk).transpose(0, 1).index_select(1, flat).float().view(hkv, b, span, dk)
-    v = v_cache.reshape(-1, hkv, dv).transpose(0, 1).index_select(1, flat).float()
+    # Gather the rows (index_select along the contiguous row dim: its cost follows the rows
+    # read, not the pool size), then lay them out as [Hkv, B*span, D] so both GEMMs below are
+    # batched matmuls over (Hkv, B); each kv head serves its G query heads in one GEMM.
+    k = k_cache.reshape(-1, hkv, dk).index_select(0, flat).float().transpose(0, 1).reshape(hkv, b, span, dk)
+    v = v_cache.reshape(-1, hkv, dv).index_select(0, flat).float().transpose(0, 1).contiguous()
     if not bool(valid.all()):
         # Padding rows read slot 0, which may be an unwritten (NaN) slot: 0 * NaN would leak.
         v[:, ~valid.reshape(-1)] = 0.0
