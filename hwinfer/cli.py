@@ -1,4 +1,4 @@
-"""The `hwinfer` command line: info | ops | conform | aot | ledger | serve | generate | chat."""
+"""The `hwinfer` command line: info | ops | conform | aot | ledger | serve | generate | chat | bench."""
 from __future__ import annotations
 
 import argparse
@@ -37,6 +37,12 @@ def _build_parser() -> argparse.ArgumentParser:
     ledger.add_argument("--kv-format", default="auto", choices=["auto", "bf16", "fp8"],
                         help="auto: each architecture's deployed format (default); bf16; fp8")
     _add_serving_commands(sub)
+    bench = sub.add_parser("bench", help="benchmarks: serve (latency / throughput against a running server)")
+    bench_sub = bench.add_subparsers(dest="bench_command", required=True)
+    from hwinfer.bench.serve import add_arguments as add_bench_serve
+
+    add_bench_serve(bench_sub.add_parser("serve", help="streaming completion requests against a running "
+                                                       "OpenAI-compatible server: TTFT, TPOT, ITL, e2e"))
     return parser
 
 
@@ -127,6 +133,10 @@ def main(argv: list[str] | None = None) -> int:
         return _ledger(args)
     if args.command in ("serve", "generate", "chat"):
         return _serving(args)
+    if args.command == "bench":
+        from hwinfer.bench.serve import main as bench_serve_main
+
+        return bench_serve_main(args)
     if args.command == "aot":
         from hwinfer.kernels.triton.aot import main as aot_main
 

@@ -49,6 +49,18 @@ class Tokenizer:
                 ids = [bos] + ids
         return ids
 
+    def token_bytes(self, token_id: int) -> bytes:
+        """The raw bytes one token stands for (a byte-level BPE token may be part of a UTF-8
+        character, which ``decode`` alone shows as U+FFFD)."""
+        piece = self._tok.id_to_token(token_id)
+        if piece is None:
+            return b""
+        if type(self._tok.decoder).__name__ == "ByteLevel":
+            table = _byte_level_table()
+            if all(c in table for c in piece):
+                return bytes(table[c] for c in piece)
+        return self._tok.decode([token_id], skip_special_tokens=False).encode("utf-8")
+
     def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
         return self._tok.decode(list(ids), skip_special_tokens=skip_special_tokens)
 
@@ -68,6 +80,24 @@ class Tokenizer:
         return env.from_string(self.chat_template).render(
             messages=messages, add_generation_prompt=add_generation_prompt,
             bos_token=self.bos_token or "", eos_token=self.eos_token or "", **extra)
+
+
+_BYTE_TABLE: dict[str, int] = {}
+
+
+def _byte_level_table() -> dict[str, int]:
+    """Byte-level BPE's printable stand-in character for each byte, inverted (char -> byte):
+    printable Latin-1 bytes stand for themselves, the rest map to U+0100 onwards in order."""
+    if not _BYTE_TABLE:
+        keep = [*range(ord("!"), ord("~") + 1), *range(0xA1, 0xAC + 1), *range(0xAE, 0xFF + 1)]
+        extra = 0
+        for b in range(256):
+            if b in keep:
+                _BYTE_TABLE[chr(b)] = b
+            else:
+                _BYTE_TABLE[chr(256 + extra)] = b
+                extra += 1
+    return _BYTE_TABLE
 
 
 def _token_text(value: Any) -> str | None:

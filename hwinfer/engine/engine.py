@@ -14,7 +14,7 @@ import torch
 
 from hwinfer.engine.pool import CachePool, plan
 from hwinfer.engine.prefix_cache import PrefixCache
-from hwinfer.engine.request import Request, RequestOutput, SamplingParams, Status
+from hwinfer.engine.request import Request, RequestOutput, SamplingParams, Status, TokenLogprob
 from hwinfer.engine.scheduler import Scheduler
 from hwinfer.engine.speculative import Speculator, SpecStats, spec_cache_model
 from hwinfer.runtime.batch import ForwardBatch
@@ -115,10 +115,14 @@ class Engine:
         finished = []
         if sampling:
             last = batch.cu_seqlens[1:].to(torch.int64)[sampling] - 1
-            tokens = self._sample(model.logits(hidden.index_select(0, last)), [reqs[i] for i in sampling])
-            for i, tok in zip(sampling, tokens):
+            logits = model.logits(hidden.index_select(0, last))
+            tokens = self._sample(logits, [reqs[i] for i in sampling])
+            logprobs = self._logprobs(logits, [reqs[i] for i in sampling], tokens)
+            for i, tok, lp in zip(sampling, tokens, logprobs):
                 req = reqs[i]
                 req.output_ids.append(tok)
+                if lp is not None:
+                    req.logprobs.append(lp)
                 reason = self._stop_reason(req, tok)
                 if reason:
                     self.scheduler.finish(req, reason)
@@ -146,6 +150,26 @@ class Engine:
             torch.tensor(top_p, device=device), torch.tensor([r.seed for r in reqs], device=device),
             torch.tensor(steps, device=device)).tolist()
 
+    @staticmethod
+    def _logprobs(logits: torch.Tensor, reqs: list[Request], tokens: list[int]) -> list[TokenLogprob | None]:
+        """Per row: the sampled token's logprob and the request's top-n alternatives, from the
+        log_softmax of the fp32 logits (the model's distribution, before temperature / top-k /
+        top-p); None for rows whose request did not ask. Sampling itself is untouched."""
+        rows = [i for i, r in enumerate(reqs) if r.params.logprobs is not None]
+        out: list[TokenLogprob | None] = [None] * len(reqs)
+        if not rows:
+            return out
+        index = torch.tensor(rows, device=logits.device)
+        lp = torch.log_softmax(logits.index_select(0, index).float(), dim=-1)
+        chosen = lp.gather(1, torch.tensor([[tokens[i]] for i in rows], device=logits.device))[:, 0].tolist()
+        n = max(reqs[i].params.logprobs for i in rows)
+        top_v, top_i = (lp.topk(n, dim=-1) if n else (lp[:, :0], lp[:, :0].long()))
+        top_v, top_i = top_v.tolist(), top_i.tolist()
+        for k, i in enumerate(rows):
+            want = reqs[i].params.logprobs
+            out[i] = TokenLogprob(tokens[i], chosen[k], list(zip(top_i[k][:want], top_v[k][:want])))
+        return out
+
     def _stop_reason(self, req: Request, token: int) -> str | None:
         if not req.params.ignore_eos and token in self.model.generation_defaults.eos_token_ids:
             return "stop"
@@ -165,7 +189,8 @@ class Engine:
             cut = text.find(s)
             if cut >= 0:
                 text = text[:cut]
-        return RequestOutput(req.id, req.prompt_ids, tokens, text, req.finish_reason or "abort")
+        logprobs = list(req.logprobs[:len(tokens)]) if req.params.logprobs is not None else None
+        return RequestOutput(req.id, req.prompt_ids, tokens, text, req.finish_reason or "abort", logprobs)
 
     def run(self, requests: Iterable[Request]) -> list[RequestOutput]:
         """Step until every given request has finished; outputs in the given order."""

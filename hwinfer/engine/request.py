@@ -5,6 +5,8 @@ import enum
 import random
 from dataclasses import dataclass, field
 
+MAX_LOGPROBS = 20
+
 
 @dataclass
 class SamplingParams:
@@ -18,6 +20,7 @@ class SamplingParams:
     seed: int | None = None
     stop: list[str] = field(default_factory=list)
     ignore_eos: bool = False
+    logprobs: int | None = None      # record logprobs: None off; n >= 0 top alternatives too
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):
@@ -30,6 +33,19 @@ class SamplingParams:
             raise ValueError("top_p must be in (0, 1]")
         if self.top_k is not None and self.top_k < 0:
             raise ValueError("top_k must be >= 0 (0 disables it)")
+        if self.logprobs is not None and not 0 <= self.logprobs <= MAX_LOGPROBS:
+            raise ValueError(f"logprobs must be in [0, {MAX_LOGPROBS}]")
+
+
+@dataclass
+class TokenLogprob:
+    """One sampled token's log-probability under the model's distribution (log_softmax of the
+    fp32 logits, before temperature / top-k / top-p), and the ``n`` most likely alternatives as
+    ``(token_id, logprob)``, most likely first."""
+
+    token_id: int
+    logprob: float
+    top: list[tuple[int, float]] = field(default_factory=list)
 
 
 class Status(enum.Enum):
@@ -53,6 +69,7 @@ class Request:
     finish_reason: str | None = None
     num_preemptions: int = 0
     seed: int = 0
+    logprobs: list[TokenLogprob] = field(default_factory=list)  # one per output token, when asked
 
     def __post_init__(self) -> None:
         if not self.prompt_ids:
@@ -82,3 +99,4 @@ class RequestOutput:
     token_ids: list[int]
     text: str
     finish_reason: str
+    logprobs: list[TokenLogprob] | None = None  # one per token id, when the request asked

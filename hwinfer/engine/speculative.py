@@ -102,6 +102,7 @@ class _Item:
     row: int               # first packed row in the forward
     accepted: int = 0
     tokens: list[int] = field(default_factory=list)  # to emit: accepted drafts + bonus
+    logprobs: list = field(default_factory=list)     # their TokenLogprobs (when the request asked)
     stop: str | None = None
 
 
@@ -193,7 +194,9 @@ class Speculator:
         if not sampling:
             return
         index = torch.tensor(rows, device=hidden.device)
-        targets = eng._sample(eng.model.logits(hidden.index_select(0, index)), row_reqs, steps)
+        logits = eng.model.logits(hidden.index_select(0, index))
+        targets = eng._sample(logits, row_reqs, steps)
+        logprobs = eng._logprobs(logits, row_reqs, [int(t) for t in targets])
         at = 0
         for it in sampling:
             m = len(it.drafts)
@@ -204,12 +207,15 @@ class Speculator:
                 a += 1
             it.req.num_computed = it.ctx + it.n + a
             it.accepted, it.tokens = a, mine[:a + 1]
+            it.logprobs = logprobs[at - m - 1:at - m + a]
 
     def _emit(self, it: _Item) -> None:
         """Append the item's tokens to its output up to a stop; count the verify."""
         eng, req, emitted = self.engine, it.req, 0
-        for tok in it.tokens:
+        for j, tok in enumerate(it.tokens):
             req.output_ids.append(tok)
+            if j < len(it.logprobs) and it.logprobs[j] is not None:
+                req.logprobs.append(it.logprobs[j])
             emitted += 1
             it.stop = eng._stop_reason(req, tok)
             if it.stop is not None:

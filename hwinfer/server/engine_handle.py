@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from hwinfer.engine.engine import Engine
 from hwinfer.engine.request import Request, SamplingParams
+from hwinfer.server.logprobs import TokenInfo, describe
 
 log = logging.getLogger("hwinfer.server")
 
@@ -32,6 +33,7 @@ class Delta:
     num_prompt_tokens: int
     num_output_tokens: int
     finish_reason: str | None = None
+    logprobs: list[TokenInfo] | None = None  # tokens new since the last message (when asked)
 
 
 @dataclass
@@ -77,6 +79,7 @@ class _Tracked:
     stream: Stream
     sent: str = ""
     hold: int = 0
+    logprobs_sent: int = 0
 
 
 class EngineHandle:
@@ -183,10 +186,25 @@ class EngineHandle:
             tracked.sent = text if len(text) > len(tracked.sent) else tracked.sent
             if delta or finished:
                 self._send(tracked, Delta(delta, len(req.prompt_ids), len(req.output_ids),
-                                          req.finish_reason if finished else None))
+                                          req.finish_reason if finished else None,
+                                          self._logprobs(tracked, finished)))
             if finished:
                 del self._tracked[rid]
                 self.engine.requests.pop(rid, None)
+
+    def _logprobs(self, tracked: _Tracked, finished: bool) -> list[TokenInfo] | None:
+        """Logprobs of the tokens generated since the last message (a final EOS excluded, as
+        from the text), or None when the request did not ask for them."""
+        req = tracked.req
+        if req.params.logprobs is None or self.tokenizer is None:
+            return None
+        end = len(req.output_ids)
+        if finished and req.finish_reason == "stop" and end and \
+                req.output_ids[-1] in self.engine.model.generation_defaults.eos_token_ids:
+            end -= 1
+        start = tracked.logprobs_sent
+        tracked.logprobs_sent = max(start, end)
+        return describe(self.tokenizer, req.output_ids, req.logprobs[start:end], start)
 
     def _text(self, tracked: _Tracked, finished: bool) -> str | None:
         """The text safe to send now: stop strings cut, and (until the end) the tail that could

@@ -27,10 +27,12 @@ def resolve_max_tokens(state: ServerState, prompt_len: int, requested: int | Non
 
 
 def make_params(max_tokens: int, *, temperature: float | None, top_p: float | None, top_k: int | None = None,
-                seed: int | None, stop: list[str], ignore_eos: bool = False, choice: int = 0) -> SamplingParams:
+                seed: int | None, stop: list[str], ignore_eos: bool = False, choice: int = 0,
+                logprobs: int | None = None) -> SamplingParams:
     """SamplingParams for one choice; choices of one request get seeds seed, seed+1, ..."""
     return SamplingParams(max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k,
-                          seed=None if seed is None else seed + choice, stop=stop, ignore_eos=ignore_eos)
+                          seed=None if seed is None else seed + choice, stop=stop, ignore_eos=ignore_eos,
+                          logprobs=logprobs)
 
 
 async def submit_all(state: ServerState, jobs: list[tuple[list[int], SamplingParams]], prefix: str) -> list[Stream]:
@@ -76,8 +78,10 @@ async def merge(streams: list[Stream]) -> AsyncIterator[tuple[int, Delta | Engin
 
 async def collect(state: ServerState, streams: list[Stream], http: HTTPRequest) -> list[Delta]:
     """Wait for every stream to finish (non-streaming answers); the last Delta of each carries the
-    whole text. A client that disconnects first aborts them all."""
+    whole text (and every token's logprobs, when asked). A client that disconnects first aborts
+    them all."""
     texts = [""] * len(streams)
+    logprobs: list[list] = [[] for _ in streams]
     final: list[Delta | None] = [None] * len(streams)
 
     async def gather() -> None:
@@ -85,8 +89,10 @@ async def collect(state: ServerState, streams: list[Stream], http: HTTPRequest) 
             if isinstance(msg, EngineFailure):
                 raise ServerError(500, msg.message, type="server_error")
             texts[i] += msg.text
+            logprobs[i] += msg.logprobs or []
             if msg.finish_reason is not None:
-                final[i] = Delta(texts[i], msg.num_prompt_tokens, msg.num_output_tokens, msg.finish_reason)
+                final[i] = Delta(texts[i], msg.num_prompt_tokens, msg.num_output_tokens, msg.finish_reason,
+                                 logprobs[i] if msg.logprobs is not None else None)
 
     work = asyncio.ensure_future(gather())
     watch = asyncio.ensure_future(_wait_disconnect(http))

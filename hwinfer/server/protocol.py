@@ -1,7 +1,7 @@
 """Request bodies of the OpenAI-compatible endpoints (pydantic), and the OpenAI error format.
 
 Only the fields hwinfer acts on are declared; unknown fields are ignored, as OpenAI-compatible
-servers commonly do. Fields hwinfer declares but cannot honour (logprobs, penalties, ...) are
+servers commonly do. Fields hwinfer declares but cannot honour (penalties, echo, ...) are
 rejected with a clear 400 by :func:`unsupported` rather than silently ignored.
 """
 from __future__ import annotations
@@ -68,14 +68,12 @@ class CompletionRequest(_Sampling):
     prompt: Union[str, list[str], list[int], list[list[int]]]
     max_tokens: int | None = Field(default=16, ge=1)
     echo: bool = False
-    logprobs: int | None = Field(default=None, ge=0, le=20)
+    logprobs: int | None = Field(default=None, ge=0, le=5)
     suffix: str | None = None
     best_of: int | None = None
 
     def check(self) -> None:
         self.check_common()
-        if self.logprobs is not None:
-            unsupported("logprobs")
         if self.echo:
             unsupported("echo")
         if self.suffix:
@@ -116,12 +114,16 @@ class ChatCompletionRequest(_Sampling):
 
     def check(self) -> None:
         self.check_common()
-        if self.logprobs or self.top_logprobs:
-            unsupported("logprobs")
+        if self.top_logprobs is not None and not self.logprobs:
+            raise ServerError(400, "top_logprobs needs logprobs set to true", param="top_logprobs")
         if self.tools:
             unsupported("tools")
         if self.response_format and self.response_format.get("type") not in (None, "text"):
             unsupported("response_format")
+
+    def num_logprobs(self) -> int | None:
+        """Top alternatives per token for the engine (None: no logprobs)."""
+        return (self.top_logprobs or 0) if self.logprobs else None
 
     def limit(self) -> int | None:
         return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens

@@ -12,6 +12,7 @@ from hwinfer.server.engine_handle import EngineFailure, Stream
 from hwinfer.server.generation import (
     abort_unfinished, collect, finish_reason, make_params, merge, resolve_max_tokens, sse, submit_all, usage,
 )
+from hwinfer.server.logprobs import chat_logprobs, completion_logprobs
 from hwinfer.server.protocol import ChatCompletionRequest, CompletionRequest, ServerError
 from hwinfer.server.state import ServerState
 
@@ -51,7 +52,8 @@ async def completions(body: CompletionRequest, http: Request):
     for ids in prompts:
         max_tokens = resolve_max_tokens(state, len(ids), body.max_tokens, "prompt")
         jobs += [(ids, make_params(max_tokens, temperature=body.temperature, top_p=body.top_p, top_k=body.top_k,
-                                   seed=body.seed, stop=stop, ignore_eos=body.ignore_eos, choice=j))
+                                   seed=body.seed, stop=stop, ignore_eos=body.ignore_eos, choice=j,
+                                   logprobs=body.logprobs))
                  for j in range(body.n)]
     rid, created = f"cmpl-{uuid.uuid4().hex}", int(time.time())
     streams = await submit_all(state, jobs, rid)
@@ -60,11 +62,13 @@ async def completions(body: CompletionRequest, http: Request):
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
 
-        def chunk(i: int, text: str, reason: str | None) -> dict[str, Any]:
-            return {**head, "choices": [{"index": i, "text": text, "logprobs": None, "finish_reason": reason}]}
+        def chunk(i: int, text: str, reason: str | None, lps: list | None = None) -> dict[str, Any]:
+            return {**head, "choices": [{"index": i, "text": text, "finish_reason": reason,
+                                         "logprobs": None if lps is None else completion_logprobs(lps)}]}
         return _stream(state, streams, chunk, None, head, prompt_lens, include_usage)
     final = await collect(state, streams, http)
-    choices = [{"index": i, "text": d.text, "logprobs": None, "finish_reason": finish_reason(d.finish_reason)}
+    choices = [{"index": i, "text": d.text, "finish_reason": finish_reason(d.finish_reason),
+                "logprobs": None if d.logprobs is None else completion_logprobs(d.logprobs)}
                for i, d in enumerate(final)]
     return JSONResponse({**head, "choices": choices, "usage": usage(final, prompt_lens)})
 
@@ -81,7 +85,8 @@ async def chat_completions(body: ChatCompletionRequest, http: Request):
     ids = state.model.tokenizer.encode(text, add_special_tokens=False)
     max_tokens = resolve_max_tokens(state, len(ids), body.limit(), "messages")
     jobs = [(ids, make_params(max_tokens, temperature=body.temperature, top_p=body.top_p, top_k=body.top_k,
-                              seed=body.seed, stop=body.stop_list(), ignore_eos=body.ignore_eos, choice=j))
+                              seed=body.seed, stop=body.stop_list(), ignore_eos=body.ignore_eos, choice=j,
+                              logprobs=body.num_logprobs()))
             for j in range(body.n)]
     rid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
     streams = await submit_all(state, jobs, rid)
@@ -90,16 +95,18 @@ async def chat_completions(body: ChatCompletionRequest, http: Request):
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         head = {**head, "object": "chat.completion.chunk"}
 
-        def chunk(i: int, text: str, reason: str | None) -> dict[str, Any]:
+        def chunk(i: int, text: str, reason: str | None, lps: list | None = None) -> dict[str, Any]:
             delta = {"content": text} if text or reason is None else {}
-            return {**head, "choices": [{"index": i, "delta": delta, "logprobs": None, "finish_reason": reason}]}
+            return {**head, "choices": [{"index": i, "delta": delta, "finish_reason": reason,
+                                         "logprobs": None if lps is None else chat_logprobs(lps)}]}
 
         def first(i: int) -> dict[str, Any]:
             return {**head, "choices": [{"index": i, "delta": {"role": "assistant", "content": ""},
                                          "logprobs": None, "finish_reason": None}]}
         return _stream(state, streams, chunk, first, head, [len(ids)], include_usage)
     final = await collect(state, streams, http)
-    choices = [{"index": i, "message": {"role": "assistant", "content": d.text}, "logprobs": None,
+    choices = [{"index": i, "message": {"role": "assistant", "content": d.text},
+                "logprobs": None if d.logprobs is None else chat_logprobs(d.logprobs),
                 "finish_reason": finish_reason(d.finish_reason)} for i, d in enumerate(final)]
     return JSONResponse({**head, "choices": choices, "usage": usage(final, [len(ids)])})
 
@@ -121,8 +128,8 @@ def _stream(state: ServerState, streams: list[Stream], chunk, first, head: dict[
                     yield sse(ServerError(500, msg.message, type="server_error").body())
                     abort_unfinished(state, streams)
                     break
-                if msg.text:
-                    yield sse({**chunk(i, msg.text, None), **extra})
+                if msg.text or msg.logprobs:
+                    yield sse({**chunk(i, msg.text, None, msg.logprobs), **extra})
                 if msg.finish_reason is not None:
                     final.append(msg)
                     yield sse({**chunk(i, "", finish_reason(msg.finish_reason)), **extra})

@@ -44,7 +44,8 @@ def test_prompt_longer_than_context_is_400(client):
 
 @pytest.mark.parametrize("bad", [
     {"temperature": 3.0}, {"top_p": 0.0}, {"n": 0}, {"max_tokens": 0}, {"stop": ["a", "b", "c", "d", "e"]},
-    {"logprobs": True}, {"top_logprobs": 2, "logprobs": True}, {"frequency_penalty": 1.0},
+    {"top_logprobs": 21, "logprobs": True}, {"top_logprobs": 2}, {"top_logprobs": -1, "logprobs": True},
+    {"logprobs": "many"}, {"frequency_penalty": 1.0},
     {"messages": []}, {"messages": [{"role": "wizard", "content": "x"}]},
 ])
 def test_invalid_parameters_are_400(server, bad):
