@@ -1,0 +1,65 @@
+"""The Triton delta-rule kernel's paths that the conformance cases do not reach, interpreted.
+
+Under the interpreter the wrapper uses one value block per head; here ``block_v=16`` splits Dv
+over programs, with GQA (Hv = 2 Hk), q/k as strided views of one projection, packed sequences
+(one of them empty) and no initial state. ``TRITON_INTERPRET`` is read when a kernel is
+decorated, so the check runs in a fresh interpreter process.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("triton")
+pytest.importorskip("numpy")  # the interpreter needs it
+
+SCRIPT = r"""
+import torch
+from hwinfer.kernels.triton import delta_rule as tr
+from hwinfer.ops import linear_attention as ref
+torch.manual_seed(0)
+def rel(a, b):
+    return ((a.float() - b.float()).pow(2).mean().sqrt() / b.float().pow(2).mean().sqrt()).item()
+for per_channel in (False, True):
+    B, T, Hk, Hv, Dk, Dv = 1, 7, 2, 4, 16, 32
+    proj = torch.randn(B, T, Hk, 3 * Dk)
+    q, k = proj[..., :Dk], proj[..., Dk:2 * Dk]
+    v = torch.randn(B, T, Hv, Dv)
+    g = -torch.rand(B, T, Hv, Dk) if per_channel else -torch.rand(B, T, Hv)
+    beta = torch.rand(B, T, Hv)
+    cu = torch.tensor([0, 3, 3, 7], dtype=torch.int32)
+    f_t = tr.kda_recurrent if per_channel else tr.gdn_recurrent
+    f_r = ref.kda_recurrent if per_channel else ref.gdn_recurrent
+    for kw in (dict(cu_seqlens=cu, initial_state=torch.randn(3, Hv, Dk, Dv)), dict(),
+               dict(use_qk_l2norm=False, scale=0.3)):
+        o1, s1 = f_t(q, k, v, g, beta, block_v=16, **kw)
+        o2, s2 = f_r(q, k, v, g, beta, **kw)
+        assert o1.shape == o2.shape and s1.shape == s2.shape and s1.dtype == torch.float32
+        assert rel(o1, o2) < 1e-5 and rel(s1, s2) < 1e-5, (per_channel, list(kw))
+print("ok")
+"""
+
+
+def test_split_value_blocks_gqa_varlen_interpreted():
+    env = dict(os.environ, TRITON_INTERPRET="1", OMP_NUM_THREADS="1")
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    res = subprocess.run([sys.executable, "-c", SCRIPT], env=env, cwd=root, capture_output=True,
+                         text=True, timeout=600)
+    assert res.returncode == 0 and "ok" in res.stdout, res.stderr[-3000:]
+
+
+def test_per_call_check_refuses_unsupported_head_dims():
+    import torch
+
+    from hwinfer.kernels.triton.delta_rule import delta_rule_supported
+
+    q = torch.randn(1, 2, 2, 64)
+    g, beta = torch.zeros(1, 2, 2), torch.zeros(1, 2, 2)
+    assert delta_rule_supported(q, q, torch.randn(1, 2, 2, 64), g, beta) is None
+    assert delta_rule_supported(q, q, torch.randn(1, 2, 2, 96), g, beta) is not None   # not 2^n
+    assert delta_rule_supported(q, q, torch.randn(1, 2, 2, 512), g, beta) is not None  # > 256
+    assert delta_rule_supported(q.double(), q.double(), torch.randn(1, 2, 2, 64), g,
+                                beta) is not None
