@@ -128,3 +128,13 @@ def usage(final: list[Delta], prompt_lens: list[int]) -> dict[str, int]:
 
 def finish_reason(reason: str | None) -> str | None:
     return "stop" if reason == "abort" else reason
+
+
+def chat_prompt_ids(state: ServerState, messages: list[dict[str, Any]], param: str) -> list[int]:
+    """Render ``messages`` with the model's chat template and tokenize the result; a template
+    error is the client's (400 naming ``param``)."""
+    try:
+        text = state.model.tokenizer.apply_chat_template(messages, add_generation_prompt=True)
+    except ValueError as exc:
+        raise ServerError(400, str(exc), param=param) from None
+    return state.model.tokenizer.encode(text, add_special_tokens=False)

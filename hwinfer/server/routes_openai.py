@@ -10,7 +10,8 @@ from fastapi.responses import JSONResponse, StreamingResponse
 
 from hwinfer.server.engine_handle import EngineFailure, Stream
 from hwinfer.server.generation import (
-    abort_unfinished, collect, finish_reason, make_params, merge, resolve_max_tokens, sse, submit_all, usage,
+    abort_unfinished, chat_prompt_ids, collect, finish_reason, make_params, merge, resolve_max_tokens, sse,
+    submit_all, usage,
 )
 from hwinfer.server.logprobs import chat_logprobs, completion_logprobs
 from hwinfer.server.protocol import ChatCompletionRequest, CompletionRequest, ServerError
@@ -78,11 +79,7 @@ async def chat_completions(body: ChatCompletionRequest, http: Request):
     state = _state(http)
     state.check_model(body.model)
     body.check()
-    try:
-        text = state.model.tokenizer.apply_chat_template(body.chat(), add_generation_prompt=True)
-    except ValueError as exc:
-        raise ServerError(400, str(exc), param="messages") from None
-    ids = state.model.tokenizer.encode(text, add_special_tokens=False)
+    ids = chat_prompt_ids(state, body.chat(), "messages")
     max_tokens = resolve_max_tokens(state, len(ids), body.limit(), "messages")
     jobs = [(ids, make_params(max_tokens, temperature=body.temperature, top_p=body.top_p, top_k=body.top_k,
                               seed=body.seed, stop=body.stop_list(), ignore_eos=body.ignore_eos, choice=j,

@@ -9,8 +9,10 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from hwinfer.server.engine_handle import EngineFailure
-from hwinfer.server.generation import abort_unfinished, collect, make_params, merge, resolve_max_tokens, sse, submit_all
-from hwinfer.server.protocol import ResponsesRequest, ServerError
+from hwinfer.server.generation import (
+    abort_unfinished, chat_prompt_ids, collect, make_params, merge, resolve_max_tokens, sse, submit_all,
+)
+from hwinfer.server.protocol import ResponsesRequest
 from hwinfer.server.routes_openai import _state
 
 router = APIRouter()
@@ -40,11 +42,7 @@ async def responses(body: ResponsesRequest, http: Request):
     state = _state(http)
     state.check_model(body.model)
     body.check()
-    try:
-        text = state.model.tokenizer.apply_chat_template(body.chat(), add_generation_prompt=True)
-    except ValueError as exc:
-        raise ServerError(400, str(exc), param="input") from None
-    ids = state.model.tokenizer.encode(text, add_special_tokens=False)
+    ids = chat_prompt_ids(state, body.chat(), "input")
     max_tokens = resolve_max_tokens(state, len(ids), body.max_output_tokens, "input")
     params = make_params(max_tokens, temperature=body.temperature, top_p=body.top_p, seed=None, stop=[])
     rid, msg_id, created = f"resp_{uuid.uuid4().hex}", f"msg_{uuid.uuid4().hex}", int(time.time())
