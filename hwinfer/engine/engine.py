@@ -12,7 +12,7 @@ from typing import Iterable
 
 import torch
 
-from hwinfer.engine.pool import CachePool, plan
+from hwinfer.engine.pool import CachePool, keeps_state, plan
 from hwinfer.engine.prefix_cache import PrefixCache
 from hwinfer.engine.request import Request, RequestOutput, SamplingParams, Status, TokenLogprob
 from hwinfer.engine.scheduler import Scheduler
@@ -39,7 +39,7 @@ class Engine:
         if enable_prefix_caching:
             checkpoints = prefix_checkpoints if prefix_checkpoints is not None else 2 * max_num_seqs
         self.pool = CachePool(cache_model, num_blocks=num_blocks, num_slots=max_num_seqs, block_size=bs,
-                              checkpoint_slots=checkpoints if self._stateful(model) else 0)
+                              checkpoint_slots=checkpoints if keeps_state(model) else 0)
         self.prefix = None
         if enable_prefix_caching:
             # Stateful models checkpoint their state per chunk: keep chunks coarse by default.
@@ -129,10 +129,6 @@ class Engine:
                     finished.append(req)
         self.steps += 1
         return finished
-
-    @staticmethod
-    def _stateful(model) -> bool:
-        return any(s.per != "token" for layer in model.cache_specs() for s in layer)
 
     def _sample(self, logits: torch.Tensor, reqs: list[Request], steps: list[int] | None = None) -> list[int]:
         """One token per row of ``logits`` for ``reqs`` (one per row); ``steps``: each row's

@@ -17,6 +17,12 @@ from hwinfer.cache.model_cache import ModelCache
 from hwinfer.engine.request import Request
 
 
+def keeps_state(model) -> bool:
+    """Does ``model`` keep ring or per-request cache state (sliding windows, compressor partial
+    windows, linear-attention / conv state), which KV blocks alone cannot restore?"""
+    return any(s.per != "token" for layer in model.cache_specs() for s in layer)
+
+
 @dataclass(frozen=True)
 class CacheBytes:
     per_token: float
