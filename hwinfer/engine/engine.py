@@ -12,6 +12,7 @@ from typing import Iterable
 
 import torch
 
+from hwinfer.engine.graphs import DecodeGraphs
 from hwinfer.engine.pool import CachePool, keeps_state, plan
 from hwinfer.engine.prefix_cache import PrefixCache
 from hwinfer.engine.request import Request, RequestOutput, SamplingParams, Status, TokenLogprob
@@ -27,7 +28,13 @@ class Engine:
                  cache_bytes: int | None = None, num_blocks: int | None = None,
                  block_size: int | None = None, enable_prefix_caching: bool = False,
                  prefix_chunk_tokens: int | None = None, prefix_checkpoints: int | None = None,
-                 num_speculative_tokens: int = 0) -> None:
+                 num_speculative_tokens: int = 0, cuda_graphs: bool | None = None,
+                 graph_max_len: int | None = None) -> None:
+        """``cuda_graphs``: replay decode steps from CUDA graphs (:mod:`hwinfer.engine.graphs`);
+        None = on for CUDA devices when the model declares a sync-free decode (``graph_decode``)
+        and there is no speculation. True elsewhere runs the same fixed-size path eagerly.
+        ``graph_max_len``: longest request a graph serves (default: the model's
+        max_position_embeddings, at most 32,768); longer ones decode eagerly."""
         self.model = model
         bs = block_size or model.cache_block_size()
         # Speculative decoding: the pool also holds the MTP layer's cache and spare ring rows.
@@ -38,8 +45,19 @@ class Engine:
         checkpoints = 0
         if enable_prefix_caching:
             checkpoints = prefix_checkpoints if prefix_checkpoints is not None else 2 * max_num_seqs
+        if cuda_graphs is None:
+            cuda_graphs = (model.device.type == "cuda" and getattr(model, "graph_decode", False)
+                           and not num_speculative_tokens)
+        if cuda_graphs and not getattr(model, "graph_decode", False):
+            raise ValueError(f"cuda_graphs: {type(model).__name__} does not declare a graph-safe decode "
+                             f"forward (graph_decode): its decode reads host-side batch values")
+        if cuda_graphs and num_speculative_tokens:
+            raise ValueError("cuda_graphs with speculative decoding is not supported yet")
         self.pool = CachePool(cache_model, num_blocks=num_blocks, num_slots=max_num_seqs, block_size=bs,
-                              checkpoint_slots=checkpoints if keeps_state(model) else 0)
+                              checkpoint_slots=checkpoints if keeps_state(model) else 0,
+                              padding=bool(cuda_graphs))
+        self.graphs = DecodeGraphs(model, self.pool, max_batch=max_num_seqs,
+                                   max_len=graph_max_len) if cuda_graphs else None
         self.prefix = None
         if enable_prefix_caching:
             # Stateful models checkpoint their state per chunk: keep chunks coarse by default.
@@ -95,18 +113,12 @@ class Engine:
             if self.scheduler.waiting and not self.scheduler.running:
                 raise RuntimeError("the cache pool cannot hold the next waiting request")
             return []
-        model, device = self.model, self.model.device
         reqs = [r for r, _ in scheduled]
-        new = [n for _, n in scheduled]
-        ctx = [r.num_computed for r in reqs]
-        ids = torch.tensor([t for r, n in scheduled for t in r.all_ids[r.num_computed:r.num_computed + n]],
-                           device=device)
-        width = max(len(r.blocks) for r in reqs)
-        table = torch.tensor([r.blocks + [0] * (width - len(r.blocks)) for r in reqs],
-                             dtype=torch.int32, device=device)
-        slots = torch.tensor([r.slot for r in reqs], device=device)
-        batch = ForwardBatch.step(ids, new, ctx, self.pool.cache, slots, table)
-        hidden = model.forward_batch(batch)
+        logits = None
+        if self.graphs is not None and self.graphs.fits(scheduled):
+            logits = self.graphs.run(reqs)  # every request of a decode step samples
+        if logits is None:
+            logits = self._forward(scheduled)
         for r, n in scheduled:
             r.num_computed += n
             if self.prefix is not None:
@@ -114,8 +126,6 @@ class Engine:
         sampling = [i for i, r in enumerate(reqs) if r.num_pending == 0]
         finished = []
         if sampling:
-            last = batch.cu_seqlens[1:].to(torch.int64)[sampling] - 1
-            logits = model.logits(hidden.index_select(0, last))
             tokens = self._sample(logits, [reqs[i] for i in sampling])
             logprobs = self._logprobs(logits, [reqs[i] for i in sampling], tokens)
             for i, tok, lp in zip(sampling, tokens, logprobs):
@@ -129,6 +139,24 @@ class Engine:
                     finished.append(req)
         self.steps += 1
         return finished
+
+    def _forward(self, scheduled: list[tuple[Request, int]]) -> torch.Tensor:
+        """Eager forward of a packed step -> logits [number of requests that sample, V]."""
+        model, device = self.model, self.model.device
+        reqs = [r for r, _ in scheduled]
+        new = [n for _, n in scheduled]
+        ids = torch.tensor([t for r, n in scheduled for t in r.all_ids[r.num_computed:r.num_computed + n]],
+                           device=device)
+        width = max(len(r.blocks) for r in reqs)
+        table = torch.tensor([r.blocks + [0] * (width - len(r.blocks)) for r in reqs],
+                             dtype=torch.int32, device=device)
+        slots = torch.tensor([r.slot for r in reqs], device=device)
+        batch = ForwardBatch.step(ids, new, [r.num_computed for r in reqs], self.pool.cache, slots, table)
+        hidden = model.forward_batch(batch)
+        # Rows whose request has no pending token after this step: the last token of each.
+        sampling = [i for i, (r, n) in enumerate(scheduled) if r.num_pending == n]
+        last = batch.cu_seqlens[1:].to(torch.int64)[sampling] - 1
+        return model.logits(hidden.index_select(0, last))
 
     def _sample(self, logits: torch.Tensor, reqs: list[Request], steps: list[int] | None = None) -> list[int]:
         """One token per row of ``logits`` for ``reqs`` (one per row); ``steps``: each row's

@@ -55,14 +55,22 @@ class CachePool:
     ``checkpoint_slots`` extra slots hold copies of a request's ring / per-request state taken at
     prefix-cache boundaries. When blocks run short, ``reclaimer(n)`` (the prefix cache's LRU
     eviction) is asked to give back at least ``n``.
+
+    ``padding=True`` adds one block and one slot that are never handed out: rows a fixed-size
+    (graph-captured) batch adds to fill up its size read and write there (``pad_block``,
+    ``pad_slot``), never in anybody's cache.
     """
 
     def __init__(self, model, *, num_blocks: int, num_slots: int, block_size: int | None = None,
-                 checkpoint_slots: int = 0) -> None:
+                 checkpoint_slots: int = 0, padding: bool = False) -> None:
         self.block_size = block_size or model.cache_block_size()
-        self.cache = ModelCache.allocate(model.cache_specs(), num_slots=num_slots + checkpoint_slots,
-                                         num_blocks=num_blocks, block_size=self.block_size,
+        extra = int(padding)
+        self.cache = ModelCache.allocate(model.cache_specs(),
+                                         num_slots=num_slots + checkpoint_slots + extra,
+                                         num_blocks=num_blocks + extra, block_size=self.block_size,
                                          device=model.device)
+        self.pad_block = num_blocks if padding else None
+        self.pad_slot = num_slots + checkpoint_slots if padding else None
         self.num_blocks, self.num_slots = num_blocks, num_slots
         self.free_blocks: deque[int] = deque(range(num_blocks))
         self.free_slots: deque[int] = deque(range(num_slots))

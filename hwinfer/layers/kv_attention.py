@@ -119,7 +119,7 @@ def _ring_attention(ops: OpTable, batch: ForwardBatch, cache: dict, q: torch.Ten
         if v is not None and v_cache is not None:
             v_cache.flatten(0, 1).index_copy_(0, rows, v[last].to(v_cache.dtype))
     if batch.is_decode:
-        width = -(-int(max(batch.context_lens_host)) // rows_per) + 1
+        width = -(-batch.seq_len_bound // rows_per) + 1
         table = slots.to(torch.int32)[:, None].expand(n, width).contiguous()
         out = ops.paged_attention(q.view(n, 1, *q.shape[1:]), cache["k"], v_cache, table, batch.seq_lens,
                                   scale=scale, window=window, sinks=sinks,

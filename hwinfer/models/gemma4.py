@@ -104,6 +104,9 @@ def rope_args(cfg: dict[str, Any], kind: str) -> tuple[float, dict[str, Any] | N
 
 
 class Gemma4ForCausalLM(CausalLM):
+    # Sync-free decode forward without host values baked into shapes (hwinfer.engine.graphs).
+    graph_decode = True
+
     def __init__(self, config: dict[str, Any], ops: OpTable, dtype: torch.dtype) -> None:
         super().__init__()
         self.config, self.ops, self.dtype = config, ops, dtype

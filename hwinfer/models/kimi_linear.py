@@ -178,6 +178,9 @@ def add_layer_entries(layout: Layout, layer: KimiDecoderLayer, prefix: str, ours
 
 
 class KimiLinearForCausalLM(CausalLM):
+    # Sync-free decode forward without host values baked into shapes (hwinfer.engine.graphs).
+    graph_decode = True
+
     def __init__(self, config: dict[str, Any], ops: OpTable, dtype: torch.dtype) -> None:
         super().__init__()
         self.config, self.ops, self.dtype = config, ops, dtype

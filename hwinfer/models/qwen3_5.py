@@ -136,6 +136,10 @@ class MultiTokenPredictor(nn.Module):
 
 
 class Qwen3_5ForCausalLM(CausalLM):
+    # The decode forward neither syncs with the host nor bakes batch values into shapes
+    # (hwinfer.engine.graphs), given sync-free impls of its ops.
+    graph_decode = True
+
     def __init__(self, config: dict[str, Any], ops: OpTable, dtype: torch.dtype) -> None:
         super().__init__()
         self.config, self.ops, self.dtype = config, ops, dtype

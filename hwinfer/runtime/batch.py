@@ -32,6 +32,11 @@ class ForwardBatch:
     # Per-forward scratch shared between layers (e.g. a KV-shared layer reusing its owner's
     # gathered sliding-window rows); empty at the start of every forward.
     scratch: dict = field(default_factory=dict)
+    # [T] int64 request index of every packed token; built once per batch (see request_of_token).
+    token_requests: torch.Tensor | None = None
+    # Host-side upper bound of seq_lens: sizes a decode's gathers without reading the device.
+    # A graph-captured decode sets it to the capacity of its block table.
+    max_seq_len: int | None = None
 
     @property
     def num_requests(self) -> int:
@@ -62,9 +67,22 @@ class ForwardBatch:
         return self.rows_for(self.positions, self.request_of_token(), ratio)
 
     def request_of_token(self) -> torch.Tensor:
-        """[T] int64: which request each packed token belongs to."""
-        lens = torch.tensor(self.new_lens, dtype=torch.int64, device=self.input_ids.device)
-        return torch.repeat_interleave(torch.arange(len(self.new_lens), device=lens.device), lens)
+        """[T] int64: which request each packed token belongs to (computed once per batch)."""
+        if self.token_requests is None:
+            if self.is_decode:
+                self.token_requests = torch.arange(len(self.new_lens), device=self.input_ids.device)
+            else:
+                lens = torch.tensor(self.new_lens, dtype=torch.int64, device=self.input_ids.device)
+                self.token_requests = torch.repeat_interleave(
+                    torch.arange(len(self.new_lens), device=lens.device), lens)
+        return self.token_requests
+
+    @property
+    def seq_len_bound(self) -> int:
+        """An upper bound of every request's cached + new length, known on the host."""
+        if self.max_seq_len is not None:
+            return self.max_seq_len
+        return max((c + n for c, n in zip(self.context_lens_host, self.new_lens)), default=0)
 
     def rows_for(self, positions: torch.Tensor, requests: torch.Tensor, ratio: int = 1) -> torch.Tensor:
         """Global row of (request, position) in a paged ``per="token"`` tensor with ``ratio``."""

@@ -1,0 +1,171 @@
+"""Decode steps replayed from CUDA graphs.
+
+A decode step (every request adds one token) launches hundreds of small kernels; at small batch
+the GPU finishes them faster than the host can launch them. :class:`DecodeGraphs` captures the
+model's decode forward and its lm_head once per batch size and replays the graph: one launch per
+step.
+
+Everything a captured step reads lives at a fixed address and no shape depends on the batch's
+values:
+
+* the step's inputs (token ids, positions, lengths, slots) are copied into static buffers
+  (one host-to-device copy per step);
+* each slot's block-table row lives on the device and is written when its request gains blocks
+  (every ``block_size`` tokens), not rebuilt per step; the graph gathers the rows of its slots;
+* a batch is padded to the next captured size with rows that use the pool's padding slot and
+  block (``CachePool(padding=True)``): they compute garbage nobody reads;
+* the ForwardBatch the layers see carries only host values that hold on every replay: one new
+  token per request and the block table's capacity as the length bound (``max_seq_len``).
+
+Models opt in with ``graph_decode = True`` once their decode path is free of host syncs and of
+host values that would be baked into the graph. On CUDA the warm-up forward runs under torch's
+sync debug mode "error", so a sync that slips in disables graphs with a reason (``disabled``)
+instead of failing a capture. On other devices the same static-buffer path runs eagerly, which
+is how the padding and table logic is tested without a GPU.
+"""
+from __future__ import annotations
+
+import logging
+
+import torch
+
+from hwinfer.engine.pool import CachePool
+from hwinfer.engine.request import Request
+from hwinfer.runtime.batch import ForwardBatch
+
+log = logging.getLogger("hwinfer.engine")
+DEFAULT_MAX_LEN = 32768
+
+
+def capture_sizes(max_batch: int) -> list[int]:
+    """Batch sizes to capture: 1, 2, 4, 8, then every 8 up to 64, every 32 after, and max_batch."""
+    sizes = [s for s in (1, 2, 4) if s < max_batch]
+    sizes += list(range(8, min(max_batch, 64) + 1, 8)) + list(range(96, max_batch + 1, 32))
+    return sorted({s for s in sizes if s <= max_batch} | {max_batch})
+
+
+class DecodeGraphs:
+    """Decode forwards (+ lm_head) of up to ``max_batch`` requests of at most ``max_len`` tokens.
+
+    ``run(reqs)`` -> fp32 logits [len(reqs), V] of every request's next token, with the tokens
+    at ``req.all_ids[req.num_computed]`` written to the cache, exactly as the eager step would.
+    """
+
+    def __init__(self, model, pool: CachePool, *, max_batch: int, max_len: int | None = None) -> None:
+        if pool.pad_slot is None:
+            raise ValueError("DecodeGraphs needs a CachePool built with padding=True")
+        self.model, self.pool = model, pool
+        device = model.device
+        cap = pool.num_blocks * pool.block_size
+        limit = max_len or min(int(model.config.get("max_position_embeddings") or DEFAULT_MAX_LEN),
+                               DEFAULT_MAX_LEN)
+        self.width = pool.blocks_for(min(limit, cap))
+        self.sizes = capture_sizes(max_batch)
+        self.capture = device.type == "cuda"
+        self.disabled: str | None = None
+        size = self.sizes[-1]
+        # Rows: token id, position, seq_len, slot. Padding rows: token 0 at position 0 of the
+        # padding slot (length 1: attention reads only the row it has just written).
+        self._pad = torch.tensor([0, 0, 1, pool.pad_slot], dtype=torch.int64)
+        self.host = torch.empty(4, size, dtype=torch.int64, pin_memory=self.capture)
+        self.inputs = self._pad[:, None].expand(4, size).contiguous().to(device)
+        self.tables = torch.full((pool.pad_slot + 1, self.width), pool.pad_block, dtype=torch.int32,
+                                 device=device)
+        self.cu = torch.arange(size + 1, dtype=torch.int32, device=device)
+        self.rows = torch.arange(size, device=device)
+        self._synced: dict[int, tuple[list[int], int]] = {}
+        self.graphs: dict[int, tuple[torch.cuda.CUDAGraph | None, torch.Tensor | None]] = {}
+        self._mempool = None
+        self.replays = 0  # steps served by this path
+
+    # --- which steps qualify ---------------------------------------------------------------
+    def fits(self, scheduled: list[tuple[Request, int]]) -> bool:
+        """A decode step of at most ``max_batch`` requests whose blocks fit the table width."""
+        return (self.disabled is None and 0 < len(scheduled) <= self.sizes[-1]
+                and all(n == 1 and r.num_computed > 0 and len(r.blocks) <= self.width
+                        for r, n in scheduled))
+
+    # --- one step ----------------------------------------------------------------------------
+    def run(self, reqs: list[Request]) -> torch.Tensor | None:
+        """Logits [n, V] of the step, or None when graphs just got disabled (run it eagerly)."""
+        n = len(reqs)
+        size = next(s for s in self.sizes if s >= n)
+        self._sync_tables(reqs)
+        host = self.host[:, :size]
+        host[:, n:] = self._pad[:, None]
+        host[:, :n] = torch.tensor([[r.all_ids[r.num_computed] for r in reqs],
+                                    [r.num_computed for r in reqs],
+                                    [r.num_computed + 1 for r in reqs],
+                                    [r.slot for r in reqs]], dtype=torch.int64)
+        self.inputs[:, :size].copy_(host, non_blocking=True)
+        self.replays += 1
+        if not self.capture:
+            return self._forward(size)[:n]
+        if size not in self.graphs and not self._capture(size):
+            return None
+        graph, logits = self.graphs[size]
+        graph.replay()
+        return logits[:n]
+
+    def _sync_tables(self, reqs: list[Request]) -> None:
+        """Write the block ids each request gained since its slot's row was last written."""
+        for r in reqs:
+            known = self._synced.get(r.slot)
+            start = known[1] if known is not None and known[0] is r.blocks else 0
+            if start < len(r.blocks):
+                row = torch.tensor(r.blocks[start:], dtype=torch.int32)
+                self.tables[r.slot, start:len(r.blocks)].copy_(row, non_blocking=False)
+            # Holding the list object keeps its identity unique while we compare against it.
+            self._synced[r.slot] = (r.blocks, len(r.blocks))
+
+    def _batch(self, size: int) -> ForwardBatch:
+        ids, pos, lens, slots = self.inputs[:, :size]
+        table = self.tables.index_select(0, slots)
+        return ForwardBatch(ids, pos, self.cu[:size + 1], lens.to(torch.int32), self.pool.cache,
+                            slots, table, new_lens=[1] * size, context_lens_host=[1] * size,
+                            token_requests=self.rows[:size],
+                            max_seq_len=self.width * self.pool.block_size)
+
+    def _forward(self, size: int) -> torch.Tensor:
+        return self.model.logits(self.model.forward_batch(self._batch(size)))
+
+    # --- capture -----------------------------------------------------------------------------
+    def _capture(self, size: int) -> bool:
+        """Warm up (compiling kernels; syncs are errors), then capture; False (and ``disabled``
+        says why) if the decode forward cannot be captured. Inputs are the padding rows at
+        capture time, so nothing but the padding slot is touched."""
+        self.inputs[:, :size] = self._pad[:, None].to(self.inputs.device)
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        previous = torch.cuda.get_sync_debug_mode()
+        try:
+            with torch.cuda.stream(stream):
+                self._forward(size)
+                torch.cuda.set_sync_debug_mode("error")
+                self._forward(size)
+        except RuntimeError as err:
+            self.disabled = f"the decode forward syncs with the host ({err})"
+            log.warning("CUDA graphs off: %s", self.disabled)
+            return False
+        finally:
+            torch.cuda.set_sync_debug_mode(previous)
+            torch.cuda.current_stream().wait_stream(stream)
+        if self._mempool is None:
+            self._mempool = torch.cuda.graph_pool_handle()
+        graph = torch.cuda.CUDAGraph()
+        try:
+            with torch.cuda.graph(graph, pool=self._mempool):
+                logits = self._forward(size)
+        except RuntimeError as err:
+            self.disabled = f"capturing the decode forward failed ({err})"
+            log.warning("CUDA graphs off: %s", self.disabled)
+            return False
+        self.graphs[size] = (graph, logits)
+        return True
+
+    def capture_all(self) -> None:
+        """Capture every size now, largest first (smaller graphs then reuse its memory)."""
+        if self.capture:
+            for size in reversed(self.sizes):
+                if size not in self.graphs and not self._capture(size):
+                    return

@@ -1,0 +1,84 @@
+"""The fixed-size decode path that CUDA graphs replay (hwinfer.engine.graphs), run eagerly on the
+CPU: padding rows, static input buffers and per-slot block tables never change a token, across
+batch sizes that need padding, requests that join and leave, and preemption. (Capture itself
+needs a GPU: tests on the H200 in scripts/device_engine.sh.)"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from hwinfer import load_model
+from hwinfer.engine import Engine, SamplingParams
+from hwinfer.engine.graphs import capture_sizes
+from hwinfer.testing.checkpoints import write_checkpoint
+
+ARCHS = ["qwen3_5", "gemma4", "kimi_linear"]
+GREEDY = SamplingParams(max_tokens=12, temperature=0, ignore_eos=True)
+SAMPLED = SamplingParams(max_tokens=12, temperature=0.8, top_p=0.9, seed=3, ignore_eos=True)
+
+
+@pytest.fixture(scope="module", params=ARCHS)
+def model(request, tmp_path_factory):
+    return load_model(write_checkpoint(request.param, tmp_path_factory.mktemp(request.param)), device="cpu")
+
+
+def _prompts(model, n: int) -> list[list[int]]:
+    gen = torch.Generator().manual_seed(11)
+    return [torch.randint(3, model.config["vocab_size"], (k,), generator=gen).tolist()
+            for k in [5, 23, 9, 40, 14][:n]]
+
+
+def _run(model, prompts, params, **kw):
+    engine = Engine(model, max_num_seqs=5, max_num_batched_tokens=32, num_blocks=64, **kw)
+    reqs = [engine.add_request(p, params) for p in prompts[:2]]
+    engine.step()
+    reqs += [engine.add_request(p, params) for p in prompts[2:]]
+    outs = [o.token_ids for o in engine.run(reqs)]
+    assert engine.pool.is_empty()
+    return outs, engine
+
+
+@pytest.mark.parametrize("params", [GREEDY, SAMPLED], ids=["greedy", "sampled"])
+def test_fixed_size_decode_equals_eager(model, params):
+    prompts = _prompts(model, 5)
+    expected, _ = _run(model, prompts, params, cuda_graphs=False)
+    got, engine = _run(model, prompts, params, cuda_graphs=True)
+    assert got == expected
+    assert engine.graphs is not None and engine.graphs.disabled is None
+    # Sizes 1, 2, 4, 5: three running requests run padded to 4.
+    assert engine.graphs.sizes == [1, 2, 4, 5]
+    assert engine.graphs.replays > 0
+
+
+def test_requests_longer_than_the_graph_table_decode_eagerly(model):
+    prompts = _prompts(model, 3)
+    expected, _ = _run(model, prompts, GREEDY, cuda_graphs=False)
+    bs = model.cache_block_size()
+    got, engine = _run(model, prompts, GREEDY, cuda_graphs=True, graph_max_len=2 * bs)
+    assert engine.graphs.width == 2
+    assert got == expected
+
+
+def test_preempted_requests_get_fresh_table_rows(model):
+    prompts = _prompts(model, 4)
+    bs = model.cache_block_size()
+    blocks = 2 * -(-(max(map(len, prompts)) + GREEDY.max_tokens) // bs)
+    outs = []
+    for graphs in (False, True):
+        engine = Engine(model, max_num_seqs=4, max_num_batched_tokens=64, num_blocks=blocks, cuda_graphs=graphs)
+        outs.append([o.token_ids for o in engine.run([engine.add_request(p, GREEDY) for p in prompts])])
+        assert engine.pool.is_empty()
+    assert outs[0] == outs[1]
+
+
+def test_capture_sizes():
+    assert capture_sizes(1) == [1]
+    assert capture_sizes(6) == [1, 2, 4, 6]
+    assert capture_sizes(64) == [1, 2, 4, 8, 16, 24, 32, 40, 48, 56, 64]
+    assert capture_sizes(256)[-4:] == [160, 192, 224, 256]
+
+
+def test_models_without_a_graph_safe_decode_are_refused(tmp_path):
+    model = load_model(write_checkpoint("deepseek_v4", tmp_path), device="cpu")
+    with pytest.raises(ValueError, match="graph_decode"):
+        Engine(model, max_num_seqs=2, num_blocks=16, cuda_graphs=True)
