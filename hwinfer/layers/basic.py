@@ -26,6 +26,43 @@ class Linear(nn.Module):
         return F.linear(x, self.weight, self.bias)
 
 
+class MergedProjection:
+    """Linear layers that read the same input, run as one GEMM (one weight read, one launch).
+
+    On first use (after loading) their weights are stacked once and each layer's parameter
+    becomes a view into the stack, so nothing is stored twice and checkpoint names are
+    unchanged; a plain object, not a module, so it adds no parameter names. Calling returns each
+    layer's output, as views of one result: x [..., in] -> tuple of [..., out_i]."""
+
+    def __init__(self, *linears: Linear) -> None:
+        self.linears = linears
+        self.weight: torch.Tensor | None = None
+        self.bias: torch.Tensor | None = None
+        self._ptrs: list[int] = []
+
+    def __call__(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        # Re-stack if a layer's weight was replaced since (loading, .to(), re-tying).
+        if [l.weight.data_ptr() for l in self.linears] != self._ptrs:
+            self._stack()
+        y = F.linear(x, self.weight, self.bias)
+        return y.split([l.weight.shape[0] for l in self.linears], dim=-1)
+
+    def _offsets(self) -> list[int]:
+        sizes = [l.weight.shape[0] for l in self.linears]
+        return [sum(sizes[:i]) for i in range(len(sizes))]
+
+    def _stack(self) -> None:
+        self.weight = torch.cat([l.weight.data for l in self.linears])
+        if any(l.bias is not None for l in self.linears):
+            self.bias = torch.cat([l.bias.data if l.bias is not None else
+                                   self.weight.new_zeros(l.weight.shape[0]) for l in self.linears])
+        for l, o in zip(self.linears, self._offsets()):
+            l.weight.data = self.weight[o:o + l.weight.shape[0]]
+            if self.bias is not None and l.bias is not None:
+                l.bias.data = self.bias[o:o + l.weight.shape[0]]
+        self._ptrs = [l.weight.data_ptr() for l in self.linears]
+
+
 class Embedding(nn.Module):
     """ids [T] -> [T, H]."""
 
@@ -60,8 +97,9 @@ class GatedMLP(nn.Module):
         self.up_proj = Linear(hidden, intermediate, dtype=dtype)
         self.down_proj = Linear(intermediate, hidden, dtype=dtype)
         self.activation = activation
+        self.gate_up = MergedProjection(self.gate_proj, self.up_proj)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        g = self.gate_proj(x)
+        g, u = self.gate_up(x)
         act = F.silu(g) if self.activation == "silu" else F.gelu(g, approximate="tanh")
-        return self.down_proj(act * self.up_proj(x))
+        return self.down_proj(act * u)

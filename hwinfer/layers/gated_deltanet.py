@@ -15,7 +15,7 @@ from torch import nn
 
 from hwinfer.backend.select import OpTable
 from hwinfer.cache.spec import CacheTensor
-from hwinfer.layers.basic import Linear
+from hwinfer.layers.basic import Linear, MergedProjection
 from hwinfer.runtime.batch import ForwardBatch
 
 
@@ -39,6 +39,7 @@ class GatedDeltaNet(nn.Module):
         self.norm = nn.Module()
         self.norm.weight = nn.Parameter(torch.empty(self.dv, dtype=torch.float32), requires_grad=False)
         self.out_proj = Linear(self.nv * self.dv, h, dtype=dtype)
+        self.in_proj = MergedProjection(self.in_proj_qkv, self.in_proj_z, self.in_proj_b, self.in_proj_a)
         self.ops = ops
 
     def cache_specs(self, dtype: torch.dtype) -> list[CacheTensor]:
@@ -55,15 +56,15 @@ class GatedDeltaNet(nn.Module):
         conv_state = ssm_state = None
         if cache is not None:
             conv_state, ssm_state = cache["conv"][batch.slots], cache["ssm"][batch.slots]
-        pre = self.in_proj_qkv(x)
+        pre, z, b, a = self.in_proj(x)
         mixed, new_conv = ops.causal_conv1d(pre[None], self.conv1d.weight, None,
                                             conv_state, activation="silu", cu_seqlens=cu)
         q, k, v = mixed[0].split([self.nk * self.dk, self.nk * self.dk, self.nv * self.dv], dim=-1)
         q = q.reshape(1, t, self.nk, self.dk)
         k = k.reshape(1, t, self.nk, self.dk)
         v = v.reshape(1, t, self.nv, self.dv)
-        beta = torch.sigmoid(self.in_proj_b(x).float())[None]
-        g = ops.gdn_gate(self.in_proj_a(x)[None], self.A_log, self.dt_bias)
+        beta = torch.sigmoid(b.float())[None]
+        g = ops.gdn_gate(a[None], self.A_log, self.dt_bias)
         rule = ops.gdn_recurrent if batch.is_decode else ops.gdn_chunked
         o, new_ssm = rule(q, k, v, g, beta, ssm_state, use_qk_l2norm=True, cu_seqlens=cu)
         if cache is not None:
@@ -71,7 +72,7 @@ class GatedDeltaNet(nn.Module):
             cache["ssm"][batch.slots] = new_ssm
             if batch.capture is not None:
                 batch.capture.record(self, cache, pre=pre, q=q[0], k=k[0], v=v[0], g=g[0], beta=beta[0])
-        z = self.in_proj_z(x).view(t, self.nv, self.dv)
+        z = z.view(t, self.nv, self.dv)
         y = ops.rms_norm_gated(o[0], z, self.norm.weight, eps=self.eps, activation="silu")
         return self.out_proj(y.reshape(t, -1))
 

@@ -19,7 +19,7 @@ from torch import nn
 
 from hwinfer.backend.select import OpTable
 from hwinfer.cache.spec import CacheTensor
-from hwinfer.layers.basic import Embedding, GatedMLP, Linear, RMSNorm
+from hwinfer.layers.basic import Embedding, GatedMLP, Linear, MergedProjection, RMSNorm
 from hwinfer.layers.gated_deltanet import GatedDeltaNet
 from hwinfer.layers.kv_attention import cached_attention, kv_cache_specs
 from hwinfer.layers.moe import SoftmaxMoE
@@ -61,6 +61,7 @@ class GatedAttention(nn.Module):
         self.o_proj = Linear(self.heads * self.head_dim, h, dtype=dtype)
         self.q_norm = RMSNorm(ops, self.head_dim, eps, offset=1.0)
         self.k_norm = RMSNorm(ops, self.head_dim, eps, offset=1.0)
+        self.qkv_proj = MergedProjection(self.q_proj, self.k_proj, self.v_proj)
         self.ops = ops
 
     def cache_specs(self, dtype: torch.dtype) -> list[CacheTensor]:
@@ -72,11 +73,12 @@ class GatedAttention(nn.Module):
 
     def forward(self, x: torch.Tensor, batch: ForwardBatch, cache: dict | None) -> torch.Tensor:
         t = x.shape[0]
-        qg = self.q_proj(x).view(t, self.heads, 2 * self.head_dim)
+        qg, k, v = self.qkv_proj(x)
+        qg = qg.view(t, self.heads, 2 * self.head_dim)
         q, gate = qg[..., : self.head_dim], qg[..., self.head_dim:]
         q = self.q_norm(q)
-        k = self.k_norm(self.k_proj(x).view(t, self.kv_heads, self.head_dim))
-        v = self.v_proj(x).view(t, self.kv_heads, self.head_dim)
+        k = self.k_norm(k.view(t, self.kv_heads, self.head_dim))
+        v = v.view(t, self.kv_heads, self.head_dim)
         cos, sin = self.ops.rope_tables(batch.positions, rotary_dim=self.rotary_dim, base=self.theta)
         q = self.ops.apply_rope(q, cos, sin)
         k = self.ops.apply_rope(k, cos, sin)

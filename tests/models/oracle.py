@@ -1,12 +1,15 @@
 """Shared oracle checks: hwinfer against transformers 5.23.0 on tiny generated checkpoints.
 
-Each check loads the same files with both libraries (fp32, CPU) and compares: logits (max
+Each check loads the same files with both libraries (fp32; transformers on the CPU, hwinfer on
+``HWINFER_TEST_DEVICE``, default cpu, e.g. ``cuda`` to run the model tests through a GPU
+backend's kernels) and compares: logits (max
 relative error, relative to the largest reference logit), greedy tokens, cached decode against
 full recompute, and loading transformers' own ``save_pretrained`` output.
 """
 from __future__ import annotations
 
 import inspect
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -17,6 +20,7 @@ from hwinfer import load_model
 from hwinfer.runtime.batch import ForwardBatch
 
 LOGIT_RTOL = 1e-4
+DEVICE = os.environ.get("HWINFER_TEST_DEVICE", "cpu")
 
 
 def force_torch_paths(model) -> None:
@@ -38,7 +42,8 @@ def hf_load(path: Path, cls_name: str | None = None):
 
 
 def rel_err(ours: torch.Tensor, ref: torch.Tensor) -> float:
-    return float((ours.float() - ref.float()).abs().max() / ref.float().abs().max())
+    ours, ref = ours.float().cpu(), ref.float().cpu()
+    return float((ours - ref).abs().max() / ref.abs().max())
 
 
 def random_ids(vocab: int, batch: int, length: int, seed: int = 0) -> torch.Tensor:
@@ -94,7 +99,7 @@ def check_hf_layout(ours, hf, src: Path, dst: Path, ids: torch.Tensor) -> None:
     for name in ("tokenizer.json", "tokenizer_config.json", "generation_config.json"):
         if (src / name).exists() and not (dst / name).exists():
             shutil.copy(src / name, dst / name)
-    again = load_model(dst, device="cpu")
+    again = load_model(dst, device=DEVICE)
     assert rel_err(again(ids), ours(ids)) <= LOGIT_RTOL
 
 
@@ -103,10 +108,10 @@ def check_chunked_prefill(model, prompts: list[list[int]], first: list[int]) -> 
     prefix (chunked prefill / prefix-cache hit): every position's logits equal a full forward."""
     n = len(prompts)
     cache, alloc = model.new_cache(n, max(len(p) for p in prompts))
-    table, slots = alloc.block_table(model.device), torch.arange(n)
+    table, slots = alloc.block_table(model.device), torch.arange(n, device=model.device)
     got: list[list[torch.Tensor]] = [[] for _ in prompts]
     for new, ctx in ((first, [0] * n), ([len(p) - f for p, f in zip(prompts, first)], first)):
-        ids = torch.tensor([t for p, c, m in zip(prompts, ctx, new) for t in p[c:c + m]])
+        ids = torch.tensor([t for p, c, m in zip(prompts, ctx, new) for t in p[c:c + m]], device=model.device)
         batch = ForwardBatch.step(ids, new, ctx, cache, slots, table)
         with torch.no_grad():
             logits = model.logits(model.forward_batch(batch))

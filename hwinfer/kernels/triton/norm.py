@@ -1,4 +1,5 @@
-"""Triton RMSNorm (contract: :func:`hwinfer.ops.norm.rms_norm`).
+"""Triton RMSNorm and gated RMSNorm (contracts: :func:`hwinfer.ops.norm.rms_norm`,
+:func:`hwinfer.ops.norm.rms_norm_gated`).
 
 One program normalises one row; the row is loaded once (BLOCK >= D), upcast to fp32 right after
 the load (the interpreter computes bf16 wrongly otherwise, and fp32 is the contract anyway).
@@ -43,6 +44,51 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor | None = None, *, eps: float 
     return y.reshape(x.shape)
 
 
+@triton.jit
+def _rms_norm_gated_kernel(x_ptr, z_ptr, w_ptr, y_ptr, stride_x, stride_z, stride_y, D, eps,
+                           HAS_WEIGHT: tl.constexpr, SILU: tl.constexpr, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < D
+    x = tl.load(x_ptr + row * stride_x + cols, mask=mask, other=0.0).to(tl.float32)
+    z = tl.load(z_ptr + row * stride_z + cols, mask=mask, other=0.0).to(tl.float32)
+    y = x / tl.sqrt(tl.sum(x * x, axis=0) / D + eps)
+    if HAS_WEIGHT:
+        y = y * tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    sig = 1.0 / (1.0 + tl.exp(-z))
+    if SILU:
+        y = y * z * sig
+    else:
+        y = y * sig
+    tl.store(y_ptr + row * stride_y + cols, y.to(y_ptr.dtype.element_ty), mask=mask)
+
+
+def _rows(t: torch.Tensor, d: int) -> torch.Tensor:
+    """[..., D] as [rows, D] with unit column stride (a view when possible)."""
+    t2 = t.reshape(-1, d)
+    return t2 if t2.stride(-1) == 1 else t2.contiguous()
+
+
+def rms_norm_gated(x: torch.Tensor, gate: torch.Tensor, weight: torch.Tensor | None = None, *,
+                   eps: float = 1e-6, activation: str = "silu") -> torch.Tensor:
+    """Triton gated RMSNorm: x, gate [..., D] -> rms_norm(x) * weight * act(gate) in x.dtype,
+    one program per row (the GDN / KDA output norm: one launch instead of a chain of ops)."""
+    if activation not in ("silu", "sigmoid"):
+        raise ValueError(f"rms_norm_gated: activation must be 'silu' or 'sigmoid', not {activation!r}")
+    if gate.shape != x.shape:
+        raise ValueError(f"rms_norm_gated: gate {list(gate.shape)} must match x {list(x.shape)}")
+    d = x.shape[-1]
+    x2, z2 = _rows(x, d), _rows(gate, d)
+    y = torch.empty((x2.shape[0], d), dtype=x.dtype, device=x.device)
+    if x2.shape[0]:
+        block = triton.next_power_of_2(d)
+        _rms_norm_gated_kernel[(x2.shape[0],)](
+            x2, z2, weight if weight is not None else x2, y, x2.stride(0), z2.stride(0), y.stride(0),
+            d, eps, HAS_WEIGHT=weight is not None, SILU=activation == "silu", BLOCK=block,
+            num_warps=4 if block <= 2048 else 8)
+    return y.reshape(x.shape)
+
+
 def rms_norm_supported(x: torch.Tensor, weight: torch.Tensor | None = None, **_: object) -> str | None:
     """Per-call check: one program holds a whole row, so rows wider than 65536 go elsewhere."""
     if x.shape[-1] > 65536:
@@ -63,6 +109,12 @@ def _aot_specs():
                    "HAS_WEIGHT": "constexpr", "BLOCK": "constexpr"}
             specs.append(AotSpec(f"rms_norm[{dtype},{block}]", _rms_norm_kernel, sig,
                                  {"HAS_WEIGHT": True, "BLOCK": block}, {"num_warps": warps}))
+    for dtype in ("fp32", "bf16"):
+        sig = {"x_ptr": f"*{dtype}", "z_ptr": f"*{dtype}", "w_ptr": "*fp32", "y_ptr": f"*{dtype}",
+               "stride_x": "i32", "stride_z": "i32", "stride_y": "i32", "D": "i32", "eps": "fp32",
+               "HAS_WEIGHT": "constexpr", "SILU": "constexpr", "BLOCK": "constexpr"}
+        specs.append(AotSpec(f"rms_norm_gated[{dtype}]", _rms_norm_gated_kernel, sig,
+                             {"HAS_WEIGHT": True, "SILU": True, "BLOCK": 128}, {"num_warps": 4}))
     return specs
 
 

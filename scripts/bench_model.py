@@ -1,0 +1,223 @@
+"""Whole-model prefill and decode speed at real dimensions with random weights, side by side with
+transformers on the same card and the weight-bandwidth roofline (issue 6, item 4).
+
+    python3 scripts/bench_model.py --preset qwen3.5-0.8b --batch 1,32
+    python3 scripts/bench_model.py --preset kimi-linear-48b-a3b --layers 4 --batch 1,32
+    python3 scripts/bench_model.py --preset qwen3.5-0.8b --no-hf --csv results.csv
+
+For each batch size B: B prompts of ``--prompt`` random tokens are prefilled in one engine step
+(prefill tok/s = B * prompt / time of that step), then ``--new`` decode steps are timed (decode
+tok/s = B * new / time). hwinfer runs twice, eager and with CUDA graphs; ``graph replay`` is the
+captured forward alone (what the GPU needs per step, without the engine's host work).
+transformers: generate() with max_new_tokens 1 and 1 + new (decode = the difference), SDPA without
+cuDNN (it re-plans per KV length, TOOLCHAIN.md). Roofline: bytes of the weights one decode step
+reads (every parameter except the embedding table, which only gives B rows; lm_head counted;
+MoE experts counted in full, an upper bound of what a step reads) / 4,270 GB/s, times B.
+``--layers N`` keeps the first N decoder layers (lists of per-layer values are cut to match).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from hwinfer.api import random_model
+from hwinfer.engine import Engine, SamplingParams
+from hwinfer.loader.config import load_config
+
+PEAK_BYTES_S = 4.27e12
+
+
+def shrunk_config(preset: str, layers: int | None) -> Path:
+    """A directory holding the preset's config.json, cut to ``layers`` decoder layers."""
+    config = load_config(preset)
+    text = config.get("text_config", config)
+    if layers:
+        old = text["num_hidden_layers"]
+        text["num_hidden_layers"] = layers
+        for key, value in list(text.items()):
+            if isinstance(value, list) and len(value) in (old, old + text.get("num_nextn_predict_layers", 0)):
+                text[key] = value[:layers]
+    root = Path(tempfile.mkdtemp(prefix="hwinfer-bench-model-"))
+    (root / "config.json").write_text(json.dumps(config))
+    return root
+
+
+def decode_weight_bytes(model) -> int:
+    skip = ("mtp.", "embed_tokens.")
+    total = sum(p.numel() * p.element_size() for n, p in model.named_parameters()
+                if not n.startswith(skip) and ".mtp." not in n)
+    if getattr(model, "tied", False):
+        total += model.embed_tokens.weight.numel() * model.embed_tokens.weight.element_size()
+    return total
+
+
+def _prompts(batch: int, length: int, vocab: int) -> list[list[int]]:
+    gen = torch.Generator().manual_seed(batch)
+    return torch.randint(3, vocab, (batch, length), generator=gen).tolist()
+
+
+def _now() -> float:
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+    return time.perf_counter()
+
+
+def bench_hwinfer(model, batch: int, prompt: int, new: int, graphs: bool) -> dict:
+    bs = model.cache_block_size()
+    engine = Engine(model, max_num_seqs=batch, max_num_batched_tokens=batch * prompt,
+                    num_blocks=batch * -(-(prompt + new + 8) // bs) + 1, cuda_graphs=graphs,
+                    graph_max_len=prompt + new + 8)
+    params = SamplingParams(max_tokens=new + 1, temperature=0, ignore_eos=True)
+    # Warm-up round: compiles the Triton kernels and captures the graphs.
+    engine.run([engine.add_request(p[:bs + 3], SamplingParams(max_tokens=4, temperature=0, ignore_eos=True))
+                for p in _prompts(batch, prompt, model.config["vocab_size"])])
+    t0 = time.perf_counter()
+    if engine.graphs is not None:
+        engine.graphs.capture_all()
+    capture_s = time.perf_counter() - t0
+    reqs = [engine.add_request(p, params) for p in _prompts(batch, prompt, model.config["vocab_size"])]
+    t0 = _now()
+    while any(not r.output_ids for r in reqs):
+        engine.step()
+    t1 = _now()
+    for _ in range(new):
+        engine.step()
+    t2 = _now()
+    row = {"impl": "hwinfer+graphs" if graphs else "hwinfer eager", "batch": batch,
+           "prefill_tok_s": batch * prompt / (t1 - t0), "decode_tok_s": batch * new / (t2 - t1),
+           "ms_per_step": 1e3 * (t2 - t1) / new}
+    if engine.graphs is not None:
+        row["graphs_disabled"] = engine.graphs.disabled
+        row["capture_s"] = capture_s
+        if engine.graphs.disabled is None and batch in engine.graphs.graphs:
+            graph = engine.graphs.graphs[batch][0]
+            graph.replay()
+            t0 = _now()
+            for _ in range(50):
+                graph.replay()
+            row["graph_replay_ms"] = 1e3 * (_now() - t0) / 50
+    while engine.has_unfinished():
+        engine.step()
+    return row
+
+
+def profile_decode(model, batch: int, prompt: int, steps: int = 5) -> None:
+    """Kernels of ``steps`` decode steps (eager, then replayed from a graph): count per step and
+    the 15 that take the most GPU time, to stderr."""
+    from torch.profiler import ProfilerActivity, profile
+
+    for graphs in (False, True):
+        bs = model.cache_block_size()
+        engine = Engine(model, max_num_seqs=batch, max_num_batched_tokens=batch * prompt,
+                        num_blocks=batch * -(-(prompt + 64) // bs) + 1, cuda_graphs=graphs)
+        reqs = [engine.add_request(p, SamplingParams(max_tokens=steps + 8, temperature=0, ignore_eos=True))
+                for p in _prompts(batch, prompt, model.config["vocab_size"])]
+        for _ in range(3):
+            engine.step()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(steps):
+                engine.step()
+            torch.cuda.synchronize()
+        events = [e for e in prof.key_averages() if e.device_type.name == "CUDA"]
+        count = sum(e.count for e in events) / steps
+        total = sum(e.self_device_time_total for e in events) / steps
+        print(f"# profile batch {batch} {'graphs' if graphs else 'eager'}: {count:.0f} kernels/step, "
+              f"{total:.0f} us GPU time/step", file=sys.stderr)
+        for e in sorted(events, key=lambda e: -e.self_device_time_total)[:15]:
+            print(f"#   {e.self_device_time_total / steps:8.1f} us  x{e.count / steps:5.1f}  {e.key[:90]}",
+                  file=sys.stderr)
+        while engine.has_unfinished():
+            engine.step()
+        del reqs
+
+
+def bench_transformers(config_dir: Path, batch: int, prompt: int, new: int, device: str) -> dict:
+    import transformers
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    config = json.loads((config_dir / "config.json").read_text())
+    if "text_config" in config:
+        text = dict(config["text_config"])
+        text.setdefault("model_type", config["model_type"] + "_text")
+        config = text
+    model_type = config.pop("model_type")
+    cfg = transformers.AutoConfig.for_model(model_type, **config)
+    with torch.device(device):
+        hf = transformers.AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16).eval()
+    ids = torch.tensor(_prompts(batch, prompt, cfg.vocab_size), device=device)
+
+    def gen(n: int) -> float:
+        t0 = _now()
+        hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, min_new_tokens=n,
+                    do_sample=False)
+        return _now() - t0
+    with torch.no_grad(), sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION,
+                                       SDPBackend.MATH]):
+        gen(2)
+        first = gen(1)
+        full = gen(1 + new)
+    del hf
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    return {"impl": f"transformers {transformers.__version__}", "batch": batch,
+            "prefill_tok_s": batch * prompt / first, "decode_tok_s": batch * new / (full - first),
+            "ms_per_step": 1e3 * (full - first) / new}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--preset", default="qwen3.5-0.8b")
+    ap.add_argument("--layers", type=int, default=None)
+    ap.add_argument("--batch", default="1,32")
+    ap.add_argument("--prompt", type=int, default=1024)
+    ap.add_argument("--new", type=int, default=64)
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--no-hf", action="store_true")
+    ap.add_argument("--no-eager", action="store_true")
+    ap.add_argument("--profile", action="store_true", help="kernel breakdown of decode steps")
+    ap.add_argument("--csv", default=None, help="append rows (model, impl, batch, metric, value, unit)")
+    args = ap.parse_args()
+    config_dir = shrunk_config(args.preset, args.layers)
+    name = args.preset + (f" ({args.layers} layers)" if args.layers else "")
+    model = random_model(config_dir, device=args.device, dtype="bf16")
+    weight_bytes = decode_weight_bytes(model)
+    print(f"# {name}: {weight_bytes / 1e9:.3f} GB of weights per decode step; "
+          f"roofline {PEAK_BYTES_S / weight_bytes:,.0f} tok/s at batch 1", file=sys.stderr)
+    print("# ops: " + ", ".join(f"{r['op']}={r['chosen']}" for r in model.ops.report()), file=sys.stderr)
+    rows = []
+    if args.profile:
+        for batch in (int(b) for b in args.batch.split(",")):
+            profile_decode(model, batch, 256)
+    for batch in (int(b) for b in args.batch.split(",")):
+        roof = batch * PEAK_BYTES_S / weight_bytes
+        for graphs in ([False, True] if not args.no_eager else [True]):
+            rows.append(bench_hwinfer(model, batch, args.prompt, args.new, graphs))
+        if not args.no_hf:
+            try:
+                rows.append(bench_transformers(config_dir, batch, args.prompt, args.new, args.device))
+            except Exception as err:  # the peer may lack this architecture or run out of memory
+                rows.append({"impl": "transformers", "batch": batch, "error": repr(err)[:300]})
+        for row in rows:
+            if row["batch"] == batch and "decode_tok_s" in row:
+                row["decode_pct_roofline"] = 100 * row["decode_tok_s"] / roof
+                row["roofline_tok_s"] = roof
+    for row in rows:
+        print(json.dumps({"model": name, **{k: (round(v, 3) if isinstance(v, float) else v)
+                                            for k, v in row.items()}}))
+    if args.csv:
+        with open(args.csv, "a") as f:
+            for row in rows:
+                for metric in ("prefill_tok_s", "decode_tok_s", "ms_per_step", "graph_replay_ms",
+                               "decode_pct_roofline"):
+                    if metric in row:
+                        f.write(f"{name},{row['impl']},{row['batch']},{metric},{row[metric]:.4g}\n")
+
+
+if __name__ == "__main__":
+    main()
