@@ -167,12 +167,17 @@ class Engine:
         def pick(value, default):
             return default if value is None else value
         temp = [float(pick(r.params.temperature, d.temperature)) for r in reqs]
+        if all(t <= 0 for t in temp):
+            # All greedy: the sampler's own rule (argmax, ties to the lowest id) without its
+            # parameter uploads.
+            return logits.argmax(dim=-1).tolist()
         top_k = [int(pick(r.params.top_k, d.top_k)) for r in reqs]
         top_p = [float(pick(r.params.top_p, d.top_p)) for r in reqs]
-        return self.model.ops.sample(
-            logits, torch.tensor(temp, device=device), torch.tensor(top_k, dtype=torch.int32, device=device),
-            torch.tensor(top_p, device=device), torch.tensor([r.seed for r in reqs], device=device),
-            torch.tensor(steps, device=device)).tolist()
+        # Two uploads instead of five: float rows (temperature, top_p), integer rows (top_k, seed, step).
+        floats = torch.tensor([temp, top_p], dtype=torch.float32).to(device, non_blocking=True)
+        ints = torch.tensor([top_k, [r.seed for r in reqs], steps], dtype=torch.int64).to(device, non_blocking=True)
+        return self.model.ops.sample(logits, floats[0], ints[0].to(torch.int32), floats[1], ints[1],
+                                     ints[2]).tolist()
 
     @staticmethod
     def _logprobs(logits: torch.Tensor, reqs: list[Request], tokens: list[int]) -> list[TokenLogprob | None]:
