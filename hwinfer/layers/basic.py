@@ -47,6 +47,13 @@ class MergedProjection:
         y = F.linear(x, self.weight, self.bias)
         return y.split([l.weight.shape[0] for l in self.linears], dim=-1)
 
+    @staticmethod
+    def joined(parts: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        """Adjacent outputs of one call as one view [..., sum of their widths] (no copy)."""
+        first = parts[0]
+        return first.as_strided((*first.shape[:-1], sum(p.shape[-1] for p in parts)), first.stride(),
+                                first.storage_offset())
+
     def _offsets(self) -> list[int]:
         sizes = [l.weight.shape[0] for l in self.linears]
         return [sum(sizes[:i]) for i in range(len(sizes))]

@@ -16,7 +16,7 @@ from torch import nn
 
 from hwinfer.backend.select import OpTable
 from hwinfer.cache.spec import CacheTensor
-from hwinfer.layers.basic import Linear
+from hwinfer.layers.basic import Linear, MergedProjection
 from hwinfer.runtime.batch import ForwardBatch
 
 
@@ -63,6 +63,9 @@ class KimiDeltaAttention(nn.Module):
         self.o_norm = nn.Module()
         self.o_norm.weight = _param((head_dim,), torch.float32)
         self.o_proj = Linear(p, hidden, dtype=dtype)
+        # Every projection of x in one GEMM: q | k | v (adjacent: the conv reads them as one) | f_a | b | gate.
+        self.in_proj = MergedProjection(self.q_proj, self.k_proj, self.v_proj, self.f_a_proj, self.b_proj,
+                                        self.g_proj if full_rank_gate else self.g_a_proj)
         self.ops = ops
 
     def cache_specs(self, dtype: torch.dtype) -> list[CacheTensor]:
@@ -74,10 +77,6 @@ class KimiDeltaAttention(nn.Module):
         """Cached tokens one decode step attends: none (a fixed-size recurrent state)."""
         return 0
 
-    def output_gate(self, x: torch.Tensor) -> torch.Tensor:
-        """Raw output-gate logits [T, P]."""
-        return self.g_proj(x) if self.full_rank_gate else self.g_b_proj(self.g_a_proj(x))
-
     def forward(self, x: torch.Tensor, batch: ForwardBatch, cache: dict | None) -> torch.Tensor:
         """x [T, H] (packed requests of ``batch``) -> [T, H]."""
         ops, t, h, d = self.ops, x.shape[0], self.heads, self.head_dim
@@ -85,19 +84,22 @@ class KimiDeltaAttention(nn.Module):
         conv_state = ssm_state = None
         if cache is not None:
             conv_state, ssm_state = cache["conv"][batch.slots], cache["ssm"][batch.slots]
-        qkv = torch.cat([self.q_proj(x), self.k_proj(x), self.v_proj(x)], dim=-1)
+        q, k, v, f_a, b, gate = self.in_proj(x)
+        qkv = MergedProjection.joined((q, k, v))
         mixed, new_conv = ops.causal_conv1d(qkv[None], self.conv1d.weight, None, conv_state,
                                             activation="silu", cu_seqlens=cu)
         q, k, v = (part.reshape(1, t, h, d) for part in mixed[0].split(self.proj_dim, dim=-1))
         a_log = self.A_log.reshape(-1)[:h]
-        g = ops.kda_gate(self.f_b_proj(self.f_a_proj(x)).view(1, t, h, d), a_log, self.dt_bias,
+        g = ops.kda_gate(self.f_b_proj(f_a).view(1, t, h, d), a_log, self.dt_bias,
                          lower_bound=self.lower_bound)
-        beta = torch.sigmoid(self.b_proj(x).float())[None]
+        beta = torch.sigmoid(b.float())[None]
         rule = ops.kda_recurrent if batch.is_decode else ops.kda_chunked
         o, new_ssm = rule(q, k, v, g, beta, ssm_state, use_qk_l2norm=True, cu_seqlens=cu)
         if cache is not None:
             cache["conv"][batch.slots] = new_conv.to(cache["conv"].dtype)
             cache["ssm"][batch.slots] = new_ssm
-        gate = self.output_gate(x).view(t, h, d)
+        if not self.full_rank_gate:
+            gate = self.g_b_proj(gate)
+        gate = gate.view(t, h, d)
         y = ops.rms_norm_gated(o[0], gate, self.o_norm.weight, eps=self.eps, activation="sigmoid")
         return self.o_proj(y.reshape(t, -1))
