@@ -13,7 +13,8 @@ transformers: generate() with max_new_tokens 1 and 1 + new (decode = the differe
 cuDNN (it re-plans per KV length, TOOLCHAIN.md). Roofline: bytes of the weights one decode step
 reads (every parameter except the embedding table, which only gives B rows; lm_head counted;
 MoE experts counted in full, an upper bound of what a step reads) / 4,270 GB/s, times B.
-``--layers N`` keeps the first N decoder layers (lists of per-layer values are cut to match).
+``--layers N`` keeps the first N decoder layers (lists of per-layer values are cut to match; for
+Kimi-Linear use a multiple of 4 so a full-attention layer is among them).
 """
 from __future__ import annotations
 
@@ -43,6 +44,11 @@ def shrunk_config(preset: str, layers: int | None) -> Path:
         for key, value in list(text.items()):
             if isinstance(value, list) and len(value) in (old, old + text.get("num_nextn_predict_layers", 0)):
                 text[key] = value[:layers]
+        # Lists of 1-based layer numbers (Kimi-Linear's linear_attn_config) keep those that exist.
+        for sub in (v for v in text.values() if isinstance(v, dict)):
+            for key, value in list(sub.items()):
+                if key.endswith("_layers") and isinstance(value, list):
+                    sub[key] = [i for i in value if isinstance(i, int) and i <= layers]
     root = Path(tempfile.mkdtemp(prefix="hwinfer-bench-model-"))
     (root / "config.json").write_text(json.dumps(config))
     return root
@@ -181,11 +187,13 @@ def main() -> None:
     ap.add_argument("--no-hf", action="store_true")
     ap.add_argument("--no-eager", action="store_true")
     ap.add_argument("--profile", action="store_true", help="kernel breakdown of decode steps")
+    ap.add_argument("--impl", default="", help="op=impl overrides, comma-separated")
     ap.add_argument("--csv", default=None, help="append rows (model, impl, batch, metric, value, unit)")
     args = ap.parse_args()
     config_dir = shrunk_config(args.preset, args.layers)
     name = args.preset + (f" ({args.layers} layers)" if args.layers else "")
-    model = random_model(config_dir, device=args.device, dtype="bf16")
+    impl = dict(kv.split("=", 1) for kv in args.impl.split(",") if kv)
+    model = random_model(config_dir, device=args.device, dtype="bf16", impl=impl or None)
     weight_bytes = decode_weight_bytes(model)
     print(f"# {name}: {weight_bytes / 1e9:.3f} GB of weights per decode step; "
           f"roofline {PEAK_BYTES_S / weight_bytes:,.0f} tok/s at batch 1", file=sys.stderr)

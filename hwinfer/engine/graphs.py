@@ -26,6 +26,8 @@ is how the padding and table logic is tested without a GPU.
 from __future__ import annotations
 
 import logging
+import traceback
+from pathlib import Path
 
 import torch
 
@@ -35,6 +37,12 @@ from hwinfer.runtime.batch import ForwardBatch
 
 log = logging.getLogger("hwinfer.engine")
 DEFAULT_MAX_LEN = 32768
+
+
+def _where(err: BaseException) -> str:
+    """The innermost hwinfer frames of ``err``'s traceback, for a message that says where."""
+    frames = [f for f in traceback.extract_tb(err.__traceback__) if "hwinfer" in f.filename]
+    return " <- ".join(f"{Path(f.filename).name}:{f.lineno} {f.name}" for f in reversed(frames[-3:]))
 
 
 def capture_sizes(max_batch: int) -> list[int]:
@@ -144,7 +152,7 @@ class DecodeGraphs:
                 torch.cuda.set_sync_debug_mode("error")
                 self._forward(size)
         except RuntimeError as err:
-            self.disabled = f"the decode forward syncs with the host ({err})"
+            self.disabled = f"the decode forward syncs with the host ({err}) at {_where(err)}"
             log.warning("CUDA graphs off: %s", self.disabled)
             return False
         finally:

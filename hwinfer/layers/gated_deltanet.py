@@ -54,8 +54,12 @@ class GatedDeltaNet(nn.Module):
         ops, t = self.ops, x.shape[0]
         cu = batch.cu_seqlens
         conv_state = ssm_state = None
+        # Decode updates the state rows of the cache in place (no gather / scatter of the
+        # largest tensor of the step); recording for speculative replay wants the copies.
+        in_place = cache is not None and batch.is_decode and batch.capture is None
         if cache is not None:
-            conv_state, ssm_state = cache["conv"][batch.slots], cache["ssm"][batch.slots]
+            conv_state = cache["conv"][batch.slots]
+            ssm_state = cache["ssm"] if in_place else cache["ssm"][batch.slots]
         pre, z, b, a = self.in_proj(x)
         mixed, new_conv = ops.causal_conv1d(pre[None], self.conv1d.weight, None,
                                             conv_state, activation="silu", cu_seqlens=cu)
@@ -65,11 +69,16 @@ class GatedDeltaNet(nn.Module):
         v = v.reshape(1, t, self.nv, self.dv)
         beta = torch.sigmoid(b.float())[None]
         g = ops.gdn_gate(a[None], self.A_log, self.dt_bias)
-        rule = ops.gdn_recurrent if batch.is_decode else ops.gdn_chunked
-        o, new_ssm = rule(q, k, v, g, beta, ssm_state, use_qk_l2norm=True, cu_seqlens=cu)
+        if in_place:
+            o, _ = ops.gdn_recurrent(q, k, v, g, beta, ssm_state, use_qk_l2norm=True, cu_seqlens=cu,
+                                     state_slots=batch.slots)
+        else:
+            rule = ops.gdn_recurrent if batch.is_decode else ops.gdn_chunked
+            o, new_ssm = rule(q, k, v, g, beta, ssm_state, use_qk_l2norm=True, cu_seqlens=cu)
         if cache is not None:
             cache["conv"][batch.slots] = new_conv.to(cache["conv"].dtype)
-            cache["ssm"][batch.slots] = new_ssm
+            if not in_place:
+                cache["ssm"][batch.slots] = new_ssm
             if batch.capture is not None:
                 batch.capture.record(self, cache, pre=pre, q=q[0], k=k[0], v=v[0], g=g[0], beta=beta[0])
         z = z.view(t, self.nv, self.dv)

@@ -32,6 +32,21 @@ def recurrent_core(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.T
     return o, s
 
 
+def on_state_slots(fn, op: str, q, k, v, g, beta, initial_state, state_slots, **kw):
+    """The ``state_slots`` form of a recurrent op through its plain form ``fn``: gather the rows
+    of the state pool, run, write the final states back in place. Returns (o, the pool)."""
+    if initial_state is None or initial_state.dim() != 4 or initial_state.dtype != torch.float32:
+        raise ValueError(f"{op}: state_slots needs initial_state = the fp32 state pool "
+                         f"[S, Hv, Dk, Dv], got {None if initial_state is None else list(initial_state.shape)}")
+    if state_slots.dim() != 1 or state_slots.is_floating_point():
+        raise ValueError(f"{op}: state_slots must be a 1-D integer tensor [N], got "
+                         f"{state_slots.dtype} {list(state_slots.shape)}")
+    rows = state_slots.to(device=initial_state.device, dtype=torch.int64)
+    o, final = fn(q, k, v, g, beta, initial_state.index_select(0, rows), **kw)
+    initial_state.index_copy_(0, rows, final)
+    return o, initial_state
+
+
 def _recurrent(op, q, k, v, g, beta, initial_state, scale, use_qk_l2norm, cu_seqlens, per_channel):
     n = check_inputs(op, q, k, v, g, beta, initial_state, cu_seqlens, per_channel=per_channel)
     q32, k32, v32, g32, b32 = prepare(q, k, v, g, beta, scale, use_qk_l2norm, per_channel)
@@ -42,7 +57,8 @@ def _recurrent(op, q, k, v, g, beta, initial_state, scale, use_qk_l2norm, cu_seq
 def gdn_recurrent(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
                   beta: torch.Tensor, initial_state: torch.Tensor | None = None, *,
                   scale: float | None = None, use_qk_l2norm: bool = True,
-                  cu_seqlens: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                  cu_seqlens: torch.Tensor | None = None,
+                  state_slots: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Gated DeltaNet (gated delta rule), token by token (MODELS.md §3.3, ENGINES.md §2.5).
 
     Per sequence and value head, state ``S`` in R^{Dk x Dv} (fp32, zeros unless given), per token:
@@ -65,6 +81,13 @@ def gdn_recurrent(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Te
         cu_seqlens: [N+1] int32 cumulative lengths starting at 0 (B must be 1): the packed
             sequences are independent, each starting from its own ``initial_state[i]``; empty
             sequences are allowed (their state passes through unchanged).
+        state_slots: [N] integer or None. When given, ``initial_state`` is a state *pool*
+            [S, Hv, Dk, Dv] fp32 (the engine's cache): sequence i starts from row
+            ``state_slots[i]``, its final state is written back to that row **in place**, and
+            the returned final_state is the pool itself. The decode path uses it so no state is
+            gathered or scattered around the kernel (the state is the bulk of a decode step's
+            bytes at batch > 1). Rows not named are untouched; a repeated slot (padding rows of
+            a fixed-size batch) gets one of the results.
 
     Returns ``(o [B, T, Hv, Dv] in v.dtype, final_state [N, Hv, Dk, Dv] fp32)``.
 
@@ -74,6 +97,9 @@ def gdn_recurrent(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Te
     calls with ``use_qk_l2norm=True`` and the default scale. transformers runs this form for
     single-token decode and ``gdn_chunked`` for prefill.
     """
+    if state_slots is not None:
+        return on_state_slots(gdn_recurrent, "gdn_recurrent", q, k, v, g, beta, initial_state, state_slots,
+                              scale=scale, use_qk_l2norm=use_qk_l2norm, cu_seqlens=cu_seqlens)
     return _recurrent("gdn_recurrent", q, k, v, g, beta, initial_state, scale, use_qk_l2norm,
                       cu_seqlens, per_channel=False)
 
@@ -81,7 +107,8 @@ def gdn_recurrent(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Te
 def kda_recurrent(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
                   beta: torch.Tensor, initial_state: torch.Tensor | None = None, *,
                   scale: float | None = None, use_qk_l2norm: bool = True,
-                  cu_seqlens: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                  cu_seqlens: torch.Tensor | None = None,
+                  state_slots: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Kimi Delta Attention (KDA), token by token (MODELS.md §4.2, §4.5, §5; ENGINES.md §2.5).
 
     The gated delta rule of ``gdn_recurrent`` with a **per-key-channel** decay: per token
@@ -95,7 +122,8 @@ def kda_recurrent(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Te
             accepted and maps like ``gdn_recurrent``, as fla's naive KDA does).
         g: [B, T, Hv, Dk] per-channel log-decay <= 0 (fp32 wanted; see ``kda_gate``).
         beta: [B, T, Hv] (``sigmoid(b_proj(x))``).
-        initial_state: [N, Hv, Dk, Dv] fp32 k-first or None; cu_seqlens: as ``gdn_recurrent``.
+        initial_state: [N, Hv, Dk, Dv] fp32 k-first or None; cu_seqlens, state_slots: as
+            ``gdn_recurrent``.
 
     Returns ``(o [B, T, Hv, Dv] in v.dtype, final_state [N, Hv, Dk, Dv] fp32)``.
 
@@ -103,6 +131,9 @@ def kda_recurrent(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Te
     (``linear_num_heads`` / ``linear_head_dim``, 64 x 128), Kimi-K3; Dk = Dv = head_dim, q, k, v
     after ``causal_conv1d`` (SiLU), ``use_qk_l2norm=True``, default scale.
     """
+    if state_slots is not None:
+        return on_state_slots(kda_recurrent, "kda_recurrent", q, k, v, g, beta, initial_state, state_slots,
+                              scale=scale, use_qk_l2norm=use_qk_l2norm, cu_seqlens=cu_seqlens)
     return _recurrent("kda_recurrent", q, k, v, g, beta, initial_state, scale, use_qk_l2norm,
                       cu_seqlens, per_channel=True)
 
@@ -178,7 +209,7 @@ def kda_gate(f: torch.Tensor, A_log: torch.Tensor, dt_bias: torch.Tensor, *,
 
 def _la_case(B: int, T: int, hk: int, hv: int, d: int, *, per_channel: bool, state: bool,
              seqlens: tuple[int, ...] | None = None, qk_scale: float = 1.0, g_lo: float = -2.0,
-             **extra):
+             pool_extra: int = 0, **extra):
     def make(gen, dtype, device):
         gshape = (B, T, hv, d) if per_channel else (B, T, hv)
         # Decays in [e^g_lo, e^-0.01] per token (KDA: per channel), beta in (0, 1).
@@ -197,8 +228,12 @@ def _la_case(B: int, T: int, hk: int, hv: int, d: int, *, per_channel: bool, sta
                 bounds.append(bounds[-1] + length)
             inputs["cu_seqlens"] = torch.tensor(bounds, dtype=torch.int32, device=device)
         if state:
-            inputs["initial_state"] = randn(gen, n, hv, d, d, dtype=torch.float32, device=device,
-                                            scale=0.5)
+            inputs["initial_state"] = randn(gen, n + pool_extra, hv, d, d, dtype=torch.float32,
+                                            device=device, scale=0.5)
+        if pool_extra:
+            # A pool with spare rows; the sequences use a scattered, reordered subset of them.
+            perm = torch.randperm(n + pool_extra, generator=gen)[:n]
+            inputs["state_slots"] = perm.to(device=device, dtype=torch.int32)
         return inputs
     return make
 
@@ -206,7 +241,14 @@ def _la_case(B: int, T: int, hk: int, hv: int, d: int, *, per_channel: bool, sta
 def _cases(per_channel: bool, chunked: bool) -> list[Case]:
     hk, hv = (2, 2) if per_channel else (2, 4)
     cs = {"chunk_size": 16} if chunked else {}
-    return [
+    slots = [] if chunked else [
+        # The in-place state pool form (engine decode and speculative verification).
+        Case("slots_decode_B3", _la_case(3, 1, hk, hv, 64, per_channel=per_channel, state=True,
+                                         pool_extra=3)),
+        Case("slots_varlen_1_4_2", _la_case(1, 7, hk, hv, 64, per_channel=per_channel, state=True,
+                                            seqlens=(1, 4, 2), pool_extra=2)),
+    ]
+    return slots + [
         # T=100 = 64 + 36: a partial last chunk at the default chunk size.
         Case("batch2_T100", _la_case(2, 100, hk, hv, 64, per_channel=per_channel, state=False)),
         Case("state_T37", _la_case(2, 37, hk, hv, 64, per_channel=per_channel, state=True, **cs)),
@@ -230,10 +272,12 @@ def _cases(per_channel: bool, chunked: bool) -> list[Case]:
 _LA_TOL = {torch.float32: Tol(atol=1e-6, rtol=2e-3, metric="rmse"),
            torch.bfloat16: Tol(atol=1e-6, rtol=5e-3, metric="rmse")}
 
-GDN_RECURRENT = define_op(gdn_recurrent, cases=_cases(False, False), tolerance=_LA_TOL)
+GDN_RECURRENT = define_op(gdn_recurrent, cases=_cases(False, False), tolerance=_LA_TOL,
+                          mutates=("initial_state",))
 GDN_CHUNKED = define_op(gdn_chunked, cases=_cases(False, True), tolerance=_LA_TOL,
                         family="linear_attention")
-KDA_RECURRENT = define_op(kda_recurrent, cases=_cases(True, False), tolerance=_LA_TOL)
+KDA_RECURRENT = define_op(kda_recurrent, cases=_cases(True, False), tolerance=_LA_TOL,
+                          mutates=("initial_state",))
 KDA_CHUNKED = define_op(kda_chunked, cases=_cases(True, True), tolerance=_LA_TOL,
                         family="linear_attention")
 

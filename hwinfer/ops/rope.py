@@ -126,6 +126,21 @@ def rope_inv_freq(rotary_dim: int, base: float, scaling: dict[str, Any] | None =
     return _yarn(pos_freqs, rotary_dim, base, p)
 
 
+_INV_FREQ: dict[tuple, tuple[torch.Tensor, float]] = {}
+
+
+def _device_inv_freq(rotary_dim: int, base: float, scaling: dict[str, Any] | None,
+                     device: torch.device) -> tuple[torch.Tensor, float]:
+    """rope_inv_freq computed on the CPU (bit-identical to transformers) and kept per device: a
+    host-to-device copy on every call would sync the decode step and cannot be graph-captured."""
+    key = (rotary_dim, float(base), repr(sorted((scaling or {}).items())), str(device))
+    hit = _INV_FREQ.get(key)
+    if hit is None:
+        inv_freq, magnitude = rope_inv_freq(rotary_dim, base, scaling)
+        hit = _INV_FREQ[key] = (inv_freq.to(device), magnitude)
+    return hit
+
+
 def rope_tables(positions: torch.Tensor, *, rotary_dim: int, base: float,
                 scaling: dict[str, Any] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """cos/sin tables [T, rotary_dim/2] fp32 for integer positions.
@@ -154,8 +169,8 @@ def rope_tables(positions: torch.Tensor, *, rotary_dim: int, base: float,
     if positions.dim() != 1 or positions.is_floating_point() or positions.is_complex():
         raise ValueError(f"rope_tables: positions must be a 1-D integer tensor, got "
                          f"{positions.dtype} of shape {tuple(positions.shape)}")
-    inv_freq, magnitude = rope_inv_freq(rotary_dim, base, scaling)
-    angles = positions.float()[:, None] * inv_freq.to(positions.device)[None, :]
+    inv_freq, magnitude = _device_inv_freq(rotary_dim, base, scaling, positions.device)
+    angles = positions.float()[:, None] * inv_freq[None, :]
     cos, sin = angles.cos(), angles.sin()
     if magnitude != 1.0:
         cos, sin = cos * magnitude, sin * magnitude

@@ -22,6 +22,7 @@ import torch
 from torch import Tensor
 
 from hwinfer.ops.linear_attention_chunked import check_inputs, prepare
+from hwinfer.ops.linear_attention import on_state_slots
 
 _GDN_CHUNK = 64
 # KDA's pairwise per-channel decays cost T * _KDA_SUB * Dk per head, the cross-block terms grow
@@ -210,9 +211,12 @@ def _run(op, q, k, v, g, beta, initial_state, scale, use_qk_l2norm, cu_seqlens, 
 
 def gdn_recurrent(q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor,
                   initial_state: Tensor | None = None, *, scale: float | None = None,
-                  use_qk_l2norm: bool = True, cu_seqlens: Tensor | None = None
-                  ) -> tuple[Tensor, Tensor]:
+                  use_qk_l2norm: bool = True, cu_seqlens: Tensor | None = None,
+                  state_slots: Tensor | None = None) -> tuple[Tensor, Tensor]:
     """``gdn_recurrent`` (contract in hwinfer.ops.linear_attention): fused step / chunked."""
+    if state_slots is not None:
+        return on_state_slots(gdn_recurrent, "gdn_recurrent", q, k, v, g, beta, initial_state, state_slots,
+                              scale=scale, use_qk_l2norm=use_qk_l2norm, cu_seqlens=cu_seqlens)
     return _run("gdn_recurrent", q, k, v, g, beta, initial_state, scale, use_qk_l2norm,
                 cu_seqlens, False, _GDN_CHUNK)
 
@@ -228,9 +232,12 @@ def gdn_chunked(q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor,
 
 def kda_recurrent(q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor,
                   initial_state: Tensor | None = None, *, scale: float | None = None,
-                  use_qk_l2norm: bool = True, cu_seqlens: Tensor | None = None
-                  ) -> tuple[Tensor, Tensor]:
+                  use_qk_l2norm: bool = True, cu_seqlens: Tensor | None = None,
+                  state_slots: Tensor | None = None) -> tuple[Tensor, Tensor]:
     """``kda_recurrent`` (contract in hwinfer.ops.linear_attention): fused step / chunked."""
+    if state_slots is not None:
+        return on_state_slots(kda_recurrent, "kda_recurrent", q, k, v, g, beta, initial_state, state_slots,
+                              scale=scale, use_qk_l2norm=use_qk_l2norm, cu_seqlens=cu_seqlens)
     return _run("kda_recurrent", q, k, v, g, beta, initial_state, scale, use_qk_l2norm,
                 cu_seqlens, True, _KDA_CHUNK)
 

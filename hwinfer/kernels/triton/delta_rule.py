@@ -36,10 +36,10 @@ _FLOATS = (torch.float16, torch.bfloat16, torch.float32)
 
 @triton.jit
 def _delta_rule_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, h0_ptr, o_ptr, ht_ptr, cu_ptr,
-                       T, Hk, Hv, sq_b, sq_t, sq_h, sv_b, sv_t, sv_h, scale, eps,
+                       slot_ptr, T, Hk, Hv, sq_b, sq_t, sq_h, sv_b, sv_t, sv_h, scale, eps,
                        DK: tl.constexpr, DV: tl.constexpr, BV: tl.constexpr,
                        PER_CHANNEL: tl.constexpr, USE_L2NORM: tl.constexpr,
-                       HAS_H0: tl.constexpr, IS_VARLEN: tl.constexpr):
+                       HAS_H0: tl.constexpr, IS_VARLEN: tl.constexpr, HAS_SLOTS: tl.constexpr):
     # Axis 0 (up to 2^31 programs) carries sequence x head, axis 1 (<= 65535) the value blocks.
     i_nh = tl.program_id(0)
     i_vb = tl.program_id(1)
@@ -67,7 +67,12 @@ def _delta_rule_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, h0_ptr, o_ptr, ht_p
         p_g = g_ptr + (tok0 * Hv + i_h) * DK + offs_k
     else:
         p_g = g_ptr + tok0 * Hv + i_h
-    state_off = i_nh.to(tl.int64) * DK * DV + offs_k[:, None] * DV + offs_v[None, :]
+    if HAS_SLOTS:
+        # State pool: this sequence's row, read and written in place (ht_ptr == h0_ptr).
+        state_row = tl.load(slot_ptr + i_n).to(tl.int64) * Hv + i_h
+    else:
+        state_row = i_nh.to(tl.int64)
+    state_off = state_row * DK * DV + offs_k[:, None] * DV + offs_v[None, :]
     if HAS_H0:
         h = tl.load(h0_ptr + state_off).to(tl.float32)
     else:
@@ -109,8 +114,11 @@ def _pow2_in_range(x: int) -> bool:
 
 def delta_rule_supported(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
                          beta: torch.Tensor, initial_state: torch.Tensor | None = None,
-                         **_: object) -> str | None:
+                         state_slots: torch.Tensor | None = None, **_: object) -> str | None:
     """Per-call check for both ops: what the kernel does not cover goes to the next impl."""
+    if state_slots is not None and (initial_state is None or initial_state.dtype != torch.float32
+                                    or not initial_state.is_contiguous()):
+        return "state_slots needs a contiguous fp32 state pool (updated in place)"
     if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
         return "q, k, v must be 4-D [B, T, H, D]"
     dk, dv = k.shape[-1], v.shape[-1]
@@ -126,10 +134,11 @@ def delta_rule_supported(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: t
 
 
 def _run(op: str, q, k, v, g, beta, initial_state, scale, use_qk_l2norm, cu_seqlens,
-         per_channel: bool, block_v: int | None, num_warps: int | None):
+         per_channel: bool, block_v: int | None, num_warps: int | None, state_slots=None):
     varlen = cu_seqlens is not None
+    pool = state_slots is not None
     # Validate shapes as the reference does; cu_seqlens contents are trusted (no host sync).
-    n = check_inputs(op, q, k, v, g, beta, None if varlen else initial_state, None,
+    n = check_inputs(op, q, k, v, g, beta, None if varlen or pool else initial_state, None,
                      per_channel=per_channel)
     B, T, Hk, Dk = k.shape
     Hv, Dv = v.shape[2], v.shape[3]
@@ -140,10 +149,15 @@ def _run(op: str, q, k, v, g, beta, initial_state, scale, use_qk_l2norm, cu_seql
             raise ValueError(f"{op}: cu_seqlens must be a 1-D integer tensor [N+1], got "
                              f"{cu_seqlens.dtype} {list(cu_seqlens.shape)}")
         n = cu_seqlens.numel() - 1
-        if initial_state is not None and tuple(initial_state.shape) != (n, Hv, Dk, Dv):
+        if not pool and initial_state is not None and tuple(initial_state.shape) != (n, Hv, Dk, Dv):
             raise ValueError(f"{op}: initial_state must be {[n, Hv, Dk, Dv]} ([N, Hv, Dk, Dv], "
                              f"k-first), got {list(initial_state.shape)}")
-    reason = delta_rule_supported(q, k, v, g, beta, initial_state)
+    if pool and (state_slots.shape != (n,) or initial_state is None
+                 or tuple(initial_state.shape[1:]) != (Hv, Dk, Dv)):
+        raise ValueError(f"{op}: state_slots must be [{n}] over a pool [S, {Hv}, {Dk}, {Dv}], got "
+                         f"{list(state_slots.shape)} and "
+                         f"{None if initial_state is None else list(initial_state.shape)}")
+    reason = delta_rule_supported(q, k, v, g, beta, initial_state, state_slots)
     if reason is not None:
         raise ValueError(f"{op} (triton): {reason}")
     q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
@@ -151,12 +165,12 @@ def _run(op: str, q, k, v, g, beta, initial_state, scale, use_qk_l2norm, cu_seql
         q, k = q.contiguous(), k.contiguous()
     g, beta = g.contiguous(), beta.contiguous()
     o = torch.empty(B, T, Hv, Dv, dtype=v.dtype, device=v.device)
-    ht = torch.empty(n, Hv, Dk, Dv, dtype=torch.float32, device=v.device)
+    ht = initial_state if pool else torch.empty(n, Hv, Dk, Dv, dtype=torch.float32, device=v.device)
     if n * Hv == 0:
         return o, ht
     h0 = None
     if initial_state is not None:
-        h0 = initial_state.to(torch.float32).contiguous()
+        h0 = initial_state if pool else initial_state.to(torch.float32).contiguous()
     # Tuned on an H200 (scripts/bench_delta_rule.py, docs/kernels.md): single-token decode with
     # many (sequence, head) rows wants wide value blocks (64, 4 warps: 140 us vs 536 us for
     # fla's 8-wide blocks at 256 x 16 heads); few rows or multi-token steps want 16-wide blocks
@@ -170,36 +184,39 @@ def _run(op: str, q, k, v, g, beta, initial_state, scale, use_qk_l2norm, cu_seql
         raise ValueError(f"{op} (triton): block_v={block_v} must be a power of two")
     warps = num_warps or (1 if bv * Dk <= 2048 else 4)
     cu = cu_seqlens.to(torch.int32) if varlen else o   # dummy pointer when not varlen
+    slots = state_slots.to(torch.int32) if pool else o
     _delta_rule_kernel[(n * Hv, triton.cdiv(Dv, bv))](
-        q, k, v, g, beta, h0 if h0 is not None else ht, o, ht, cu,
+        q, k, v, g, beta, h0 if h0 is not None else ht, o, ht, cu, slots,
         T, Hk, Hv, q.stride(0), q.stride(1), q.stride(2), v.stride(0), v.stride(1), v.stride(2),
         float(Dk ** -0.5 if scale is None else scale), L2NORM_EPS,
         DK=Dk, DV=Dv, BV=bv, PER_CHANNEL=per_channel, USE_L2NORM=bool(use_qk_l2norm),
-        HAS_H0=h0 is not None, IS_VARLEN=varlen, num_warps=warps)
+        HAS_H0=h0 is not None, IS_VARLEN=varlen, HAS_SLOTS=pool, num_warps=warps)
     return o, ht
 
 
 def gdn_recurrent(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
                   beta: torch.Tensor, initial_state: torch.Tensor | None = None, *,
                   scale: float | None = None, use_qk_l2norm: bool = True,
-                  cu_seqlens: torch.Tensor | None = None, block_v: int | None = None,
-                  num_warps: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                  cu_seqlens: torch.Tensor | None = None, state_slots: torch.Tensor | None = None,
+                  block_v: int | None = None, num_warps: int | None = None
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
     """Triton ``gdn_recurrent``: q, k [B, T, Hk, Dk]; v [B, T, Hv, Dv]; g, beta [B, T, Hv];
     initial_state [N, Hv, Dk, Dv] fp32 or None. Returns o [B, T, Hv, Dv] (v.dtype) and the
     final state [N, Hv, Dk, Dv] fp32. ``block_v`` / ``num_warps`` are tuning knobs."""
     return _run("gdn_recurrent", q, k, v, g, beta, initial_state, scale, use_qk_l2norm,
-                cu_seqlens, False, block_v, num_warps)
+                cu_seqlens, False, block_v, num_warps, state_slots)
 
 
 def kda_recurrent(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
                   beta: torch.Tensor, initial_state: torch.Tensor | None = None, *,
                   scale: float | None = None, use_qk_l2norm: bool = True,
-                  cu_seqlens: torch.Tensor | None = None, block_v: int | None = None,
-                  num_warps: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                  cu_seqlens: torch.Tensor | None = None, state_slots: torch.Tensor | None = None,
+                  block_v: int | None = None, num_warps: int | None = None
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
     """Triton ``kda_recurrent``: as :func:`gdn_recurrent` with g [B, T, Hv, Dk] (a log-decay
     per key channel)."""
     return _run("kda_recurrent", q, k, v, g, beta, initial_state, scale, use_qk_l2norm,
-                cu_seqlens, True, block_v, num_warps)
+                cu_seqlens, True, block_v, num_warps, state_slots)
 
 
 def _aot_specs():
@@ -212,17 +229,18 @@ def _aot_specs():
                 ptr = f"*{dtype}"
                 sig = {"q_ptr": ptr, "k_ptr": ptr, "v_ptr": ptr, "g_ptr": "*fp32",
                        "beta_ptr": "*fp32", "h0_ptr": "*fp32", "o_ptr": ptr, "ht_ptr": "*fp32",
-                       "cu_ptr": "*i32", "T": "i32", "Hk": "i32", "Hv": "i32",
+                       "cu_ptr": "*i32", "slot_ptr": "*i32", "T": "i32", "Hk": "i32", "Hv": "i32",
                        "sq_b": "i32", "sq_t": "i32", "sq_h": "i32",
                        "sv_b": "i32", "sv_t": "i32", "sv_h": "i32", "scale": "fp32",
                        "eps": "fp32", "DK": "constexpr", "DV": "constexpr", "BV": "constexpr",
                        "PER_CHANNEL": "constexpr", "USE_L2NORM": "constexpr",
-                       "HAS_H0": "constexpr", "IS_VARLEN": "constexpr"}
+                       "HAS_H0": "constexpr", "IS_VARLEN": "constexpr", "HAS_SLOTS": "constexpr"}
                 kind = "kda" if per_channel else "gdn"
                 specs.append(AotSpec(
                     f"delta_rule[{kind},{dtype},{d},bv{bv}]", _delta_rule_kernel, sig,
                     {"DK": d, "DV": d, "BV": bv, "PER_CHANNEL": per_channel, "USE_L2NORM": True,
-                     "HAS_H0": True, "IS_VARLEN": bv == 16}, {"num_warps": warps}))
+                     "HAS_H0": True, "IS_VARLEN": bv == 16, "HAS_SLOTS": bv == 64},
+                    {"num_warps": warps}))
     return specs
 
 
