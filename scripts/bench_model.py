@@ -12,7 +12,7 @@ captured forward alone (what the GPU needs per step, without the engine's host w
 transformers: generate() with max_new_tokens 1 and 1 + new (decode = the difference), SDPA without
 cuDNN (it re-plans per KV length, TOOLCHAIN.md). Roofline: bytes of the weights one decode step
 reads (every parameter except the embedding table, which only gives B rows; lm_head counted;
-MoE experts counted in full, an upper bound of what a step reads) / 4,270 GB/s, times B.
+routed experts: the B * top_k the batch can touch, at most all) / 4,270 GB/s, times B.
 ``--layers N`` keeps the first N decoder layers (lists of per-layer values are cut to match; for
 Kimi-Linear use a multiple of 4 so a full-attention layer is among them).
 """
@@ -54,13 +54,23 @@ def shrunk_config(preset: str, layers: int | None) -> Path:
     return root
 
 
-def decode_weight_bytes(model) -> int:
-    skip = ("mtp.", "embed_tokens.")
-    total = sum(p.numel() * p.element_size() for n, p in model.named_parameters()
-                if not n.startswith(skip) and ".mtp." not in n)
+def decode_weight_bytes(model, batch: int = 1) -> int:
+    """Bytes of weights one decode step of ``batch`` requests must read: every parameter except
+    the embedding table (it gives B rows) and MTP; routed experts only as many as the batch can
+    touch (``batch * top_k`` of ``E``, at most all of them)."""
+    cfg = model.config.get("text_config", model.config)
+    experts = cfg.get("n_routed_experts") or cfg.get("num_experts") or 0
+    top_k = cfg.get("num_experts_per_tok") or 0
+    share = min(1.0, batch * top_k / experts) if experts and top_k else 1.0
+    total = 0.0
+    for name, p in model.named_parameters():
+        if name.startswith(("mtp.", "embed_tokens.")) or ".mtp." in name:
+            continue
+        nbytes = p.numel() * p.element_size()
+        total += nbytes * share if ".experts." in name else nbytes
     if getattr(model, "tied", False):
         total += model.embed_tokens.weight.numel() * model.embed_tokens.weight.element_size()
-    return total
+    return int(total)
 
 
 def _prompts(batch: int, length: int, vocab: int) -> list[list[int]]:
@@ -118,7 +128,7 @@ def profile_decode(model, batch: int, prompt: int, steps: int = 5) -> None:
     the 15 that take the most GPU time, to stderr."""
     from torch.profiler import ProfilerActivity, profile
 
-    for graphs in (False, True):
+    for graphs in ((False, True) if getattr(model, "graph_decode", False) else (False,)):
         bs = model.cache_block_size()
         engine = Engine(model, max_num_seqs=batch, max_num_batched_tokens=batch * prompt,
                         num_blocks=batch * -(-(prompt + 64) // bs) + 1, cuda_graphs=graphs)
@@ -195,7 +205,7 @@ def main() -> None:
     impl = dict(kv.split("=", 1) for kv in args.impl.split(",") if kv)
     model = random_model(config_dir, device=args.device, dtype="bf16", impl=impl or None)
     weight_bytes = decode_weight_bytes(model)
-    print(f"# {name}: {weight_bytes / 1e9:.3f} GB of weights per decode step; "
+    print(f"# {name}: {weight_bytes / 1e9:.3f} GB of weights per batch-1 decode step; "
           f"roofline {PEAK_BYTES_S / weight_bytes:,.0f} tok/s at batch 1", file=sys.stderr)
     print("# ops: " + ", ".join(f"{r['op']}={r['chosen']}" for r in model.ops.report()), file=sys.stderr)
     rows = []
@@ -203,8 +213,11 @@ def main() -> None:
         for batch in (int(b) for b in args.batch.split(",")):
             profile_decode(model, batch, 256)
     for batch in (int(b) for b in args.batch.split(",")):
-        roof = batch * PEAK_BYTES_S / weight_bytes
-        for graphs in ([False, True] if not args.no_eager else [True]):
+        roof = batch * PEAK_BYTES_S / decode_weight_bytes(model, batch)
+        modes = [False, True] if not args.no_eager else [True]
+        if not getattr(model, "graph_decode", False):
+            modes = [False]  # its decode reads host-side batch values: no graphs (yet)
+        for graphs in modes:
             rows.append(bench_hwinfer(model, batch, args.prompt, args.new, graphs))
         if not args.no_hf:
             try:

@@ -1,31 +1,39 @@
-"""Time sparse_mla_decode on the GPU: reference vs portable torch vs Triton, against HBM bandwidth.
+"""Time sparse_mla_decode / sparse_mla_prefill on the GPU: reference vs portable torch vs Triton.
 
-DeepSeek-V4-Flash decode shapes (H=64, D=512, bf16, sinks, inverse RoPE on the last 64 channels):
-the sliding-window ring (128 rows, ``kv_cache``) plus compressed entries (``extra_kv_cache``):
-  * CSA-like: K = 128 window + 512 indexer picks (random distinct entries of the request)
-  * HCA-like: K = 128 window + 8192 entries (every entry at 1M context with ratio 128)
-plus one GLM-5-like absorbed-MLA line (D=576, v_dim=512, top-2048, no sinks, no extra rows).
-Batch 1, 32, 128; one query token per request (S=1).
+Decode: DeepSeek-V4-Flash shapes (H=64, D=512, bf16, sinks, inverse RoPE on the last 64
+channels): the sliding-window ring (128 rows, ``kv_cache``) plus compressed entries
+(``extra_kv_cache``): CSA-like K = 128 + 512 indexer picks, HCA-like K = 128 + 8192 entries (1M
+context at ratio 128); and GLM-5 absorbed MLA (D=576, v_dim=512, top-2048, no sinks). S=1.
+Bytes = gathered KV rows (every index valid: K * D * 2 per token, counted once) + q + o, against
+the H200's 4,270 GB/s. Prefill: V4 CSA (K = 128 + 512) and GLM-5 (K = 2048) over T tokens,
+FLOPs = 2 * T * H * K * (D + v_dim), against 780 TFLOP/s bf16.
 
-Bytes moved per call = gathered KV rows (every index is valid here: K * D * 2 per token, counted
-once although head blocks re-read rows through L2) + q + o. GB/s = bytes / time, against the
-H200's 4,270 GB/s. ``--sweep`` also times a few Triton tilings (block_h, num_warps, num_splits).
+stdout: one CSV line per measurement (op,impl,shape,us,gbps_or_tflops,unit,pct_of_peak);
+stderr: a readable table with max |diff| against the torch impl.
 
-    python3 scripts/bench_sparse_mla.py [--sweep] [--no-reference]
+    python3 scripts/bench_sparse_mla.py [--quick] [--sweep] [--reference] [--only SUBSTR]
+
+``--sweep`` times the Triton tilings (block_v x block_h x num_warps x block_k x num_splits) on
+the B=32 / B=128 decode shapes; pick the best and edit DECODE_TUNING in
+hwinfer/kernels/triton/sparse_mla.py.
 """
 from __future__ import annotations
 
+import itertools
 import sys
 
 import torch
 import triton.testing
 
 from hwinfer.backend import resolve_device, select
-from hwinfer.kernels.torch.sparse_mla import sparse_mla_decode as torch_impl
-from hwinfer.kernels.triton.sparse_mla import sparse_mla_decode as triton_impl
-from hwinfer.ops.sparse_mla import sparse_mla_decode as reference
+from hwinfer.kernels.torch.sparse_mla import sparse_mla_decode as torch_decode
+from hwinfer.kernels.torch.sparse_mla import sparse_mla_prefill as torch_prefill
+from hwinfer.kernels.triton.sparse_mla import sparse_mla_decode as triton_decode
+from hwinfer.kernels.triton.sparse_mla import sparse_mla_prefill as triton_prefill
+from hwinfer.ops.sparse_mla import sparse_mla_decode as ref_decode
+from hwinfer.ops.sparse_mla import sparse_mla_prefill as ref_prefill
 
-PEAK_GBS = 4270.0
+PEAK_GBS, PEAK_TFLOPS = 4270.0, 780.0
 HEADS, WINDOW, ENTRIES, PAGE = 64, 128, 8192, 64
 
 
@@ -43,13 +51,11 @@ def dsv4_inputs(batch: int, picks: int | None, dtype=torch.bfloat16):
         ent = torch.stack([torch.randperm(ENTRIES, generator=gen)[:picks] for _ in range(batch)])
     ent = (torch.arange(batch)[:, None] * ENTRIES + ent).int()
     ang = torch.rand(batch, 1, 32, device=dev) * 6.28
-    return {
-        "q": torch.randn(batch, 1, HEADS, d, device=dev, dtype=dtype),
-        "kv_cache": ring, "indices": win[:, None].to(dev),
-        "sinks": torch.randn(HEADS, device=dev), "scale": d ** -0.5,
-        "out_rope": (ang.cos(), ang.sin()),
-        "extra_kv_cache": store, "extra_indices": ent[:, None].to(dev),
-    }
+    return {"q": torch.randn(batch, 1, HEADS, d, device=dev, dtype=dtype),
+            "kv_cache": ring, "indices": win[:, None].to(dev),
+            "sinks": torch.randn(HEADS, device=dev), "scale": d ** -0.5,
+            "out_rope": (ang.cos(), ang.sin()),
+            "extra_kv_cache": store, "extra_indices": ent[:, None].to(dev)}
 
 
 def glm5_inputs(batch: int, topk: int = 2048, context: int = 65536, dtype=torch.bfloat16):
@@ -61,49 +67,100 @@ def glm5_inputs(batch: int, topk: int = 2048, context: int = 65536, dtype=torch.
             "indices": idx[:, None].int().to(dev), "sinks": None, "scale": 256 ** -0.5, "v_dim": 512}
 
 
-def nbytes(inputs: dict, out: torch.Tensor) -> int:
+def prefill_inputs(tokens: int, kind: str, dtype=torch.bfloat16):
+    """V4 CSA: window (128 previous tokens) + 512 compressed picks, D 512, sinks, rope;
+    GLM-5: top-2048 of the prefix, D 576 / v 512. Rows of a 64k-row workspace."""
+    dev, n = "cuda", 65536
+    d, k = (512, WINDOW + 512) if kind == "dsv4" else (576, 2048)
+    idx = torch.randint(0, n, (tokens, k), device=dev, dtype=torch.int32)
+    inputs = {"q": torch.randn(tokens, HEADS, d, device=dev, dtype=dtype),
+              "kv": torch.randn(n, d, device=dev, dtype=dtype), "indices": idx}
+    if kind == "dsv4":
+        ang = torch.rand(tokens, 32, device=dev) * 6.28
+        inputs.update(sinks=torch.randn(HEADS, device=dev), scale=d ** -0.5, out_rope=(ang.cos(), ang.sin()))
+    else:
+        inputs.update(sinks=None, scale=256 ** -0.5, v_dim=512)
+    return inputs
+
+
+def decode_bytes(inputs: dict, out: torch.Tensor) -> int:
     q = inputs["q"]
     k = inputs["indices"].shape[-1] + (inputs["extra_indices"].shape[-1] if "extra_indices" in inputs else 0)
-    rows = q.shape[0] * q.shape[1] * k * q.shape[-1] * q.element_size()
-    return rows + q.numel() * q.element_size() + out.numel() * out.element_size()
+    return q.shape[0] * q.shape[1] * k * q.shape[-1] * q.element_size() + q.nbytes + out.nbytes
 
 
-def bench(label: str, inputs: dict, with_reference: bool, sweep: bool) -> None:
-    ref = reference(**inputs) if with_reference else torch_impl(**inputs)
-    moved = nbytes(inputs, ref)
-    impls = [("torch", torch_impl, {}), ("triton", triton_impl, {})]
-    if with_reference:
-        impls.insert(0, ("reference", reference, {}))
-    if sweep:
-        for bh, warps in ((16, 4), (16, 8), (32, 4), (32, 8), (64, 8)):
-            for splits in (None, 1, 4, 16):
-                impls.append((f"triton bh{bh} w{warps} s{splits}", triton_impl,
-                              {"block_h": bh, "num_warps": warps, "num_splits": splits}))
+def prefill_flops(inputs: dict, out: torch.Tensor) -> float:
+    t, h, d = inputs["q"].shape
+    return 2.0 * t * h * inputs["indices"].shape[1] * (d + out.shape[-1])
+
+
+def measure(op: str, shape: str, impls: list, inputs: dict, work: float, unit: str) -> None:
+    base = impls[0][1](**inputs, **impls[0][2])
     for name, fn, kw in impls:
         try:
             out = fn(**inputs, **kw)
-            err = (out.float() - ref.float()).abs().max().item()
-            ms = triton.testing.do_bench(lambda: fn(**inputs, **kw), warmup=10, rep=60)
+            err = (out.float() - base.float()).abs().max().item()
+            ms = triton.testing.do_bench(lambda: fn(**inputs, **kw), warmup=10, rep=50)
         except Exception as exc:  # a sweep tiling that does not fit (shared memory, registers)
-            print(f"{label:<34} {name:<26} failed: {type(exc).__name__}: {str(exc)[:120]}")
+            print(f"{op} {shape:<28} {name:<34} failed: {type(exc).__name__}: {str(exc)[:100]}",
+                  file=sys.stderr)
             continue
-        gbs = moved / ms / 1e6
-        print(f"{label:<34} {name:<26} {ms * 1e3:10.1f} us {gbs:8.0f} GB/s "
-              f"({100 * gbs / PEAK_GBS:5.1f}% of peak)  max|diff| {err:.2e}")
+        rate = work / ms / (1e6 if unit == "GB/s" else 1e9)
+        peak = PEAK_GBS if unit == "GB/s" else PEAK_TFLOPS
+        print(f"{op},{name},{shape},{ms * 1e3:.1f},{rate:.1f},{unit},{100 * rate / peak:.1f}", flush=True)
+        print(f"{op} {shape:<28} {name:<34} {ms * 1e3:10.1f} us {rate:8.1f} {unit} "
+              f"({100 * rate / peak:5.1f}%)  max|diff| {err:.2e}", file=sys.stderr, flush=True)
+
+
+def sweep_configs():
+    for bv, bh in ((512, 64), (512, 32), (256, 64), (128, 64), (256, 32)):
+        for warps, bk in ((4, 32), (8, 32), (8, 16), (8, 64), (16, 32)):
+            for splits in (None, 1, 4):
+                yield f"triton v{bv} h{bh} w{warps} k{bk} s{splits}", dict(
+                    block_v=bv, block_h=bh, num_warps=warps, block_k=bk, num_splits=splits)
 
 
 def main() -> None:
-    sweep, with_reference = "--sweep" in sys.argv, "--no-reference" not in sys.argv
+    argv = sys.argv[1:]
+    quick, sweep, with_ref = "--quick" in argv, "--sweep" in argv, "--reference" in argv
+    only = argv[argv.index("--only") + 1] if "--only" in argv else ""
     dev = resolve_device("cuda")
-    print(f"device: {dev.describe()}; chosen sparse_mla_decode: {select(dev).chosen('sparse_mla_decode')}")
-    for batch in (1, 32, 128):
-        for label, make in ((f"dsv4 CSA K=128+512   B={batch}", lambda: dsv4_inputs(batch, 512)),
-                            (f"dsv4 HCA K=128+8192  B={batch}", lambda: dsv4_inputs(batch, None)),
-                            (f"glm5 D576/512 K=2048 B={batch}", lambda: glm5_inputs(batch))):
+    table = select(dev)
+    print(f"device: {dev.describe()}; chosen: decode {table.chosen('sparse_mla_decode')}, "
+          f"prefill {table.chosen('sparse_mla_prefill')}", file=sys.stderr)
+    print("op,impl,shape,us,gbps_or_tflops,unit,pct_of_peak")
+    batches = (32, 128) if quick or sweep else (1, 32, 128)
+    for batch in batches:
+        for label, make in ((f"dsv4_csa_K128+512_B{batch}", lambda: dsv4_inputs(batch, 512)),
+                            (f"dsv4_hca_K128+8192_B{batch}", lambda: dsv4_inputs(batch, None)),
+                            (f"glm5_D576_K2048_B{batch}", lambda: glm5_inputs(batch))):
+            if only not in label:
+                continue
             inputs = make()
-            bench(label, inputs, with_reference, sweep)
+            impls = [("torch", torch_decode, {}), ("triton", triton_decode, {})]
+            if with_ref and batch <= 32:
+                impls.append(("reference", ref_decode, {}))
+            if sweep:
+                impls += [(name, triton_decode, kw) for name, kw in sweep_configs()]
+            out = impls[1][1](**inputs)
+            measure("sparse_mla_decode", label, impls, inputs, decode_bytes(inputs, out), "GB/s")
             del inputs
             torch.cuda.empty_cache()
+    if sweep:
+        return
+    for tokens, kind in itertools.product((1024,) if quick else (1024, 8192), ("dsv4", "glm5")):
+        label = f"{kind}_prefill_T{tokens}"
+        if only not in label:
+            continue
+        inputs = prefill_inputs(tokens, kind)
+        impls = [("torch", torch_prefill, {}), ("triton", triton_prefill, {})]
+        if not quick:
+            impls += [(f"triton v{bv} h{bh} w{w}", triton_prefill, dict(block_v=bv, block_h=bh, num_warps=w))
+                      for bv, bh, w in ((512, 64, 8), (128, 64, 4), (256, 64, 4), (256, 32, 4))]
+        out = triton_prefill(**inputs)
+        measure("sparse_mla_prefill", label, impls, inputs, prefill_flops(inputs, out), "TFLOP/s")
+        del inputs
+        torch.cuda.empty_cache()
 
 
 if __name__ == "__main__":

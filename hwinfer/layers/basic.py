@@ -14,16 +14,25 @@ from hwinfer.backend.select import OpTable
 
 class Linear(nn.Module):
     """y = x W^T (+ b). weight [out, in] in the model dtype (quantized checkpoints are
-    dequantized at load)."""
+    dequantized at load). Runs the model's ``linear`` op once :func:`bind_linear_op` has bound
+    it (the loaders do); F.linear before that."""
 
     def __init__(self, in_features: int, out_features: int, bias: bool = False,
                  dtype: torch.dtype = torch.float32) -> None:
         super().__init__()
         self.weight = nn.Parameter(torch.empty(out_features, in_features, dtype=dtype), requires_grad=False)
         self.bias = nn.Parameter(torch.empty(out_features, dtype=dtype), requires_grad=False) if bias else None
+        self.matmul = F.linear
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.linear(x, self.weight, self.bias)
+        return self.matmul(x, self.weight, self.bias)
+
+
+def bind_linear_op(model: nn.Module, linear) -> None:
+    """Make every Linear of ``model`` run ``linear`` (the OpTable's bound ``linear`` op)."""
+    for module in model.modules():
+        if isinstance(module, Linear):
+            module.matmul = linear
 
 
 class MergedProjection:
@@ -44,7 +53,7 @@ class MergedProjection:
         # Re-stack if a layer's weight was replaced since (loading, .to(), re-tying).
         if [l.weight.data_ptr() for l in self.linears] != self._ptrs:
             self._stack()
-        y = F.linear(x, self.weight, self.bias)
+        y = self.linears[0].matmul(x, self.weight, self.bias)
         return y.split([l.weight.shape[0] for l in self.linears], dim=-1)
 
     @staticmethod

@@ -19,6 +19,7 @@ from hwinfer.ops import (  # noqa: F401  (importing a family module declares its
     block_sparse,
     compressor,
     conv,
+    dense,
     hyper_connection,
     indexer,
     linear_attention,

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from hwinfer.ops.contract import Case, Tol, define_op, randn
+from hwinfer.ops.contract import Case, Tol, define_op, randint, randn
 
 _TOL = {torch.float32: Tol(1e-5, 1e-5), torch.bfloat16: Tol(1e-2, 1e-2), torch.float16: Tol(2e-3, 2e-3)}
 
@@ -52,6 +52,30 @@ def rms_norm_gated(x: torch.Tensor, gate: torch.Tensor, weight: torch.Tensor | N
     return y.to(x.dtype)
 
 
+def rms_norm_rope(x: torch.Tensor, weight: torch.Tensor | None, cos: torch.Tensor,
+                  sin: torch.Tensor, *, eps: float = 1e-6, weight_offset: float = 0.0,
+                  start: int = 0, interleaved: bool = False) -> torch.Tensor:
+    """Per-head RMSNorm then RoPE: the q / k path of attention layers with a q/k norm.
+
+    Defined as ``apply_rope(rms_norm(x, weight, eps=eps, weight_offset=weight_offset), cos, sin,
+    start=start, interleaved=interleaved)`` (:func:`rms_norm` over the last dim, then
+    :func:`hwinfer.ops.rope.apply_rope` on channels ``start .. start+R-1``, R = 2 * cos.shape[-1]).
+    The reference rounds to x.dtype between the two steps; a fused impl may keep fp32 throughout
+    (at most one x.dtype ulp apart, inside the tolerance).
+
+    Shapes: x [T, H, D] (or [T, D], one head), any float dtype; weight [D] or None; cos, sin
+    [T, R/2] fp32 (from :func:`hwinfer.ops.rope.rope_tables`). Returns x's shape and dtype.
+
+    Uses: Qwen3.5 full-attention q/k (``q_norm``/``k_norm`` zero-centred, ``weight_offset=1``,
+    D 256, rotate-half on the first 64 channels); DeepSeek-V4 q (unweighted per-head norm) and
+    kv (weighted ``kv_norm``), D 512, interleaved RoPE on the last 64 (``start = 448``).
+    """
+    from hwinfer.ops.rope import apply_rope
+
+    return apply_rope(rms_norm(x, weight, eps=eps, weight_offset=weight_offset), cos, sin,
+                      start=start, interleaved=interleaved)
+
+
 def _norm_case(rows: int, dim: int, weighted: bool, offset: float = 0.0):
     def make(gen, dtype, device):
         inputs = {"x": randn(gen, rows, dim, dtype=dtype, device=device, scale=3.0), "eps": 1e-6}
@@ -91,6 +115,36 @@ RMS_NORM_GATED = define_op(
     cases=[
         Case("gdn_silu", _gated_case(6, 4, 128, "silu")),
         Case("kda_sigmoid", _gated_case(5, 3, 64, "sigmoid")),
+    ],
+    tolerance=_TOL,
+)
+
+
+def _norm_rope_case(t: int, heads: int, d: int, rotary: int, start: int, interleaved: bool,
+                    weighted: bool, offset: float = 0.0, base: float = 1e4):
+    def make(gen, dtype, device):
+        from hwinfer.ops.rope import rope_tables
+
+        cos, sin = rope_tables(randint(gen, 0, 4096, t, device=device), rotary_dim=rotary,
+                               base=base)
+        shape = (t, heads, d) if heads else (t, d)
+        weight = None
+        if weighted:  # zero-centred weights sit around 0, plain ones around 1
+            weight = randn(gen, d, dtype=torch.float32, device=device, scale=0.2)
+            weight = weight if offset else weight + 1.0
+        return {"x": randn(gen, *shape, dtype=dtype, device=device, scale=2.0), "weight": weight,
+                "cos": cos, "sin": sin, "eps": 1e-6, "weight_offset": offset, "start": start,
+                "interleaved": interleaved}
+    return make
+
+
+RMS_NORM_ROPE = define_op(
+    rms_norm_rope,
+    cases=[
+        Case("qwen35_rotate_half_zero_centred", _norm_rope_case(7, 4, 256, 64, 0, False, True,
+                                                                1.0, base=1e7)),
+        Case("dsv4_q_unweighted_interleaved", _norm_rope_case(5, 8, 512, 64, 448, True, False)),
+        Case("dsv4_kv_single_head_2d", _norm_rope_case(6, 0, 512, 64, 448, True, True)),
     ],
     tolerance=_TOL,
 )

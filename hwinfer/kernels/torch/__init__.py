@@ -37,7 +37,9 @@ KERNELS: dict[str, tuple[str, str | None]] = {
     "causal_conv1d": (f"{_P}.conv:causal_conv1d", None),
     "rms_norm": (f"{_P}.norm:rms_norm", None),
     "rms_norm_gated": (f"{_P}.norm:rms_norm_gated", None),
+    "rms_norm_rope": (f"{_P}.norm:rms_norm_rope", None),
     "apply_rope": (f"{_P}.rope:apply_rope", None),
+    "linear": (f"{_P}.dense:linear", None),
 }
 
 # Ops whose reference is already what plain torch does best (a score, a top-k and a gather; a

@@ -27,3 +27,14 @@ def rms_norm_gated(x: torch.Tensor, gate: torch.Tensor, weight: torch.Tensor | N
     g = gate.float()
     y = y * (F.silu(g) if activation == "silu" else torch.sigmoid(g))
     return y.to(x.dtype)
+
+
+def rms_norm_rope(x: torch.Tensor, weight: torch.Tensor | None, cos: torch.Tensor,
+                  sin: torch.Tensor, *, eps: float = 1e-6, weight_offset: float = 0.0,
+                  start: int = 0, interleaved: bool = False) -> torch.Tensor:
+    """x [T, H, D] or [T, D] -> same shape and dtype (see hwinfer.ops.norm.rms_norm_rope): the
+    fused-norm and vectorised-rope kernels above, composed."""
+    from hwinfer.kernels.torch.rope import apply_rope
+
+    return apply_rope(rms_norm(x, weight, eps=eps, weight_offset=weight_offset), cos, sin,
+                      start=start, interleaved=interleaved)

@@ -1,0 +1,283 @@
+"""Triton chunked gated delta rule for prefill (contracts:
+:func:`hwinfer.ops.linear_attention.gdn_chunked`,
+:func:`~hwinfer.ops.linear_attention.kda_chunked`).
+
+Chunks of 64 tokens (never crossing a sequence boundary), three launches:
+
+1. ``_wy_kernel`` (:mod:`.delta_chunk_wy`), one program per (chunk, value head), all chunks in
+   parallel: ``w``, ``u`` of the WY form (the chunk's deltas are ``u - w S0``), the decayed
+   keys ``k e^{G_end - G}`` and ``G_end`` and, for KDA, the causal decayed ``q k^T`` block;
+2. ``_state_kernel``, one program per (sequence, value head, BV value channels), the only
+   sequential part, kept to what needs the state: walks the chunks, stores each chunk's start
+   state ``S0`` and its deltas ``d = u - w S0``, steps ``S <- diag(e^{G_end}) S + (k e^{G_end
+   - G})^T d``;
+3. ``_out_kernel``, one program per (chunk, value head, BV value channels), all parallel:
+   ``o = (q e^G) S0 + P d`` with ``P`` the causal decayed ``q k^T`` (rebuilt by one matmul for
+   GDN, whose decay is one scalar per token; read back from stage 1 for KDA).
+
+Intermediates (w, u, decayed keys, deltas, chunk states, Aqk) are fp32. Every exponent is <= 0 (differences
+``G_t - G_s`` with s <= t, or ``G_end - G_t``), so unbounded softplus gates cannot overflow.
+
+Varlen: the chunk table (first token and length of every chunk) is built on the host, which
+needs one read of ``cu_seqlens`` (a device sync). That is acceptable here because prefill is
+never captured in a CUDA graph; decode goes to the recurrent kernel (:mod:`.delta_rule`), which
+trusts cu_seqlens without a sync. Without cu_seqlens the table is built on the device.
+
+Supported (``delta_chunk_supported``): Dk, Dv powers of two in [16, 128]; q/k/v fp16 / bf16 /
+fp32. ``chunk_size`` is ignored (always 64): the contract allows any chunking.
+"""
+from __future__ import annotations
+
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+from hwinfer.kernels.triton.delta_chunk_wy import (
+    _g_rows, _head_rows, _qk_rows, _store_rows, _wy_kernel,
+)
+from hwinfer.ops.linear_attention_chunked import L2NORM_EPS, check_inputs
+
+_INTERPRET = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+_FLOATS = (torch.float16, torch.bfloat16, torch.float32)
+BT = 64  # chunk length (the WY kernel is written for four 16-row tiles)
+
+
+@triton.jit
+def _state_kernel(kg_ptr, ge_ptr, w_ptr, u_ptr, h0_ptr, hs_ptr, d_ptr, ht_ptr, seq_ptr, Hv,
+                  DK: tl.constexpr, DV: tl.constexpr, BV: tl.constexpr,
+                  PER_CHANNEL: tl.constexpr, HAS_H0: tl.constexpr, PREC: tl.constexpr):
+    i_nh = tl.program_id(0)
+    i_vb = tl.program_id(1)
+    i_n = i_nh // Hv
+    i_h = i_nh % Hv
+    tok0 = tl.load(seq_ptr + 3 * i_n).to(tl.int64)
+    seq_len = tl.load(seq_ptr + 3 * i_n + 1)
+    chunk0 = tl.load(seq_ptr + 3 * i_n + 2).to(tl.int64)
+    c0 = i_vb * BV
+    offs_s = tl.arange(0, DK)[:, None] * DV + c0 + tl.arange(0, BV)[None, :]
+    if HAS_H0:
+        h = tl.load(h0_ptr + i_nh.to(tl.int64) * DK * DV + offs_s).to(tl.float32)
+    else:
+        h = tl.zeros([DK, BV], dtype=tl.float32)
+    # The loop does only what needs the state; w, k e^{G_end - G}, G_end come precomputed.
+    for c in range(0, tl.cdiv(seq_len, 64)):
+        t0 = tok0 + c * 64
+        n = seq_len - c * 64
+        tl.store(hs_ptr + ((chunk0 + c) * Hv + i_h) * DK * DV + offs_s, h)
+        w = _head_rows(w_ptr, t0, n, i_h, Hv, 0, 0, 64, DK, DK)
+        d = _head_rows(u_ptr, t0, n, i_h, Hv, c0, 0, 64, DV, BV)
+        d -= tl.dot(w, h, input_precision=PREC)
+        _store_rows(d_ptr, d, t0, n, i_h, Hv, c0, 0, 64, DV, BV)
+        kg = _head_rows(kg_ptr, t0, n, i_h, Hv, 0, 0, 64, DK, DK)
+        if PER_CHANNEL:
+            g_end = tl.load(ge_ptr + ((chunk0 + c) * Hv + i_h) * DK + tl.arange(0, DK))
+            h = h * tl.exp(g_end)[:, None]
+        else:
+            h = h * tl.exp(tl.load(ge_ptr + (chunk0 + c) * Hv + i_h))
+        h += tl.dot(tl.trans(kg), d, input_precision=PREC)
+    tl.store(ht_ptr + i_nh.to(tl.int64) * DK * DV + offs_s, h)
+
+
+@triton.jit
+def _out_kernel(q_ptr, k_ptr, g_ptr, a_ptr, hs_ptr, d_ptr, o_ptr, tab_ptr, Hk, Hv, scale, eps,
+                DK: tl.constexpr, DV: tl.constexpr, BV: tl.constexpr,
+                PER_CHANNEL: tl.constexpr, USE_L2NORM: tl.constexpr, PREC: tl.constexpr):
+    i_c = tl.program_id(0)
+    i_h = tl.program_id(1)
+    i_vb = tl.program_id(2)
+    i_hk = i_h // (Hv // Hk)
+    tok0 = tl.load(tab_ptr + 2 * i_c).to(tl.int64)
+    n = tl.load(tab_ptr + 2 * i_c + 1)
+    c0 = i_vb * BV
+    r = tl.arange(0, 64)
+    q = _qk_rows(q_ptr, tok0, n, i_hk, Hk, scale, eps, 0, 64, DK, USE_L2NORM)
+    g = _g_rows(g_ptr, tok0, n, i_h, Hv, 0, 64, DK, PER_CHANNEL)
+    G = tl.cumsum(g, axis=0)
+    if PER_CHANNEL:
+        qg = q * tl.exp(G)
+        # Aqk rows past n and entries above the diagonal were never written: mask them.
+        p = tl.load(a_ptr + ((tok0 + r) * Hv + i_h)[:, None] * 64 + r[None, :],
+                    mask=(r < n)[:, None] & (r[None, :] <= r[:, None]), other=0.0)
+    else:
+        qg = q * tl.exp(G)[:, None]
+        k = _qk_rows(k_ptr, tok0, n, i_hk, Hk, 1.0, eps, 0, 64, DK, USE_L2NORM)
+        e = tl.exp(tl.where(r[:, None] >= r[None, :], G[:, None] - G[None, :], float("-inf")))
+        p = tl.dot(q, tl.trans(k), input_precision=PREC) * e
+    h = tl.load(hs_ptr + (i_c.to(tl.int64) * Hv + i_h) * DK * DV
+                + tl.arange(0, DK)[:, None] * DV + c0 + tl.arange(0, BV)[None, :])
+    d = _head_rows(d_ptr, tok0, n, i_h, Hv, c0, 0, 64, DV, BV)
+    o = tl.dot(qg, h, input_precision=PREC) + tl.dot(p, d, input_precision=PREC)
+    _store_rows(o_ptr, o, tok0, n, i_h, Hv, c0, 0, 64, DV, BV)
+
+
+def _pow2_in_range(x: int) -> bool:
+    return 16 <= x <= 128 and x & (x - 1) == 0
+
+
+def delta_chunk_supported(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
+                          beta: torch.Tensor, initial_state: torch.Tensor | None = None,
+                          **_: object) -> str | None:
+    """Per-call check for both ops: what the kernels do not cover goes to the next impl."""
+    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
+        return "q, k, v must be 4-D [B, T, H, D]"
+    dk, dv = k.shape[-1], v.shape[-1]
+    if not _pow2_in_range(dk) or not _pow2_in_range(dv):
+        return f"Dk={dk}, Dv={dv}: each must be a power of two in [16, 128]"
+    for name, t in (("q", q), ("k", k), ("v", v), ("g", g), ("beta", beta),
+                    ("initial_state", initial_state)):
+        if t is not None and t.dtype not in _FLOATS:
+            return f"{name} dtype {t.dtype} not in fp16/bf16/fp32"
+    return None
+
+
+def _tables(B: int, T: int, bounds: list[int] | None, device: torch.device):
+    """Chunk table [NC, 2] (first flat token, length) and sequence table [N, 3] (first token,
+    length, first chunk), int32; ``bounds`` is cu_seqlens read on the host (or None)."""
+    if bounds is None:
+        nt = triton.cdiv(T, BT)
+        starts = torch.arange(nt, device=device, dtype=torch.int32) * BT
+        seq = torch.arange(B, device=device, dtype=torch.int32)
+        chunks = torch.stack([(seq[:, None] * T + starts[None, :]).flatten(),
+                              (T - starts).clamp(max=BT).repeat(B)], dim=1)
+        seqs = torch.stack([seq * T, torch.full_like(seq, T), seq * nt], dim=1)
+        return chunks.contiguous(), seqs.contiguous(), B * nt
+    chunk_rows, seq_rows = [], []
+    for bos, eos in zip(bounds, bounds[1:]):
+        seq_rows.append((bos, eos - bos, len(chunk_rows)))
+        chunk_rows.extend((t, min(BT, eos - t)) for t in range(bos, eos, BT))
+    nc = len(chunk_rows)
+    chunks = torch.tensor(chunk_rows or [(0, 0)], dtype=torch.int32).to(device)
+    seqs = torch.tensor(seq_rows, dtype=torch.int32).to(device)
+    return chunks, seqs, nc
+
+
+def _run(op: str, q, k, v, g, beta, initial_state, scale, use_qk_l2norm, cu_seqlens,
+         per_channel: bool, block_v: int | None, block_v_out: int | None,
+         num_warps: int | None):
+    # The one host read of cu_seqlens (prefill is not graph-captured); validate a CPU copy.
+    bounds = None if cu_seqlens is None else cu_seqlens.tolist()
+    n = check_inputs(op, q, k, v, g, beta, initial_state,
+                     None if bounds is None else torch.tensor(bounds, dtype=cu_seqlens.dtype),
+                     per_channel=per_channel)
+    reason = delta_chunk_supported(q, k, v, g, beta, initial_state)
+    if reason is not None:
+        raise ValueError(f"{op} (triton): {reason}")
+    B, T, Hk, Dk = k.shape
+    Hv, Dv = v.shape[2], v.shape[3]
+    q, k, v, g, beta = (t.contiguous() for t in (q, k, v, g, beta))
+    o = torch.empty(B, T, Hv, Dv, dtype=v.dtype, device=v.device)
+    ht = torch.empty(n, Hv, Dk, Dv, dtype=torch.float32, device=v.device)
+    if n * Hv == 0:
+        return o, ht
+    h0 = None if initial_state is None else initial_state.to(torch.float32).contiguous()
+    chunks, seqs, nc = _tables(B, T, bounds, v.device)
+    f32 = dict(dtype=torch.float32, device=v.device)
+    w = torch.empty(B * T, Hv, Dk, **f32)
+    u = torch.empty(B * T, Hv, Dv, **f32)
+    d = torch.empty(B * T, Hv, Dv, **f32)
+    a = torch.empty(B * T, Hv, BT, **f32) if per_channel else w   # Aqk (KDA only)
+    kg = torch.empty(B * T, Hv, Dk, **f32)
+    ge = torch.empty(max(nc, 1), Hv, Dk if per_channel else 1, **f32)
+    hs = torch.empty(max(nc, 1), Hv, Dk, Dv, **f32)
+    scale = float(Dk ** -0.5 if scale is None else scale)
+    l2 = bool(use_qk_l2norm)
+    # The interpreter pays per program: one value block per head there unless asked. On the
+    # GPU 32 value channels per state program give N * Hv * Dv / 32 programs for the only
+    # sequential stage; the output stage has chunks x heads programs already.
+    bv_state = min(block_v or (Dv if _INTERPRET else 32), Dv)
+    bv_out = min(block_v_out or (Dv if _INTERPRET else 64), Dv)
+    if bv_state & (bv_state - 1) or bv_out & (bv_out - 1) or min(bv_state, bv_out) < 16:
+        raise ValueError(f"{op} (triton): block_v={block_v}, block_v_out={block_v_out} must be "
+                         "powers of two >= 16")
+    # Warps from ptxas's spill report for sm_90 (D = 128): fp32 [64, 128] tiles need 8 warps
+    # in the state and output kernels; KDA's WY kernel (q, k, G tiles) also wants 8. The state
+    # kernel's loads pipelined 3 deep need 240 KB of shared memory (> 227 KB): 2 stages.
+    warps_wy = num_warps or (8 if per_channel else 4)
+    warps = num_warps or 8
+    stages = {} if torch.version.hip else {"num_stages": 2}
+    # tf32 matmuls for 16-bit inputs on NVIDIA (their own rounding is coarser); exact fp32
+    # ("ieee") for fp32 inputs, and on AMD, where tf32 is not available on every chip.
+    prec = "ieee" if v.dtype == torch.float32 or torch.version.hip else "tf32"
+    if nc:
+        _wy_kernel[(nc, Hv)](q, k, v, g, beta, w, u, a, kg, ge, chunks, Hk, Hv, scale, L2NORM_EPS,
+                             DK=Dk, DV=Dv, PER_CHANNEL=per_channel, USE_L2NORM=l2, PREC=prec,
+                             num_warps=warps_wy)
+    _state_kernel[(n * Hv, Dv // bv_state)](
+        kg, ge, w, u, h0 if h0 is not None else ht, hs, d, ht, seqs, Hv,
+        DK=Dk, DV=Dv, BV=bv_state, PER_CHANNEL=per_channel, HAS_H0=h0 is not None, PREC=prec,
+        num_warps=warps, **stages)
+    if nc:
+        _out_kernel[(nc, Hv, Dv // bv_out)](
+            q, k, g, a, hs, d, o, chunks, Hk, Hv, scale, L2NORM_EPS,
+            DK=Dk, DV=Dv, BV=bv_out, PER_CHANNEL=per_channel, USE_L2NORM=l2, PREC=prec,
+            num_warps=warps)
+    return o, ht
+
+
+def gdn_chunked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
+                beta: torch.Tensor, initial_state: torch.Tensor | None = None, *,
+                scale: float | None = None, use_qk_l2norm: bool = True,
+                cu_seqlens: torch.Tensor | None = None, chunk_size: int = 64,
+                block_v: int | None = None, block_v_out: int | None = None,
+                num_warps: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Triton ``gdn_chunked``: q, k [B, T, Hk, Dk]; v [B, T, Hv, Dv]; g, beta [B, T, Hv];
+    initial_state [N, Hv, Dk, Dv] fp32 or None. Returns o [B, T, Hv, Dv] (v.dtype) and the
+    final state [N, Hv, Dk, Dv] fp32. ``chunk_size`` is ignored (64); ``block_v`` (value
+    channels per state program), ``block_v_out`` (per output program) and ``num_warps`` are
+    tuning knobs."""
+    return _run("gdn_chunked", q, k, v, g, beta, initial_state, scale, use_qk_l2norm,
+                cu_seqlens, False, block_v, block_v_out, num_warps)
+
+
+def kda_chunked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
+                beta: torch.Tensor, initial_state: torch.Tensor | None = None, *,
+                scale: float | None = None, use_qk_l2norm: bool = True,
+                cu_seqlens: torch.Tensor | None = None, chunk_size: int = 64,
+                block_v: int | None = None, block_v_out: int | None = None,
+                num_warps: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Triton ``kda_chunked``: as :func:`gdn_chunked` with g [B, T, Hv, Dk] (a log-decay per
+    key channel)."""
+    return _run("kda_chunked", q, k, v, g, beta, initial_state, scale, use_qk_l2norm,
+                cu_seqlens, True, block_v, block_v_out, num_warps)
+
+
+def _aot_specs():
+    from hwinfer.kernels.triton.aot import AotSpec
+
+    specs = []
+    for per_channel in (False, True):
+        kind = "kda" if per_channel else "gdn"
+        # What prefill launches in the models (bf16, D = 128, tf32 on NVIDIA / ieee on AMD).
+        for dtype, d in (("bf16", 128),):
+            ptr, f32 = f"*{dtype}", "*fp32"
+            flags = {"DK": d, "DV": d, "PER_CHANNEL": per_channel, "USE_L2NORM": True,
+                     "PREC": "ieee"}
+            wy = {"q_ptr": ptr, "k_ptr": ptr, "v_ptr": ptr, "g_ptr": f32, "b_ptr": f32,
+                  "w_ptr": f32, "u_ptr": f32, "a_ptr": f32, "kg_ptr": f32, "ge_ptr": f32,
+                  "tab_ptr": "*i32", "Hk": "i32",
+                  "Hv": "i32", "scale": "fp32", "eps": "fp32", "DK": "constexpr",
+                  "DV": "constexpr", "PER_CHANNEL": "constexpr", "USE_L2NORM": "constexpr",
+                  "PREC": "constexpr"}
+            specs.append(AotSpec(f"delta_chunk_wy[{kind},{dtype},{d}]", _wy_kernel, wy, flags,
+                                 {"num_warps": 8 if per_channel else 4}))
+            st = {"kg_ptr": f32, "ge_ptr": f32, "w_ptr": f32, "u_ptr": f32, "h0_ptr": f32,
+                  "hs_ptr": f32, "d_ptr": f32, "ht_ptr": f32, "seq_ptr": "*i32", "Hv": "i32",
+                  "DK": "constexpr", "DV": "constexpr", "BV": "constexpr",
+                  "PER_CHANNEL": "constexpr", "HAS_H0": "constexpr", "PREC": "constexpr"}
+            specs.append(AotSpec(f"delta_chunk_state[{kind},{dtype},{d}]", _state_kernel, st,
+                                 {"DK": d, "DV": d, "BV": 32, "PER_CHANNEL": per_channel,
+                                  "HAS_H0": True, "PREC": "ieee"},
+                                 {"num_warps": 8, "num_stages": 2}))
+            out = {"q_ptr": ptr, "k_ptr": ptr, "g_ptr": f32, "a_ptr": f32, "hs_ptr": f32,
+                   "d_ptr": f32, "o_ptr": ptr, "tab_ptr": "*i32", "Hk": "i32", "Hv": "i32",
+                   "scale": "fp32", "eps": "fp32", "DK": "constexpr", "DV": "constexpr",
+                   "BV": "constexpr", "PER_CHANNEL": "constexpr", "USE_L2NORM": "constexpr",
+                   "PREC": "constexpr"}
+            specs.append(AotSpec(f"delta_chunk_out[{kind},{dtype},{d}]", _out_kernel, out,
+                                 {**flags, "BV": 64}, {"num_warps": 8}))
+    return specs
+
+
+AOT_SPECS = _aot_specs()

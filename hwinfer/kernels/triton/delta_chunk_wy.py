@@ -1,0 +1,301 @@
+"""Intra-chunk stage of the Triton chunked gated delta rule (driver: :mod:`.delta_chunk`).
+
+One program owns one chunk of up to 64 tokens of one sequence and one value head. It works on
+four 16-row tiles (register tensors cannot be sliced, so each tile is its own variable) and:
+
+1. loads k (and q for KDA), L2-normalises them, scales q, and forms the in-chunk cumulative
+   log-decay ``G`` tile by tile (a running carry ``R`` = G just before the tile);
+2. builds the strictly lower ``A[t, s] = beta_t sum_d k_t[d] k_s[d] e^{G_t[d] - G_s[d]}`` in
+   16 x 16 blocks. The exponent of every factor is <= 0, so nothing overflows however strong
+   the decay: GDN uses the pairwise difference directly; KDA (a decay per channel, which does
+   not factor out of the sum) splits it at the tile boundary, ``e^{G_t - R} e^{R - G_s}``
+   with ``G_t <= R <= G_s``, for off-diagonal blocks, and loops over the 16 columns of a
+   diagonal block with the pairwise exponent;
+3. inverts ``I + A`` (unit lower triangular): forward substitution inside each diagonal block,
+   then the off-diagonal blocks from ``X_ij = -X_ii sum_{j<=m<i} A_im X_mj``;
+4. writes ``w = X (beta k e^G)`` [64, Dk] and ``u = X (beta v)`` [64, Dv]; the chunk's deltas
+   are then ``u - w S0`` for its start state S0 (the recurrence kernel does that), and what
+   that kernel needs to step the state: ``k e^{G_end - G}`` and ``G_end``. KDA also
+   writes the causal ``Aqk[t, s] = sum_d q_t[d] k_s[d] e^{G_t[d] - G_s[d]}`` (s <= t) for
+   the output kernel; GDN's output kernel rebuilds it with one matmul instead.
+
+Tensors are addressed as ``[tokens, heads, D]`` rows; ``tab`` gives each chunk's first flat
+token and its length, so a chunk never crosses a sequence boundary. All math is fp32 (the
+matmuls run as tf32 for 16-bit inputs on NVIDIA, ``PREC``; the 16 x 16 inversions always as
+exact fp32). Since both split factors are <= 1, one underflowing means the product would too.
+"""
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _qk_rows(ptr, tok0, n, i_hk, Hk, scale, eps, R0: tl.constexpr, NR: tl.constexpr,
+             DK: tl.constexpr, USE_L2NORM: tl.constexpr):
+    """Rows R0..R0+NR of q or k (head i_hk): [NR, DK] fp32, normalised and scaled; 0 past n."""
+    r = R0 + tl.arange(0, NR)
+    tok = tok0 + r
+    x = tl.load(ptr + (tok * Hk + i_hk)[:, None] * DK + tl.arange(0, DK)[None, :],
+                mask=(r < n)[:, None], other=0.0).to(tl.float32)
+    if USE_L2NORM:
+        x = x * tl.rsqrt(tl.sum(x * x, axis=1) + eps)[:, None]
+    return x * scale
+
+
+@triton.jit
+def _head_rows(ptr, tok0, n, i_h, H, c0, R0: tl.constexpr, NR: tl.constexpr, D: tl.constexpr,
+               BC: tl.constexpr):
+    """Rows R0..R0+NR, columns c0..c0+BC of a [tokens, H, D] tensor at head i_h (fp32, 0 past n)."""
+    r = R0 + tl.arange(0, NR)
+    tok = tok0 + r
+    return tl.load(ptr + (tok * H + i_h)[:, None] * D + c0 + tl.arange(0, BC)[None, :],
+                   mask=(r < n)[:, None], other=0.0).to(tl.float32)
+
+
+@triton.jit
+def _store_rows(ptr, x, tok0, n, i_h, H, c0, R0: tl.constexpr, NR: tl.constexpr,
+                D: tl.constexpr, BC: tl.constexpr):
+    r = R0 + tl.arange(0, NR)
+    tok = tok0 + r
+    tl.store(ptr + (tok * H + i_h)[:, None] * D + c0 + tl.arange(0, BC)[None, :],
+             x.to(ptr.dtype.element_ty), mask=(r < n)[:, None])
+
+
+@triton.jit
+def _g_rows(g_ptr, tok0, n, i_h, Hv, R0: tl.constexpr, NR: tl.constexpr, DK: tl.constexpr,
+            PER_CHANNEL: tl.constexpr):
+    """Raw log-decays of rows R0..: [NR, DK] (KDA) or [NR] (GDN); 0 past n (no decay)."""
+    r = R0 + tl.arange(0, NR)
+    tok = tok0 + r
+    if PER_CHANNEL:
+        g = tl.load(g_ptr + (tok * Hv + i_h)[:, None] * DK + tl.arange(0, DK)[None, :],
+                    mask=(r < n)[:, None], other=0.0).to(tl.float32)
+    else:
+        g = tl.load(g_ptr + tok * Hv + i_h, mask=r < n, other=0.0).to(tl.float32)
+    return g
+
+
+@triton.jit
+def _tile(q_ptr, k_ptr, g_ptr, b_ptr, tok0, n, i_h, i_hk, Hk, Hv, scale, eps, R,
+          R0: tl.constexpr, DK: tl.constexpr, PER_CHANNEL: tl.constexpr,
+          USE_L2NORM: tl.constexpr, PREC: tl.constexpr):
+    """One 16-row tile: q (KDA only, else 0), k, beta, cumulative G, the carry after the tile,
+    and its diagonal blocks (k k^T decayed, strictly lower; KDA: q k^T decayed, lower)."""
+    r = R0 + tl.arange(0, 16)
+    tok = tok0 + r
+    cols = tl.arange(0, DK)
+    k = tl.load(k_ptr + (tok * Hk + i_hk)[:, None] * DK + cols[None, :],
+                mask=(r < n)[:, None], other=0.0).to(tl.float32)
+    if USE_L2NORM:
+        rn = tl.rsqrt(tl.sum(k * k, axis=1) + eps)
+    else:
+        rn = tl.full([16], 1.0, tl.float32)
+    k = k * rn[:, None]
+    b = tl.load(b_ptr + tok * Hv + i_h, mask=r < n, other=0.0).to(tl.float32)
+    g = _g_rows(g_ptr, tok0, n, i_h, Hv, R0, 16, DK, PER_CHANNEL)
+    c16 = tl.arange(0, 16)
+    if PER_CHANNEL:
+        q = _qk_rows(q_ptr, tok0, n, i_hk, Hk, scale, eps, R0, 16, DK, USE_L2NORM)
+        G = tl.cumsum(g, axis=0) + R[None, :]
+        # Column c of the diagonal blocks with the exact pairwise exponent G_t - G_c (masked
+        # to t >= c before exp). Row c of k and g is re-read from memory (cached) rather than
+        # extracted from the register tile; the columns get k_c's norm afterwards.
+        akk = tl.zeros([16, 16], dtype=tl.float32)
+        aqk = tl.zeros([16, 16], dtype=tl.float32)
+        gc = R
+        for c in range(0, tl.minimum(n - R0, 16)):   # columns past the chunk's end stay 0
+            live = (cols < DK) & (R0 + c < n)
+            kc = tl.load(k_ptr + ((tok0 + R0 + c) * Hk + i_hk) * DK + cols, mask=live,
+                         other=0.0).to(tl.float32)
+            gc = gc + tl.load(g_ptr + ((tok0 + R0 + c) * Hv + i_h) * DK + cols, mask=live,
+                              other=0.0).to(tl.float32)
+            e = tl.exp(tl.where(c16[:, None] >= c, G - gc[None, :], float("-inf"))) * kc[None, :]
+            akk = tl.where((c16[None, :] == c) & (c16[:, None] > c),
+                           tl.sum(k * e, axis=1)[:, None], akk)
+            aqk = tl.where(c16[None, :] == c, tl.sum(q * e, axis=1)[:, None], aqk)
+        akk = akk * rn[None, :]
+        aqk = aqk * rn[None, :]
+    else:
+        q = k * 0.0
+        G = tl.cumsum(g, axis=0) + R
+        e = tl.exp(tl.where(c16[:, None] > c16[None, :], G[:, None] - G[None, :], float("-inf")))
+        akk = tl.dot(k, tl.trans(k), input_precision=PREC) * e
+        aqk = akk
+    return q, k, b, G, R + tl.sum(g, axis=0), akk, aqk
+
+
+@triton.jit
+def _right(kj, Gj, Ri, PER_CHANNEL: tl.constexpr):
+    """KDA: the earlier tile's factor k_j e^{R_i - G_j} (exponent <= 0); GDN: k_j itself."""
+    if PER_CHANNEL:
+        return kj * tl.exp(Ri[None, :] - Gj)
+    else:
+        return kj
+
+
+@triton.jit
+def _off(left, kjr, Gi, Gj, PER_CHANNEL: tl.constexpr, PREC: tl.constexpr):
+    """Block (i, j), i > j: left = k_i e^{G_i - R_i} (KDA) or k_i (GDN)."""
+    a = tl.dot(left, tl.trans(kjr), input_precision=PREC)
+    if not PER_CHANNEL:
+        a = a * tl.exp(Gi[:, None] - Gj[None, :])
+    return a
+
+
+@triton.jit
+def _left(x, G, Ri, PER_CHANNEL: tl.constexpr):
+    if PER_CHANNEL:
+        return x * tl.exp(G - Ri[None, :])
+    else:
+        return x
+
+
+@triton.jit
+def _inv16(a, live):
+    """(I + a)^-1 for a strictly lower 16 x 16 a whose rows from ``live`` on are 0, by forward
+    substitution over the rows: row i of ``a x`` only reads rows < i of x, which are final
+    (fp32 "ieee" dots, no tf32 rounding)."""
+    r = tl.arange(0, 16)
+    x = tl.where(r[:, None] == r[None, :], 1.0, 0.0)
+    for i in range(1, tl.minimum(live, 16)):
+        x = tl.where(r[:, None] == i, x - tl.dot(a, x, input_precision="ieee"), x)
+    return x
+
+
+@triton.jit
+def _kb(k, b, G, PER_CHANNEL: tl.constexpr):
+    """beta k e^G (the right-hand side of w), exponent <= 0."""
+    if PER_CHANNEL:
+        return k * tl.exp(G) * b[:, None]
+    else:
+        return k * (b * tl.exp(G))[:, None]
+
+
+@triton.jit
+def _kgate(k, G, g_end, PER_CHANNEL: tl.constexpr):
+    if PER_CHANNEL:
+        return k * tl.exp(g_end[None, :] - G)
+    else:
+        return k * tl.exp(g_end - G)[:, None]
+
+
+@triton.jit
+def _wy_rows(ptr, tok0, n, i_h, H, x00, x10, x11, x20, x21, x22, x30, x31, x32, x33,
+             y0, y1, y2, y3, D: tl.constexpr, PREC: tl.constexpr):
+    """Store the 64 rows of X Y (X block lower triangular, Y as four 16-row tiles)."""
+    o0 = tl.dot(x00, y0, input_precision=PREC)
+    o1 = tl.dot(x10, y0, input_precision=PREC) + tl.dot(x11, y1, input_precision=PREC)
+    o2 = tl.dot(x20, y0, input_precision=PREC) + tl.dot(x21, y1, input_precision=PREC)
+    o2 += tl.dot(x22, y2, input_precision=PREC)
+    o3 = tl.dot(x30, y0, input_precision=PREC) + tl.dot(x31, y1, input_precision=PREC)
+    o3 += tl.dot(x32, y2, input_precision=PREC) + tl.dot(x33, y3, input_precision=PREC)
+    _store_rows(ptr, o0, tok0, n, i_h, H, 0, 0, 16, D, D)
+    _store_rows(ptr, o1, tok0, n, i_h, H, 0, 16, 16, D, D)
+    _store_rows(ptr, o2, tok0, n, i_h, H, 0, 32, 16, D, D)
+    _store_rows(ptr, o3, tok0, n, i_h, H, 0, 48, 16, D, D)
+
+
+@triton.jit
+def _wy_kernel(q_ptr, k_ptr, v_ptr, g_ptr, b_ptr, w_ptr, u_ptr, a_ptr, kg_ptr, ge_ptr, tab_ptr,
+               Hk, Hv, scale, eps, DK: tl.constexpr, DV: tl.constexpr, PER_CHANNEL: tl.constexpr,
+               USE_L2NORM: tl.constexpr, PREC: tl.constexpr):
+    i_c = tl.program_id(0)
+    i_h = tl.program_id(1)
+    i_hk = i_h // (Hv // Hk)
+    tok0 = tl.load(tab_ptr + 2 * i_c).to(tl.int64)
+    n = tl.load(tab_ptr + 2 * i_c + 1)
+    if PER_CHANNEL:
+        R0 = tl.zeros([DK], dtype=tl.float32)
+    else:
+        R0 = 0.0
+    q0, k0, b0, G0, R1, a00, p00 = _tile(q_ptr, k_ptr, g_ptr, b_ptr, tok0, n, i_h, i_hk, Hk, Hv,
+                                         scale, eps, R0, 0, DK, PER_CHANNEL, USE_L2NORM, PREC)
+    q1, k1, b1, G1, R2, a11, p11 = _tile(q_ptr, k_ptr, g_ptr, b_ptr, tok0, n, i_h, i_hk, Hk, Hv,
+                                         scale, eps, R1, 16, DK, PER_CHANNEL, USE_L2NORM, PREC)
+    q2, k2, b2, G2, R3, a22, p22 = _tile(q_ptr, k_ptr, g_ptr, b_ptr, tok0, n, i_h, i_hk, Hk, Hv,
+                                         scale, eps, R2, 32, DK, PER_CHANNEL, USE_L2NORM, PREC)
+    q3, k3, b3, G3, R4, a33, p33 = _tile(q_ptr, k_ptr, g_ptr, b_ptr, tok0, n, i_h, i_hk, Hk, Hv,
+                                         scale, eps, R3, 48, DK, PER_CHANNEL, USE_L2NORM, PREC)
+    # For the sequential state kernel, everything that does not depend on the state: the
+    # decayed keys k e^{G_end - G} (exponent <= 0) and the chunk's total log-decay G_end.
+    _store_rows(kg_ptr, _kgate(k0, G0, R4, PER_CHANNEL), tok0, n, i_h, Hv, 0, 0, 16, DK, DK)
+    _store_rows(kg_ptr, _kgate(k1, G1, R4, PER_CHANNEL), tok0, n, i_h, Hv, 0, 16, 16, DK, DK)
+    _store_rows(kg_ptr, _kgate(k2, G2, R4, PER_CHANNEL), tok0, n, i_h, Hv, 0, 32, 16, DK, DK)
+    _store_rows(kg_ptr, _kgate(k3, G3, R4, PER_CHANNEL), tok0, n, i_h, Hv, 0, 48, 16, DK, DK)
+    if PER_CHANNEL:
+        tl.store(ge_ptr + (i_c.to(tl.int64) * Hv + i_h) * DK + tl.arange(0, DK), R4)
+    else:
+        tl.store(ge_ptr + i_c.to(tl.int64) * Hv + i_h, R4)
+    # Off-diagonal blocks, split at the start R_i of the later tile i (KDA).
+    lk1 = _left(k1, G1, R1, PER_CHANNEL)
+    r10 = _right(k0, G0, R1, PER_CHANNEL)
+    a10 = _off(lk1, r10, G1, G0, PER_CHANNEL, PREC)
+    lk2 = _left(k2, G2, R2, PER_CHANNEL)
+    r20 = _right(k0, G0, R2, PER_CHANNEL)
+    r21 = _right(k1, G1, R2, PER_CHANNEL)
+    a20 = _off(lk2, r20, G2, G0, PER_CHANNEL, PREC)
+    a21 = _off(lk2, r21, G2, G1, PER_CHANNEL, PREC)
+    lk3 = _left(k3, G3, R3, PER_CHANNEL)
+    r30 = _right(k0, G0, R3, PER_CHANNEL)
+    r31 = _right(k1, G1, R3, PER_CHANNEL)
+    r32 = _right(k2, G2, R3, PER_CHANNEL)
+    a30 = _off(lk3, r30, G3, G0, PER_CHANNEL, PREC)
+    a31 = _off(lk3, r31, G3, G1, PER_CHANNEL, PREC)
+    a32 = _off(lk3, r32, G3, G2, PER_CHANNEL, PREC)
+    if PER_CHANNEL:
+        # Causal q k^T for the output kernel (rows past n are masked on store; the blocks
+        # above the diagonal are never written, the output kernel masks them on load).
+        lq1 = _left(q1, G1, R1, PER_CHANNEL)
+        lq2 = _left(q2, G2, R2, PER_CHANNEL)
+        lq3 = _left(q3, G3, R3, PER_CHANNEL)
+        p10 = tl.dot(lq1, tl.trans(r10), input_precision=PREC)
+        p20 = tl.dot(lq2, tl.trans(r20), input_precision=PREC)
+        p21 = tl.dot(lq2, tl.trans(r21), input_precision=PREC)
+        p30 = tl.dot(lq3, tl.trans(r30), input_precision=PREC)
+        p31 = tl.dot(lq3, tl.trans(r31), input_precision=PREC)
+        p32 = tl.dot(lq3, tl.trans(r32), input_precision=PREC)
+        _store_rows(a_ptr, p00, tok0, n, i_h, Hv, 0, 0, 16, 64, 16)
+        _store_rows(a_ptr, p10, tok0, n, i_h, Hv, 0, 16, 16, 64, 16)
+        _store_rows(a_ptr, p11, tok0, n, i_h, Hv, 16, 16, 16, 64, 16)
+        _store_rows(a_ptr, p20, tok0, n, i_h, Hv, 0, 32, 16, 64, 16)
+        _store_rows(a_ptr, p21, tok0, n, i_h, Hv, 16, 32, 16, 64, 16)
+        _store_rows(a_ptr, p22, tok0, n, i_h, Hv, 32, 32, 16, 64, 16)
+        _store_rows(a_ptr, p30, tok0, n, i_h, Hv, 0, 48, 16, 64, 16)
+        _store_rows(a_ptr, p31, tok0, n, i_h, Hv, 16, 48, 16, 64, 16)
+        _store_rows(a_ptr, p32, tok0, n, i_h, Hv, 32, 48, 16, 64, 16)
+        _store_rows(a_ptr, p33, tok0, n, i_h, Hv, 48, 48, 16, 64, 16)
+    # beta scales the rows of A (the written strength of token t).
+    x00 = _inv16(a00 * b0[:, None], n - 0)
+    x11 = _inv16(a11 * b1[:, None], n - 16)
+    x22 = _inv16(a22 * b2[:, None], n - 32)
+    x33 = _inv16(a33 * b3[:, None], n - 48)
+    a10 = a10 * b1[:, None]
+    a20 = a20 * b2[:, None]
+    a21 = a21 * b2[:, None]
+    a30 = a30 * b3[:, None]
+    a31 = a31 * b3[:, None]
+    a32 = a32 * b3[:, None]
+    # X_ij = -X_ii sum_{j <= m < i} A_im X_mj, one block diagonal further at a time.
+    x10 = -tl.dot(x11, tl.dot(a10, x00, input_precision=PREC), input_precision=PREC)
+    x21 = -tl.dot(x22, tl.dot(a21, x11, input_precision=PREC), input_precision=PREC)
+    x32 = -tl.dot(x33, tl.dot(a32, x22, input_precision=PREC), input_precision=PREC)
+    t20 = tl.dot(a20, x00, input_precision=PREC) + tl.dot(a21, x10, input_precision=PREC)
+    x20 = -tl.dot(x22, t20, input_precision=PREC)
+    t31 = tl.dot(a31, x11, input_precision=PREC) + tl.dot(a32, x21, input_precision=PREC)
+    x31 = -tl.dot(x33, t31, input_precision=PREC)
+    t30 = tl.dot(a30, x00, input_precision=PREC) + tl.dot(a31, x10, input_precision=PREC)
+    x30 = -tl.dot(x33, t30 + tl.dot(a32, x20, input_precision=PREC), input_precision=PREC)
+    # w = X (beta k e^G) and u = X (beta v), block row by block row.
+    y0 = _kb(k0, b0, G0, PER_CHANNEL)
+    y1 = _kb(k1, b1, G1, PER_CHANNEL)
+    y2 = _kb(k2, b2, G2, PER_CHANNEL)
+    y3 = _kb(k3, b3, G3, PER_CHANNEL)
+    _wy_rows(w_ptr, tok0, n, i_h, Hv, x00, x10, x11, x20, x21, x22, x30, x31, x32, x33,
+             y0, y1, y2, y3, DK, PREC)
+    y0 = _head_rows(v_ptr, tok0, n, i_h, Hv, 0, 0, 16, DV, DV) * b0[:, None]
+    y1 = _head_rows(v_ptr, tok0, n, i_h, Hv, 0, 16, 16, DV, DV) * b1[:, None]
+    y2 = _head_rows(v_ptr, tok0, n, i_h, Hv, 0, 32, 16, DV, DV) * b2[:, None]
+    y3 = _head_rows(v_ptr, tok0, n, i_h, Hv, 0, 48, 16, DV, DV) * b3[:, None]
+    _wy_rows(u_ptr, tok0, n, i_h, Hv, x00, x10, x11, x20, x21, x22, x30, x31, x32, x33,
+             y0, y1, y2, y3, DV, PREC)

@@ -1,0 +1,225 @@
+"""Device-side helpers of the Triton MoE GEMMs (:mod:`hwinfer.kernels.triton.moe_gemm`): exact
+in-register decoding of e4m3 / e2m1 / UE8M0, one dequantize-and-dot K step, the fused GLU;
+and the host-side (device-resident, sync-free) sort of (token, slot) pairs into expert tiles.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+# Activation codes of the fused epilogue (names as in hwinfer.ops.moe_experts.ACTIVATIONS).
+ACT_CODES = {"swiglu": 0, "swiglu_oai": 1, "situ": 2, "gelu_tanh": 3}
+
+
+@triton.jit
+def _e4m3(b):
+    """uint8 e4m3fn bytes (as int32) -> fp32, exactly (normals via the fp32 bit pattern)."""
+    e = (b >> 3) & 15
+    m = b & 7
+    normal = (((e + 120) << 23) | (m << 20)).to(tl.float32, bitcast=True)
+    v = tl.where(e == 0, m.to(tl.float32) * 0.001953125, normal)
+    return tl.where((b & 128) != 0, -v, v)
+
+
+@triton.jit
+def _e2m1(c):
+    """e2m1 codes 0..15 (int32) -> fp32: sign bit 3, exponent bits 1-2 (bias 1), mantissa bit 0."""
+    e = (c >> 1) & 3
+    m = c & 1
+    normal = (((e + 126) << 23) | (m << 22)).to(tl.float32, bitcast=True)
+    v = tl.where(e == 0, m.to(tl.float32) * 0.5, normal)
+    return tl.where((c & 8) != 0, -v, v)
+
+
+@triton.jit
+def _scale(s_ptrs, mask, SCALE_U8: tl.constexpr):
+    """Load scales: UE8M0 bytes b -> 2^(b-127) (b = 0 is the fp32 subnormal 2^-127), or fp32."""
+    if SCALE_U8:
+        b = tl.load(s_ptrs, mask=mask, other=127).to(tl.int32)
+        v = (b << 23).to(tl.float32, bitcast=True)
+        return tl.where(b == 0, 5.877471754111438e-39, v)
+    else:
+        return tl.load(s_ptrs, mask=mask, other=0.0).to(tl.float32)
+
+
+@triton.jit
+def _dot(a, b, DOT_BF16: tl.constexpr):
+    if DOT_BF16:
+        return tl.dot(a.to(tl.bfloat16), b.to(tl.bfloat16))
+    else:
+        return tl.dot(a, b, input_precision="ieee")
+
+
+@triton.jit
+def kstep(acc, a_rows, a_mask, k0, K, w_rows, s_rows, s_stride_k, n_mask,
+           WFMT: tl.constexpr, SCALE_U8: tl.constexpr, SB1: tl.constexpr,
+           DOT_BF16: tl.constexpr, SCALED: tl.constexpr, BK: tl.constexpr):
+    """acc[BM, BN] += A[:, k0:k0+BK] @ W[rows, k0:k0+BK]^T, W dequantized in registers.
+
+    a_rows [BM, 1] / w_rows [1, BN] / s_rows [1, BN] are row base pointers (activations,
+    weights, scales); K the unpacked reduction length.
+    """
+    if WFMT == 2:
+        kb = k0 // 2 + tl.arange(0, BK // 2)
+        kbm = kb < K // 2
+        wmask = kbm[:, None] & n_mask
+        if SCALED:
+            kk = k0 + tl.arange(0, BK)
+            a = tl.load(a_rows + kk[None, :], mask=a_mask & (kk[None, :] < K), other=0.0)
+            wb = tl.load(w_rows + kb[:, None], mask=wmask, other=0)
+            ks = k0 // 32 + tl.arange(0, BK // 32)
+            sc = tl.load(s_rows + ks[:, None] * s_stride_k, mask=(ks[:, None] < K // 32) & n_mask,
+                         other=127)
+            acc = tl.dot_scaled(a.to(tl.bfloat16), None, "bf16", wb, tl.trans(sc), "e2m1", acc)
+        else:
+            wb = tl.load(w_rows + kb[:, None], mask=wmask, other=0).to(tl.int32)
+            sc = _scale(s_rows + ((2 * kb[:, None]) // 32) * s_stride_k, wmask, SCALE_U8)
+            lo = _e2m1(wb & 15) * sc
+            hi = _e2m1((wb >> 4) & 15) * sc
+            am = a_mask & kbm[None, :]
+            a_even = tl.load(a_rows + 2 * kb[None, :], mask=am, other=0.0).to(tl.float32)
+            a_odd = tl.load(a_rows + 2 * kb[None, :] + 1, mask=am, other=0.0).to(tl.float32)
+            acc += _dot(a_even, lo, DOT_BF16) + _dot(a_odd, hi, DOT_BF16)
+    else:
+        kk = k0 + tl.arange(0, BK)
+        km = kk < K
+        a = tl.load(a_rows + kk[None, :], mask=a_mask & km[None, :], other=0.0).to(tl.float32)
+        if WFMT == 1:
+            wb = tl.load(w_rows + kk[:, None], mask=km[:, None] & n_mask, other=0).to(tl.int32)
+            sc = _scale(s_rows + (k0 // SB1) * s_stride_k, n_mask, SCALE_U8)
+            acc += _dot(a, _e4m3(wb), DOT_BF16) * sc
+        else:
+            w = tl.load(w_rows + kk[:, None], mask=km[:, None] & n_mask, other=0.0).to(tl.float32)
+            acc += _dot(a, w, DOT_BF16)
+    return acc
+
+
+@triton.jit
+def _sigmoid(v):
+    return 1.0 / (1.0 + tl.exp(-v))
+
+
+@triton.jit
+def _tanh(v):
+    """tanh without libdevice: sign(v) (1 - e^-2|v|) / (1 + e^-2|v|) (no overflow)."""
+    z = tl.exp(-2.0 * tl.abs(v))
+    r = (1.0 - z) / (1.0 + z)
+    return tl.where(v < 0, -r, r)
+
+
+@triton.jit
+def glu_act(gate, up, limit, alpha, beta, lin_beta, ACT: tl.constexpr, HAS_LIMIT: tl.constexpr,
+            HAS_LIN: tl.constexpr):
+    """The contract's glu on fp32 tiles (clamp first: gate from above, up both sides)."""
+    if HAS_LIMIT:
+        gate = tl.minimum(gate, limit)
+        up = tl.minimum(tl.maximum(up, -limit), limit)
+    if ACT == 0:
+        out = gate * _sigmoid(gate) * up
+    elif ACT == 1:
+        out = (up + 1.0) * gate * _sigmoid(alpha * gate)
+    elif ACT == 2:
+        if HAS_LIN:
+            up = lin_beta * _tanh(up / lin_beta)
+        out = beta * _tanh(gate / beta) * _sigmoid(gate) * up
+    else:
+        inner = 0.7978845608028654 * (gate + 0.044715 * gate * gate * gate)
+        out = 0.5 * gate * (1.0 + _tanh(inner)) * up
+    return out
+
+
+def route_tiles(ids: torch.Tensor, num_experts: int, bm: int):
+    """(pair index per padded row [tiles*BM] (T*k = padding), expert per tile [tiles] (-1 = none)).
+
+    Device-only torch ops with shapes fixed by (T*k, E, BM): safe inside a CUDA graph.
+    """
+    tk = ids.numel()
+    flat = ids.reshape(-1).long()
+    flat = torch.where(flat < 0, torch.full_like(flat, num_experts), flat)  # skipped -> bucket E
+    counts = torch.zeros(num_experts + 1, dtype=torch.long, device=ids.device)
+    counts.scatter_add_(0, flat, torch.ones_like(flat))
+    tiles_per = (counts[:num_experts] + bm - 1) // bm
+    tile_end = torch.cumsum(tiles_per, 0)
+    tile_begin = tile_end - tiles_per
+    order = torch.argsort(flat, stable=True)
+    sorted_e = flat[order]
+    seg_start = torch.cumsum(counts, 0) - counts
+    rank = torch.arange(tk, device=ids.device) - seg_start[sorted_e]
+    n_tiles = min(tk, -(-tk // bm) + num_experts)
+    dump = n_tiles * bm  # skipped pairs land in one extra slot past the end
+    dest = torch.where(sorted_e < num_experts,
+                       tile_begin[sorted_e.clamp(max=num_experts - 1)] * bm + rank,
+                       torch.full_like(rank, dump))
+    pairs = torch.full((dump + 1,), tk, dtype=torch.int32, device=ids.device)
+    pairs.scatter_(0, dest, order.to(torch.int32))
+    tile_e = torch.searchsorted(tile_end, torch.arange(n_tiles, device=ids.device), right=True)
+    tile_e = torch.where(tile_e < num_experts, tile_e, torch.full_like(tile_e, -1)).to(torch.int32)
+    return pairs, tile_e, n_tiles
+
+
+@triton.jit
+def _align_kernel(ids_ptr, pairs_ptr, tile_e_ptr, TK, E, N_TILES, BM: tl.constexpr,
+                  TK_P: tl.constexpr, E_P: tl.constexpr, NT_P: tl.constexpr, CH: tl.constexpr):
+    """route_tiles in one program for small T*k (decode): one launch instead of ~15 torch ops.
+
+    Per-expert counts and per-pair ranks come from chunked equality matrices (O(T*k * (E + T*k))
+    compares, nothing sorted); skipped pairs (id -1) count as expert E, which owns no tile.
+    """
+    p = tl.arange(0, TK_P)
+    e = tl.load(ids_ptr + p, mask=p < TK, other=-1).to(tl.int32)
+    e = tl.where(e < 0, E, e)
+    ex = tl.arange(0, E_P)
+    counts = tl.zeros((E_P,), dtype=tl.int32)
+    rank = tl.zeros((TK_P,), dtype=tl.int32)
+    for q0 in range(0, TK_P, CH):
+        q = q0 + tl.arange(0, CH)
+        eq = tl.load(ids_ptr + q, mask=q < TK, other=-1).to(tl.int32)
+        eq = tl.where(eq < 0, E, eq)
+        counts += tl.sum((eq[None, :] == ex[:, None]).to(tl.int32), axis=1)
+        earlier = (eq[None, :] == e[:, None]) & (q[None, :] < p[:, None])
+        rank += tl.sum(earlier.to(tl.int32), axis=1)
+    tiles_per = (counts + BM - 1) // BM
+    tile_end = tl.cumsum(tiles_per, axis=0)
+    tile_begin = tile_end - tiles_per
+    valid = (p < TK) & (e < E)
+    begin = tl.gather(tile_begin, tl.where(valid, e, 0), axis=0)
+    rows = tl.arange(0, NT_P * BM)
+    tl.store(pairs_ptr + rows, tl.full((NT_P * BM,), 0, tl.int32) + TK, mask=rows < N_TILES * BM)
+    tl.debug_barrier()  # the padding fill must land before the scatter below
+    tl.store(pairs_ptr + begin * BM + rank, p, mask=valid)
+    for m0 in range(0, NT_P, CH):
+        m = m0 + tl.arange(0, CH)
+        owner = tl.sum((tile_end[None, :] <= m[:, None]).to(tl.int32), axis=1)
+        tl.store(tile_e_ptr + m, tl.where(owner < E, owner, -1), mask=m < N_TILES)
+
+
+def align_small(ids: torch.Tensor, num_experts: int, bm: int):
+    """Same result as :func:`route_tiles` (padding rows hold T*k) for T*k <= 1024, one launch."""
+    tk = ids.numel()
+    n_tiles = min(tk, -(-tk // bm) + num_experts)
+    pairs = torch.empty(n_tiles * bm + 1, dtype=torch.int32, device=ids.device)
+    tile_e = torch.empty(n_tiles, dtype=torch.int32, device=ids.device)
+    ch = 16
+    _align_kernel[(1,)](ids, pairs, tile_e, tk, num_experts, n_tiles, BM=bm,
+                        TK_P=max(ch, triton.next_power_of_2(tk)),
+                        E_P=triton.next_power_of_2(num_experts + 1),
+                        NT_P=max(ch, triton.next_power_of_2(n_tiles)), CH=ch, num_warps=4)
+    return pairs, tile_e, n_tiles
+
+
+def _aot_specs():
+    from hwinfer.kernels.triton.aot import AotSpec
+
+    specs = []
+    for tk_p, nt_p in ((16, 16), (1024, 1024)):  # decode T*k: from one token to 1024 pairs
+        specs.append(AotSpec(f"moe_align[{tk_p}]", _align_kernel,
+                             {"ids_ptr": "*i32", "pairs_ptr": "*i32", "tile_e_ptr": "*i32",
+                              "TK": "i32", "E": "i32", "N_TILES": "i32", "BM": "constexpr",
+                              "TK_P": "constexpr", "E_P": "constexpr", "NT_P": "constexpr",
+                              "CH": "constexpr"},
+                             {"BM": 16, "TK_P": tk_p, "E_P": 512, "NT_P": nt_p, "CH": 16}))
+    return specs
+
+
+AOT_SPECS = _aot_specs()

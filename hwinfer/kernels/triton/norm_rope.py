@@ -1,0 +1,127 @@
+"""Triton fused per-head RMSNorm + RoPE (contract: :func:`hwinfer.ops.norm.rms_norm_rope`).
+
+One program normalises BLOCK_R (token, head) rows of x [T, H, D] and rotates their rotary slice
+in the same pass: one read and one write of q / k instead of two of each. The rotation partner
+of channel c (``c ^ 1`` relative to ``start`` when interleaved, ``c +- R/2`` for rotate-half) is
+a second, cache-hot load of the same row rather than a register shuffle, which keeps one code
+path for both layouts and any ``start``. fp32 from the load to the single final cast (the
+reference rounds to x.dtype between norm and rope: at most one ulp apart).
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+_FLOATS = (torch.float16, torch.bfloat16, torch.float32)
+
+
+@triton.jit
+def _norm_rope_kernel(x_ptr, w_ptr, cos_ptr, sin_ptr, y_ptr, n_rows, H, D, stride_t, stride_h,
+                      eps, offset, start, HALF,
+                      HAS_WEIGHT: tl.constexpr, INTERLEAVED: tl.constexpr,
+                      BLOCK_R: tl.constexpr, BLOCK: tl.constexpr):
+    rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    rmask = rows < n_rows
+    t = rows // H
+    src = x_ptr + t.to(tl.int64) * stride_t + (rows % H).to(tl.int64) * stride_h
+    cols = tl.arange(0, BLOCK)
+    cmask = cols < D
+    m2 = rmask[:, None] & cmask[None, :]
+    x = tl.load(src[:, None] + cols[None, :], mask=m2, other=0.0).to(tl.float32)
+    inv = 1.0 / tl.sqrt(tl.sum(x * x, axis=1) / D + eps)
+    # Rotary slice: pair index i, partner channel and sign (a' = a c - b s, b' = b c + a s).
+    rel = cols - start
+    in_rot = (rel >= 0) & (rel < 2 * HALF)
+    if INTERLEAVED:
+        i = rel // 2
+        is_b = (rel % 2) == 1
+        partner = tl.where(is_b, cols - 1, cols + 1)
+    else:
+        is_b = rel >= HALF
+        i = tl.where(is_b, rel - HALF, rel)
+        partner = tl.where(is_b, cols - HALF, cols + HALF)
+    partner = tl.where(in_rot, partner, cols)
+    xp = tl.load(src[:, None] + partner[None, :], mask=m2 & in_rot[None, :],
+                 other=0.0).to(tl.float32)
+    y = x * inv[:, None]
+    yp = xp * inv[:, None]
+    if HAS_WEIGHT:
+        y = y * (tl.load(w_ptr + cols, mask=cmask, other=0.0).to(tl.float32) + offset)[None, :]
+        yp = yp * (tl.load(w_ptr + partner, mask=cmask & in_rot, other=0.0).to(tl.float32)
+                   + offset)[None, :]
+    tab = t[:, None] * HALF + i[None, :]
+    rm = rmask[:, None] & in_rot[None, :]
+    c = tl.load(cos_ptr + tab, mask=rm, other=1.0)
+    s = tl.load(sin_ptr + tab, mask=rm, other=0.0)
+    s = tl.where(is_b[None, :], s, -s)
+    out = tl.where(in_rot[None, :], y * c + yp * s, y)
+    tl.store(y_ptr + rows.to(tl.int64)[:, None] * D + cols[None, :],
+             out.to(y_ptr.dtype.element_ty), mask=m2)
+
+
+def rms_norm_rope(x: torch.Tensor, weight: torch.Tensor | None, cos: torch.Tensor,
+                  sin: torch.Tensor, *, eps: float = 1e-6, weight_offset: float = 0.0,
+                  start: int = 0, interleaved: bool = False) -> torch.Tensor:
+    """x [T, H, D] or [T, D] (last dim contiguous; tokens / heads may be strided views) ->
+    contiguous same shape, x.dtype."""
+    if x.dim() not in (2, 3):
+        raise ValueError(f"rms_norm_rope: x must be [T, H, D] or [T, D], got {tuple(x.shape)}")
+    x3 = x if x.dim() == 3 else x.unsqueeze(1)
+    t, h, d = x3.shape
+    half = cos.shape[-1]
+    if cos.dim() != 2 or cos.shape != sin.shape or cos.shape[0] != t:
+        raise ValueError(f"rms_norm_rope: cos/sin must be [T={t}, R/2], got {tuple(cos.shape)} "
+                         f"and {tuple(sin.shape)}")
+    if start < 0 or start + 2 * half > d:
+        raise ValueError(f"rms_norm_rope: rotary slice [{start}, {start + 2 * half}) does not "
+                         f"fit in head dim {d}")
+    if x3.stride(-1) != 1:
+        x3 = x3.contiguous()
+    y = torch.empty((t, h, d), dtype=x.dtype, device=x.device)
+    n_rows = t * h
+    if n_rows == 0:
+        return y.reshape(x.shape)
+    block = triton.next_power_of_2(d)
+    block_r = max(1, min(8, 4096 // block, triton.next_power_of_2(n_rows)))
+    w = weight.contiguous() if weight is not None else x3
+    _norm_rope_kernel[(triton.cdiv(n_rows, block_r),)](
+        x3, w, cos.float().contiguous(), sin.float().contiguous(), y, n_rows, h, d,
+        x3.stride(0), x3.stride(1), eps, weight_offset, start, half,
+        HAS_WEIGHT=weight is not None, INTERLEAVED=interleaved, BLOCK_R=block_r, BLOCK=block,
+        num_warps=4)
+    return y.reshape(x.shape)
+
+
+def rms_norm_rope_supported(x: torch.Tensor, weight: torch.Tensor | None = None,
+                            **_: object) -> str | None:
+    """Per-call check: a whole head row in one program (D <= 8192), float x."""
+    if x.dtype not in _FLOATS:
+        return f"dtype {x.dtype} not in fp16/bf16/fp32"
+    if x.shape[-1] > 8192:
+        return f"head dim {x.shape[-1]} > 8192"
+    if weight is not None and weight.dtype not in _FLOATS:
+        return f"weight dtype {weight.dtype} not float"
+    return None
+
+
+def _aot_specs():
+    from hwinfer.kernels.triton.aot import AotSpec
+
+    specs = []
+    # Qwen3.5 (D 256, rotate-half, weighted) and DeepSeek-V4 (D 512, interleaved, +/- weight).
+    for dtype in ("fp32", "bf16"):
+        for block, inter, weighted in ((256, False, True), (512, True, False), (512, True, True)):
+            sig = {"x_ptr": f"*{dtype}", "w_ptr": "*fp32", "cos_ptr": "*fp32", "sin_ptr": "*fp32",
+                   "y_ptr": f"*{dtype}", "n_rows": "i32", "H": "i32", "D": "i32",
+                   "stride_t": "i32", "stride_h": "i32", "eps": "fp32", "offset": "fp32",
+                   "start": "i32", "HALF": "i32", "HAS_WEIGHT": "constexpr",
+                   "INTERLEAVED": "constexpr", "BLOCK_R": "constexpr", "BLOCK": "constexpr"}
+            specs.append(AotSpec(f"norm_rope[{dtype},{block},{'il' if inter else 'rh'},"
+                                 f"{'w' if weighted else 'nw'}]", _norm_rope_kernel, sig,
+                                 {"HAS_WEIGHT": weighted, "INTERLEAVED": inter,
+                                  "BLOCK_R": 4096 // block, "BLOCK": block}))
+    return specs
+
+
+AOT_SPECS = _aot_specs()

@@ -1,0 +1,125 @@
+"""Time gdn_chunked / kda_chunked prefill on the GPU: Triton chunked kernels vs fla-core's
+chunk_gated_delta_rule / chunk_kda (when importable) vs the portable torch impl (vs the
+reference only on the smallest shape: it loops over chunks and rows in Python).
+
+Shapes: Qwen3.5-0.8B GDN (Hk = Hv = 16, Dk = Dv = 128) and Kimi-Linear KDA (H = 32, D = 128);
+prefill of 1 x 4k, 1 x 16k and 8 x 2k tokens (the latter packed with cu_seqlens, as the engine
+batches prefills). q/k/v bf16, g/beta fp32, a given fp32 initial state, final state returned.
+
+FLOPs per chunk of C = 64 tokens and head (Dk = Dv = D), counted as 2 per multiply-add:
+A = K K^T (2 C^2 D), w and u (2 x 2 C^2 D), deltas u - w S (2 C D^2), state update
+(2 C D^2), output q S (2 C D^2) + causal q k^T and P d (2 x 2 C^2 D): 10 C^2 D + 6 C D^2.
+TFLOP/s against the 780 TFLOP/s bf16 H200 ceiling says little about such a latency-bound,
+fp32-heavy op; tokens/s and microseconds are the numbers to compare.
+
+Prints one CSV line per measurement on stdout (op,impl,shape,us,gbps_or_tflops,unit,
+pct_of_peak) and a readable table with tokens/s and errors on stderr. ``--quick``: 1 x 4k only.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+import torch
+import triton.testing
+
+from hwinfer.kernels.torch import linear_attention as torch_la
+from hwinfer.kernels.triton import delta_chunk as triton_la
+from hwinfer.kernels.triton import delta_rule
+from hwinfer.ops import linear_attention as ref_la
+
+PEAK_TFLOPS = 780.0
+C = 64
+
+try:  # fla-core is on the machine only if the lead carried its wheel there
+    from fla.ops.gated_delta_rule import chunk_gated_delta_rule as fla_gdn
+    from fla.ops.kda import chunk_kda as fla_kda
+    FLA = True
+except Exception as exc:  # noqa: BLE001 - any import failure means "not available"
+    print(f"fla not available ({type(exc).__name__}: {str(exc)[:120]})", file=sys.stderr)
+    FLA = False
+
+
+def make(kind: str, nseq: int, seqlen: int):
+    hk, hv, d = (16, 16, 128) if kind == "gdn" else (32, 32, 128)
+    T = nseq * seqlen
+    g_shape = (1, T, hv) if kind == "gdn" else (1, T, hv, d)
+    bf = dict(device="cuda", dtype=torch.bfloat16)
+    inputs = {
+        "q": torch.randn(1, T, hk, d, **bf), "k": torch.randn(1, T, hk, d, **bf),
+        "v": torch.randn(1, T, hv, d, **bf),
+        "g": -torch.rand(*g_shape, device="cuda") * 2 - 0.01,
+        "beta": torch.rand(1, T, hv, device="cuda") * 0.9 + 0.05,
+        "initial_state": torch.randn(nseq, hv, d, d, device="cuda") * 0.1,
+    }
+    if nseq > 1:
+        inputs["cu_seqlens"] = torch.arange(0, T + 1, seqlen, device="cuda", dtype=torch.int32)
+    chunks = nseq * triton.cdiv(seqlen, C)
+    flops = chunks * hv * (10 * C * C * d + 6 * C * d * d)
+    return inputs, flops, T
+
+
+def fla_call(kind: str):
+    fn = fla_gdn if kind == "gdn" else fla_kda
+
+    def call(q, k, v, g, beta, initial_state, cu_seqlens=None):
+        # fla wants cu_seqlens as int64 (LongTensor); g is the log-decay as ours.
+        cu = cu_seqlens.long() if cu_seqlens is not None else None
+        return fn(q=q, k=k, v=v, g=g, beta=beta, initial_state=initial_state,
+                  output_final_state=True, use_qk_l2norm_in_kernel=True, cu_seqlens=cu)
+    return call
+
+
+def rel_rmse(a: torch.Tensor, b: torch.Tensor) -> float:
+    a, b = a.float(), b.float()
+    return ((a - b).pow(2).mean().sqrt() / b.pow(2).mean().sqrt().clamp_min(1e-30)).item()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true", help="1 x 4k only (< 60 s)")
+    args = parser.parse_args()
+    shapes = [(1, 4096)] if args.quick else [(1, 4096), (1, 16384), (8, 2048)]
+    print("op,impl,shape,us,gbps_or_tflops,unit,pct_of_peak")
+    for kind in ("gdn", "kda"):
+        op = f"{kind}_chunked"
+        tri = getattr(triton_la, op)
+        impls = [("triton", tri)]
+        if not args.quick:
+            for bv, bvo, warps in ((16, 64, 4), (64, 64, 4), (32, 128, 8)):
+                impls.append((f"triton_bv{bv}_bvo{bvo}_w{warps}",
+                              lambda *a, _f=tri, _b=bv, _o=bvo, _w=warps, **kw:
+                              _f(*a, block_v=_b, block_v_out=_o, num_warps=_w, **kw)))
+        if FLA:
+            impls.append(("fla", fla_call(kind)))
+        impls.append(("torch", getattr(torch_la, op)))
+        for nseq, seqlen in shapes:
+            inputs, flops, T = make(kind, nseq, seqlen)
+            shape = f"{nseq}x{seqlen}"
+            # The token loop is too slow at these lengths: the Triton recurrent kernel (checked
+            # against it by the conformance suite) is the yardstick; fla's too when present.
+            o_ref, s_ref = getattr(delta_rule, f"{kind}_recurrent")(**inputs)
+            for name, fn in impls:
+                try:
+                    o, s = fn(**inputs)[:2]
+                    err = f"o {rel_rmse(o, o_ref):.1e} S {rel_rmse(s, s_ref):.1e}"
+                    ms = triton.testing.do_bench(lambda: fn(**inputs), warmup=10, rep=50)
+                except Exception as exc:  # noqa: BLE001 - report and go on with the others
+                    print(f"{op} {shape:<8} {name:<26} FAILED {type(exc).__name__}: "
+                          f"{str(exc)[:160]}", file=sys.stderr)
+                    continue
+                tflops = flops / ms / 1e9
+                print(f"{op},{name},{shape},{ms * 1e3:.1f},{tflops:.2f},TFLOP/s,"
+                      f"{100 * tflops / PEAK_TFLOPS:.2f}")
+                print(f"{op} {shape:<8} {name:<26} {ms * 1e3:9.1f} us "
+                      f"{T / ms / 1e3:9.3f} Mtok/s {tflops:6.1f} TFLOP/s  rel-rmse vs recurrent: "
+                      f"{err}", file=sys.stderr)
+            if shape == "1x4096" and not args.quick:   # the reference, once
+                ms = triton.testing.do_bench(lambda: getattr(ref_la, op)(**inputs), warmup=1,
+                                             rep=1)
+                print(f"{op},reference,{shape},{ms * 1e3:.1f},{flops / ms / 1e9:.2f},TFLOP/s,"
+                      f"{100 * flops / ms / 1e9 / PEAK_TFLOPS:.2f}")
+
+
+if __name__ == "__main__":
+    main()
