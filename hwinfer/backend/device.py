@@ -4,7 +4,8 @@ Vendors: ``nvidia``, ``amd``, ``intel``, ``huawei``, ``cpu``. ``arch`` is the co
 (``sm_90``, ``sm_100``, ``gfx942``, ``gfx950``, ``xe-hpc``, ``ascend910b``, ``x86_64``); ``family``
 the generation (``hopper``, ``blackwell``, ``cdna3``, ``cdna4``, ``xe``, ``ascend``, ``cpu``);
 ``features`` capability flags (``fp8``, ``fp4``, ``mxfp4``, ``nvfp4``, ``tma``, ``wgmma``,
-``tcgen05``, ``bf16``, ``avx512``, ``amx``, ...).
+``tcgen05``, ``bf16``, ``avx512``, ``amx``, ...), and ``triton_xpu`` / ``triton_npu`` when a Triton
+backend for that device (Intel's, Triton-Ascend) is installed.
 
 PyTorch on ROCm reports device type "cuda": AMD is told from NVIDIA by ``torch.version.hip``.
 """
@@ -115,7 +116,10 @@ FAKE_DEVICES: dict[str, DeviceInfo] = {
                          "AMD Instinct MI300X (fake)", 192 << 30, fake=True),
     "gfx950": DeviceInfo("amd", "gfx950", "cdna4", AMD_ARCHES["gfx950"][1], "cuda", 0,
                          "AMD Instinct MI355X (fake)", 288 << 30, fake=True),
-    "xpu": DeviceInfo("intel", "xe-hpc", "xe", frozenset({"bf16", "fp16"}), "xpu", 0,
+    # An XPU torch install as PyTorch's XPU wheels ship it: Intel's Triton backend comes with
+    # them (the ``triton_xpu`` feature, set by detection when that backend is installed).
+    "xpu": DeviceInfo("intel", "xe-hpc", "xe", frozenset({"bf16", "fp16", "fp64", "dpas",
+                                                        "triton_xpu"}), "xpu", 0,
                       "Intel Data Center GPU Max 1550 (fake)", 128 << 30, fake=True),
     "npu": DeviceInfo("huawei", "ascend910b", "ascend", frozenset({"bf16", "fp16"}), "npu", 0,
                       "Ascend 910B (fake)", 64 << 30, fake=True),

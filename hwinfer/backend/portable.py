@@ -20,3 +20,16 @@ def portable_impls(when: Pred, priority: int, skip: tuple[str, ...] = ()) -> lis
         impls.append(Impl(op, "reference", f"{ref.__module__}:{ref.__name__}", when=when,
                           priority=0, is_reference=True, note=why))
     return impls
+
+
+def triton_impls(when: Pred, priority: int, skip: tuple[str, ...] = ()) -> list[Impl]:
+    """The portable Triton kernels of ``hwinfer.kernels.triton.catalog`` at ``priority``.
+
+    ``when`` should include the check that a Triton backend for the device is present (e.g.
+    ``has("triton_xpu")``); the records also require the ``triton`` module itself.
+    """
+    from hwinfer.kernels.triton.catalog import PORTABLE_TRITON_KERNELS
+
+    return [Impl(op, "triton", target, when=when, priority=priority, check=check,
+                 requires=("triton",), interpretable=True)
+            for op, target, check in PORTABLE_TRITON_KERNELS if op not in skip]

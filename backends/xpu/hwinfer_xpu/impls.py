@@ -1,11 +1,14 @@
-"""Intel XPU impl table: portable Triton kernels through Intel's Triton backend, then the
-portable torch kernels on torch.xpu."""
-from hwinfer.backend import Impl, vendor
-from hwinfer.backend.portable import portable_impls
+"""Intel XPU impl table: the portable Triton kernels (hwinfer.kernels.triton.catalog) where
+Intel's Triton backend is present, then the portable torch kernels on torch.xpu.
 
-IMPLS = [
-    Impl("rms_norm", "triton", "hwinfer.kernels.triton.norm:rms_norm", when=vendor("intel"),
-         priority=10, check="hwinfer.kernels.triton.norm:rms_norm_supported",
-         requires=("triton",), interpretable=True),
-    *portable_impls(vendor("intel"), priority=5),
-]
+A new portable Triton kernel reaches this table by its line in the catalog; list an XPU-only
+kernel or tuning here."""
+from hwinfer.backend import Impl, has, vendor
+from hwinfer.backend.portable import portable_impls, triton_impls
+
+INTEL = vendor("intel")
+
+
+def all_impls() -> list[Impl]:
+    return [*triton_impls(INTEL & has("triton_xpu"), priority=10),
+            *portable_impls(INTEL, priority=5)]
