@@ -69,6 +69,8 @@ benchmarks() {  # every op benchmark script; model/engine/load benchmarks give n
     fi
     args=""
     case "$name" in bench_sparse_mla) args="--no-reference" ;; esac
+    # LANE_QUICK=1: the short shape set of every script that has one (a lane with little time).
+    if [ "${LANE_QUICK:-0}" = 1 ] && grep -q -- "--quick" "$script"; then args="$args --quick"; fi
     echo "== $lane: $name $args"
     # stdout is what is parsed (CSV lines, or the older scripts' tables); newer scripts write
     # their readable table to stderr, kept apart so nothing is counted twice.

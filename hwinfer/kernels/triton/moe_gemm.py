@@ -19,8 +19,8 @@ product (the K step never straddles a scale block); packed e2m1 codes are decode
 per 32-group, and the even / odd columns meet x's even / odd columns in two dots (no
 interleave). On sm_100 the FP4 path can instead hand the packed bytes and UE8M0 scales to
 ``tl.dot_scaled``.
-Dots run in bf16 (fp32 accumulate) when x is bf16, in fp32 "ieee" otherwise and always under
-the interpreter (whose bf16 dot is wrong).
+GEMM1 dots run in bf16 (fp32 accumulate) when x is bf16, in fp32 "ieee" otherwise and always
+under the interpreter (whose bf16 dot is wrong); the activation h and GEMM2 stay fp32.
 """
 from __future__ import annotations
 
@@ -162,8 +162,9 @@ def run_experts(x, weights, ids, w13, w2, s13, s2, *, wfmt: int, block=(1, 1),
     # decode sizes: one Triton launch; larger batches: device sort (launch cost is noise there)
     align = align_small if t * k <= 1024 else route_tiles
     pairs, tile_e, n_tiles = align(ids, e, bm)
-    h = torch.empty((n_tiles * bm, i), dtype=torch.bfloat16 if dot_bf16 else torch.float32,
-                    device=x.device)
+    # The activation between the GEMMs stays fp32 and GEMM2 runs fp32 dots: rounding it to bf16
+    # put the clamped / OAI / SiTU activations (large h) outside the bf16 tolerance on the H200.
+    h = torch.empty((n_tiles * bm, i), dtype=torch.float32, device=x.device)
     y = torch.empty((t * k, hdim), dtype=torch.float32, device=x.device)
     s13 = w13 if s13 is None else s13  # dummy pointers for dense weights
     s2 = w2 if s2 is None else s2
@@ -179,7 +180,7 @@ def run_experts(x, weights, ids, w13, w2, s13, s2, *, wfmt: int, block=(1, 1),
     _gemm2_kernel[(n_tiles, triton.cdiv(hdim, bn))](
         h, pairs, tile_e, rw, w2, s2, y, hdim, i, t * k, h.stride(0), w2.stride(0), w2.stride(1),
         s2.stride(0), s2.stride(1), s2.stride(2), y.stride(0), SCALE_U8=s2.dtype == torch.uint8,
-        **common)
+        **{**common, "DOT_BF16": False, "SCALED": False})
     block_h = min(1024, triton.next_power_of_2(hdim))
     _sum_kernel[(t, triton.cdiv(hdim, block_h))](y, ids, out, hdim, k, y.stride(0), out.stride(0),
                                                 BLOCK=block_h, num_warps=4)
@@ -313,7 +314,7 @@ def _aot_specs():
             cx = {"WFMT": wfmt, "SCALE_U8": sty == "*u8", "SB0": sb0, "SB1": sb1,
                   "DOT_BF16": True, "SCALED": scaled, "BM": bm, "BN": bn, "BK": bk}
             sig1 = {"x_ptr": "*bf16", "pair_ptr": "*i32", "tile_e_ptr": "*i32", "w_ptr": wty,
-                    "s_ptr": sty, "h_ptr": "*bf16", **{a: "i32" for a in (
+                    "s_ptr": sty, "h_ptr": "*fp32", **{a: "i32" for a in (
                         "H", "I", "TOPK", "TK", "stride_x", "stride_we", "stride_wn", "stride_se",
                         "stride_sn", "stride_sk", "stride_h", "up_srow")},
                     **{a: "fp32" for a in ("limit", "alpha", "beta", "lin_beta")},
@@ -324,15 +325,16 @@ def _aot_specs():
             specs.append(AotSpec(f"moe_gemm1[{name},{bm}x{bn}x{bk}]", _gemm1_kernel, sig1,
                                  {**cx, "ACT": 0, "HAS_LIMIT": True, "HAS_LIN": False},
                                  {"num_warps": warps}))
-            sig2 = {"h_ptr": "*bf16", "pair_ptr": "*i32", "tile_e_ptr": "*i32", "rw_ptr": "*fp32",
+            sig2 = {"h_ptr": "*fp32", "pair_ptr": "*i32", "tile_e_ptr": "*i32", "rw_ptr": "*fp32",
                     "w_ptr": wty, "s_ptr": sty, "y_ptr": "*fp32", **{a: "i32" for a in (
                         "H", "I", "TK", "stride_h", "stride_we", "stride_wn", "stride_se",
                         "stride_sn", "stride_sk", "stride_y")},
                     **{a: "constexpr" for a in ("WFMT", "SCALE_U8", "SB0", "SB1", "DOT_BF16",
                                                 "SCALED", "BM", "BN", "BK")}}
             sig2["stride_we"] = "i64"
-            specs.append(AotSpec(f"moe_gemm2[{name},{bm}x{bn}x{bk}]", _gemm2_kernel, sig2, cx,
-                                 {"num_warps": warps}))
+            if not scaled:  # GEMM2 always runs the plain fp32 path (see moe_experts)
+                specs.append(AotSpec(f"moe_gemm2[{name},{bm}x{bn}x{bk}]", _gemm2_kernel, sig2,
+                                     {**cx, "DOT_BF16": False}, {"num_warps": warps}))
     specs.append(AotSpec("moe_sum[bf16]", _sum_kernel,
                          {"y_ptr": "*fp32", "ids_ptr": "*i32", "out_ptr": "*bf16", "H": "i32",
                           "TOPK": "i32", "stride_y": "i32", "stride_o": "i32",
