@@ -20,7 +20,7 @@ V32 = {"model_type": "deepseek_v32", "architectures": ["DeepseekV32ForCausalLM"]
 def pair(tmp_path_factory):
     path = tmp_path_factory.mktemp("deepseek_v32")
     write_checkpoint("glm_moe_dsa", path, overrides=V32)
-    ours = load_model(path, device=oracle.DEVICE)
+    ours = load_model(path, device=oracle.DEVICE, dtype=oracle.DTYPE)
     hf, info = oracle.hf_load(path)
     return path, ours, hf, info
 

@@ -31,7 +31,7 @@ FLASH = {"num_hidden_layers": 43, "num_nextn_predict_layers": 1, "num_hash_layer
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory):
     path = write_checkpoint("deepseek_v4", tmp_path_factory.mktemp("deepseek_v4"))
-    ours = load_model(path, device=oracle.DEVICE)
+    ours = load_model(path, device=oracle.DEVICE, dtype=oracle.DTYPE)
     hf, info = oracle.hf_load(path)
     return path, ours, hf, info
 
@@ -164,7 +164,7 @@ def test_decode_touches_only_the_new_token(pair):
 def test_transformers_save_pretrained_layout_loads(pair, tmp_path):
     path, ours, hf, _ = pair
     oracle.check_hf_layout(ours, hf, path, tmp_path, oracle.random_ids(512, 1, 20))
-    again = load_model(tmp_path, device=oracle.DEVICE)
+    again = load_model(tmp_path, device=oracle.DEVICE, dtype=oracle.DTYPE)
     assert again.layout_name.startswith("transformers") and again.mtp is None
     assert load_config(tmp_path).get("layer_types") and "compress_ratios" not in json.loads(
         (tmp_path / "config.json").read_text())
@@ -173,7 +173,7 @@ def test_transformers_save_pretrained_layout_loads(pair, tmp_path):
 def test_fp8_fp4_checkpoint_as_released_matches_transformers(pair, tmp_path):
     _, fp32_model, _, _ = pair
     write_checkpoint("deepseek_v4", tmp_path, quant="fp8", shards=3)
-    ours = load_model(tmp_path, device=oracle.DEVICE)
+    ours = load_model(tmp_path, device=oracle.DEVICE, dtype=oracle.DTYPE)
     # FP8: 5 attention projections x 4 layers + 2 indexers + 3 shared x 4 + MTP (5 + 3 + 2);
     # FP4: 3 x 8 experts x 5 MoE blocks.
     assert ours.load_report.dequantized == 20 + 2 + 12 + 10 + 120

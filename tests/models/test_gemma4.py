@@ -25,7 +25,7 @@ def pair(request, tmp_path_factory):
     path = tmp_path_factory.mktemp(request.param)
     write_checkpoint(request.param, path)
     towers = oracle.add_hf_towers(path, VLM, keep=("model.language_model.", "lm_head."))
-    ours = load_model(path, device=oracle.DEVICE)
+    ours = load_model(path, device=oracle.DEVICE, dtype=oracle.DTYPE)
     hf, info = oracle.hf_load(path, VLM)
     return request.param, path, ours, hf, info, towers
 
@@ -88,7 +88,7 @@ def test_text_class_layout_matches_gemma4_for_causal_lm(pair, tmp_path):
     assert not unexpected and set(missing) <= {"lm_head.weight"}, (missing, unexpected)
     text.tie_weights()
     text.save_pretrained(str(tmp_path))
-    again = load_model(tmp_path, device=oracle.DEVICE)
+    again = load_model(tmp_path, device=oracle.DEVICE, dtype=oracle.DTYPE)
     assert again.layout_name.startswith("text-only")
     ref, info = oracle.hf_load(tmp_path, "Gemma4ForCausalLM")
     assert not info["missing_keys"] and not info["unexpected_keys"], info

@@ -17,7 +17,7 @@ ARCH = "glm_moe_dsa"
 def pair(tmp_path_factory):
     path = tmp_path_factory.mktemp(ARCH)
     write_checkpoint(ARCH, path)
-    ours = load_model(path, device=oracle.DEVICE)
+    ours = load_model(path, device=oracle.DEVICE, dtype=oracle.DTYPE)
     hf, info = oracle.hf_load(path)
     return path, ours, hf, info
 
@@ -42,7 +42,7 @@ def test_indexer_really_selects(pair, tmp_path):
     """index_topk 8 < 40 tokens: the same weights with index_topk 64 (every key kept) differ."""
     _, ours, _, _ = pair
     write_checkpoint(ARCH, tmp_path, overrides={"index_topk": 64})
-    dense = load_model(tmp_path, device=oracle.DEVICE)
+    dense = load_model(tmp_path, device=oracle.DEVICE, dtype=oracle.DTYPE)
     ids = oracle.random_ids(ours.config["vocab_size"], 1, 40)
     a, b = ours(ids), dense(ids)
     assert oracle.rel_err(a[:, :8], b[:, :8]) < 1e-5  # positions 0..7 see <= 8 keys either way
@@ -76,7 +76,7 @@ def test_yarn_mscale_matches_transformers(tmp_path):
     yarn = {"rope_type": "yarn", "rope_theta": 1000000.0, "factor": 8.0, "original_max_position_embeddings": 512,
             "beta_fast": 32, "beta_slow": 1, "mscale": 1.0, "mscale_all_dim": 1.0}
     write_checkpoint(ARCH, tmp_path, overrides={"rope_parameters": yarn})
-    ours = load_model(tmp_path, device=oracle.DEVICE)
+    ours = load_model(tmp_path, device=oracle.DEVICE, dtype=oracle.DTYPE)
     assert ours.layers[0].self_attn.c.scale != 32 ** -0.5
     hf, _ = oracle.hf_load(tmp_path)
     oracle.check_logits(ours, hf, oracle.random_ids(ours.config["vocab_size"], 2, 40, seed=5))
@@ -85,7 +85,7 @@ def test_yarn_mscale_matches_transformers(tmp_path):
 def test_fp8_checkpoint_matches_transformers(tmp_path):
     """GLM-5-FP8 format: e4m3 weights + fp32 weight_scale_inv (128x128), sharded."""
     write_checkpoint(ARCH, tmp_path, quant="fp8", shards=3)
-    ours = load_model(tmp_path, device=oracle.DEVICE)
+    ours = load_model(tmp_path, device=oracle.DEVICE, dtype=oracle.DTYPE)
     assert ours.load_report.dequantized > 0
     hf, info = oracle.hf_load(tmp_path)
     assert not info["missing_keys"], info["missing_keys"]

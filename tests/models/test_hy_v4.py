@@ -16,7 +16,7 @@ ARCH = "hy_v4"
 def pair(tmp_path_factory):
     path = tmp_path_factory.mktemp(ARCH)
     write_checkpoint(ARCH, path)
-    ours = load_model(path, device=oracle.DEVICE)
+    ours = load_model(path, device=oracle.DEVICE, dtype=oracle.DTYPE)
     hf, info = oracle.hf_load(path)
     return path, ours, hf, info
 
@@ -42,7 +42,7 @@ def test_swiglu_limit_and_selection_matter(pair, tmp_path):
     got = ours(ids)
     for name, override in (("no clamp", {"swiglu_limit": 0.0}), ("all keys", {"index_topk": 64})):
         write_checkpoint(ARCH, tmp_path / name, overrides=override)
-        assert oracle.rel_err(load_model(tmp_path / name, device=oracle.DEVICE)(ids), got) > 1e-2, name
+        assert oracle.rel_err(load_model(tmp_path / name, device=oracle.DEVICE, dtype=oracle.DTYPE)(ids), got) > 1e-2, name
 
 
 def test_greedy_tokens_match_transformers(pair):
@@ -67,7 +67,7 @@ def test_transformers_save_pretrained_layout_loads(pair, tmp_path):
     linear_gate for every gate_proj): a layout of its own."""
     path, ours, hf, _ = pair
     oracle.check_hf_layout(ours, hf, path, tmp_path, oracle.random_ids(ours.config["vocab_size"], 1, 20))
-    assert load_model(tmp_path, device=oracle.DEVICE).layout_name == "transformers save_pretrained"
+    assert load_model(tmp_path, device=oracle.DEVICE, dtype=oracle.DTYPE).layout_name == "transformers save_pretrained"
 
 
 def test_bf16_runs_and_tracks_fp32(pair):

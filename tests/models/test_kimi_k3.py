@@ -216,7 +216,7 @@ class Reference:
 @pytest.fixture(scope="module")
 def k3(tmp_path_factory):
     path = write_checkpoint("kimi_k3", tmp_path_factory.mktemp("kimi_k3"))
-    return path, load_model(path, device=oracle.DEVICE), Reference(path)
+    return path, load_model(path, device=oracle.DEVICE, dtype=oracle.DTYPE), Reference(path)
 
 
 def _x(hidden: int, seed: int = 0) -> torch.Tensor:
@@ -271,7 +271,7 @@ def test_text_only_layout_loads_with_the_same_logits(k3, tmp_path):
     sd = load_file(str(path / "model.safetensors"))
     save_file({k.removeprefix("language_model."): v for k, v in sd.items()}, str(tmp_path / "model.safetensors"))
     shutil.copy(path / "config.json", tmp_path / "config.json")
-    again = load_model(tmp_path, device=oracle.DEVICE)
+    again = load_model(tmp_path, device=oracle.DEVICE, dtype=oracle.DTYPE)
     ids = oracle.random_ids(ours.config["vocab_size"], 1, 20)
     assert again.layout_name == "text-only" and torch.equal(again(ids), ours(ids))
 
@@ -286,7 +286,7 @@ def _dequant_mxfp4(packed: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
 def test_mxfp4_checkpoint_equals_dequantized_checkpoint(tmp_path):
     q_dir, d_dir = tmp_path / "mxfp4", tmp_path / "dequant"
     write_checkpoint("kimi_k3", q_dir, quant="mxfp4")
-    packed = load_model(q_dir, device=oracle.DEVICE)
+    packed = load_model(q_dir, device=oracle.DEVICE, dtype=oracle.DTYPE)
     experts = packed.layers[1].mlp.experts  # kept MXFP4: run by latent_moe's FP4 path
     assert packed.load_report.dequantized == 0 and experts.w13.dtype == experts.w13_scale.dtype == torch.uint8
     sd, plain = load_file(str(q_dir / "model.safetensors")), {}
@@ -302,7 +302,7 @@ def test_mxfp4_checkpoint_equals_dequantized_checkpoint(tmp_path):
     cfg = json.loads((q_dir / "config.json").read_text())
     cfg.pop("quantization_config")
     (d_dir / "config.json").write_text(json.dumps(cfg))
-    dense = load_model(d_dir, device=oracle.DEVICE)
+    dense = load_model(d_dir, device=oracle.DEVICE, dtype=oracle.DTYPE)
     ids = oracle.random_ids(packed.config["vocab_size"], 2, 40)
     assert oracle.rel_err(packed(ids), dense(ids)) <= 1e-6
     assert oracle.rel_err(packed(ids[0]), Reference(d_dir).logits(ids[0])) <= oracle.LOGIT_RTOL

@@ -26,7 +26,7 @@ def hf_load(path):
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory):
     path = write_checkpoint("kimi_linear", tmp_path_factory.mktemp("kimi_linear"))
-    ours = load_model(path, device=oracle.DEVICE)
+    ours = load_model(path, device=oracle.DEVICE, dtype=oracle.DTYPE)
     hf, info = hf_load(path)
     return path, ours, hf, info
 
@@ -77,5 +77,5 @@ def test_chunked_prefill_equals_one_prefill(pair):
 def test_transformers_save_pretrained_layout_loads(pair, tmp_path):
     path, ours, hf, _ = pair
     oracle.check_hf_layout(ours, hf, path, tmp_path, oracle.random_ids(ours.config["vocab_size"], 1, 20))
-    again = load_model(tmp_path, device=oracle.DEVICE)
+    again = load_model(tmp_path, device=oracle.DEVICE, dtype=oracle.DTYPE)
     assert again.layout_name == "transformers save_pretrained"

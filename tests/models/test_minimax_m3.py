@@ -27,7 +27,7 @@ def pair(tmp_path_factory):
     path = tmp_path_factory.mktemp("minimax_m3")
     write_checkpoint("minimax_m3", path)
     towers = oracle.add_hf_towers(path, VLM, keep=KEEP)
-    ours = load_model(path, device=oracle.DEVICE)
+    ours = load_model(path, device=oracle.DEVICE, dtype=oracle.DTYPE)
     hf, info = oracle.hf_load(path, VLM)
     return path, ours, hf, info, towers
 
@@ -95,7 +95,7 @@ def test_text_class_layout_matches_minimax_m3_vl_for_causal_lm(pair, tmp_path):
     state["lm_head.weight"] = hf.lm_head.weight
     text.load_state_dict(state, strict=True)
     text.save_pretrained(str(tmp_path))
-    again = load_model(tmp_path, device=oracle.DEVICE)
+    again = load_model(tmp_path, device=oracle.DEVICE, dtype=oracle.DTYPE)
     assert again.layout_name.startswith("text-only")
     ref, info = oracle.hf_load(tmp_path, "MiniMaxM3VLForCausalLM")
     assert not info["missing_keys"] and not info["unexpected_keys"], info
@@ -107,7 +107,7 @@ def test_text_class_layout_matches_minimax_m3_vl_for_causal_lm(pair, tmp_path):
 def test_fp8_checkpoint_matches_transformers(tmp_path):
     write_checkpoint("minimax_m3", tmp_path, quant="fp8", shards=3)
     oracle.add_hf_towers(tmp_path, VLM, keep=KEEP)
-    ours = load_model(tmp_path, device=oracle.DEVICE)
+    ours = load_model(tmp_path, device=oracle.DEVICE, dtype=oracle.DTYPE)
     assert ours.load_report.dequantized > 0
     hf, info = oracle.hf_load(tmp_path, VLM)
     assert not info["missing_keys"] and not info["unexpected_keys"], info

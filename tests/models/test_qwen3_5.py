@@ -17,7 +17,7 @@ ARCHS = ["qwen3_5", "qwen3_5_moe"]
 def pair(request, tmp_path_factory):
     path = tmp_path_factory.mktemp(request.param)
     write_checkpoint(request.param, path)
-    ours = load_model(path, device=oracle.DEVICE)
+    ours = load_model(path, device=oracle.DEVICE, dtype=oracle.DTYPE)
     hf, info = oracle.hf_load(path)
     return request.param, path, ours, hf, info
 
@@ -54,7 +54,7 @@ def test_transformers_save_pretrained_layout_loads(pair, tmp_path):
 @pytest.mark.parametrize("arch", ARCHS)
 def test_fp8_checkpoint_matches_transformers(arch, tmp_path):
     write_checkpoint(arch, tmp_path, quant="fp8", shards=3)
-    ours = load_model(tmp_path, device=oracle.DEVICE)
+    ours = load_model(tmp_path, device=oracle.DEVICE, dtype=oracle.DTYPE)
     assert ours.load_report.dequantized > 0
     hf, _ = oracle.hf_load(tmp_path, "Qwen3_5ForConditionalGeneration" if arch == "qwen3_5"
                            else "Qwen3_5MoeForConditionalGeneration")
