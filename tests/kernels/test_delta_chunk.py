@@ -7,11 +7,9 @@ kernel. ``TRITON_INTERPRET`` is read when a kernel is decorated: a fresh interpr
 """
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import pytest
+
+from tests.kernels.interpreted import run_interpreted
 
 pytest.importorskip("triton")
 pytest.importorskip("numpy")  # the interpreter needs it
@@ -49,11 +47,7 @@ print("ok")
 
 
 def test_chunks_varlen_gqa_split_blocks_interpreted():
-    env = dict(os.environ, TRITON_INTERPRET="1", OMP_NUM_THREADS="1")
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    res = subprocess.run([sys.executable, "-c", SCRIPT], env=env, cwd=root, capture_output=True,
-                         text=True, timeout=900)
-    assert res.returncode == 0 and "ok" in res.stdout, res.stderr[-3000:]
+    run_interpreted(SCRIPT, timeout=900)
 
 
 def test_per_call_check_refuses_unsupported_shapes():

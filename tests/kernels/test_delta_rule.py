@@ -7,11 +7,9 @@ decorated, so the check runs in a fresh interpreter process.
 """
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import pytest
+
+from tests.kernels.interpreted import run_interpreted
 
 pytest.importorskip("triton")
 pytest.importorskip("numpy")  # the interpreter needs it
@@ -44,11 +42,7 @@ print("ok")
 
 
 def test_split_value_blocks_gqa_varlen_interpreted():
-    env = dict(os.environ, TRITON_INTERPRET="1", OMP_NUM_THREADS="1")
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    res = subprocess.run([sys.executable, "-c", SCRIPT], env=env, cwd=root, capture_output=True,
-                         text=True, timeout=600)
-    assert res.returncode == 0 and "ok" in res.stdout, res.stderr[-3000:]
+    run_interpreted(SCRIPT, timeout=600)
 
 
 def test_per_call_check_refuses_unsupported_head_dims():

@@ -9,11 +9,9 @@ K = 1 and 2, an fp32 state with fp16 inputs.
 """
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import pytest
+
+from tests.kernels.interpreted import run_interpreted
 
 pytest.importorskip("triton")
 pytest.importorskip("numpy")  # the interpreter needs it
@@ -59,11 +57,7 @@ print("ok")
 
 
 def test_uncovered_paths_interpreted():
-    env = dict(os.environ, TRITON_INTERPRET="1", OMP_NUM_THREADS="1")
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    res = subprocess.run([sys.executable, "-c", SCRIPT], env=env, cwd=root, capture_output=True,
-                         text=True, timeout=600)
-    assert res.returncode == 0 and "ok" in res.stdout, res.stderr[-3000:]
+    run_interpreted(SCRIPT, timeout=600)
 
 
 def test_per_call_checks_refuse_uncovered_shapes():
