@@ -16,6 +16,7 @@ from torch import nn
 from hwinfer.backend.select import OpTable
 from hwinfer.cache.spec import CacheTensor
 from hwinfer.layers.basic import Linear, MergedProjection
+from hwinfer.layers.delta_state import run_delta_rule
 from hwinfer.runtime.batch import ForwardBatch
 
 
@@ -53,13 +54,7 @@ class GatedDeltaNet(nn.Module):
     def forward(self, x: torch.Tensor, batch: ForwardBatch, cache: dict | None) -> torch.Tensor:
         ops, t = self.ops, x.shape[0]
         cu = batch.cu_seqlens
-        conv_state = ssm_state = None
-        # Decode updates the state rows of the cache in place (no gather / scatter of the
-        # largest tensor of the step); recording for speculative replay wants the copies.
-        in_place = cache is not None and batch.is_decode and batch.capture is None
-        if cache is not None:
-            conv_state = cache["conv"][batch.slots]
-            ssm_state = cache["ssm"] if in_place else cache["ssm"][batch.slots]
+        conv_state = cache["conv"][batch.slots] if cache is not None else None
         pre, z, b, a = self.in_proj(x)
         mixed, new_conv = ops.causal_conv1d(pre[None], self.conv1d.weight, None,
                                             conv_state, activation="silu", cu_seqlens=cu)
@@ -69,16 +64,9 @@ class GatedDeltaNet(nn.Module):
         v = v.reshape(1, t, self.nv, self.dv)
         beta = torch.sigmoid(b.float())[None]
         g = ops.gdn_gate(a[None], self.A_log, self.dt_bias)
-        if in_place:
-            o, _ = ops.gdn_recurrent(q, k, v, g, beta, ssm_state, use_qk_l2norm=True, cu_seqlens=cu,
-                                     state_slots=batch.slots)
-        else:
-            rule = ops.gdn_recurrent if batch.is_decode else ops.gdn_chunked
-            o, new_ssm = rule(q, k, v, g, beta, ssm_state, use_qk_l2norm=True, cu_seqlens=cu)
+        o = run_delta_rule(ops.gdn_recurrent, ops.gdn_chunked, batch, cache, q, k, v, g, beta)
         if cache is not None:
             cache["conv"][batch.slots] = new_conv.to(cache["conv"].dtype)
-            if not in_place:
-                cache["ssm"][batch.slots] = new_ssm
             if batch.capture is not None:
                 batch.capture.record(self, cache, pre=pre, q=q[0], k=k[0], v=v[0], g=g[0], beta=beta[0])
         z = z.view(t, self.nv, self.dv)

@@ -17,6 +17,7 @@ from torch import nn
 from hwinfer.backend.select import OpTable
 from hwinfer.cache.spec import CacheTensor
 from hwinfer.layers.basic import Linear, MergedProjection
+from hwinfer.layers.delta_state import run_delta_rule
 from hwinfer.runtime.batch import ForwardBatch
 
 
@@ -81,11 +82,7 @@ class KimiDeltaAttention(nn.Module):
         """x [T, H] (packed requests of ``batch``) -> [T, H]."""
         ops, t, h, d = self.ops, x.shape[0], self.heads, self.head_dim
         cu = batch.cu_seqlens
-        conv_state = ssm_state = None
-        in_place = cache is not None and batch.is_decode  # decode updates cache rows in place
-        if cache is not None:
-            conv_state = cache["conv"][batch.slots]
-            ssm_state = cache["ssm"] if in_place else cache["ssm"][batch.slots]
+        conv_state = cache["conv"][batch.slots] if cache is not None else None
         q, k, v, f_a, b, gate = self.in_proj(x)
         qkv = MergedProjection.joined((q, k, v))
         mixed, new_conv = ops.causal_conv1d(qkv[None], self.conv1d.weight, None, conv_state,
@@ -95,16 +92,9 @@ class KimiDeltaAttention(nn.Module):
         g = ops.kda_gate(self.f_b_proj(f_a).view(1, t, h, d), a_log, self.dt_bias,
                          lower_bound=self.lower_bound)
         beta = torch.sigmoid(b.float())[None]
-        if in_place:
-            o, _ = ops.kda_recurrent(q, k, v, g, beta, ssm_state, use_qk_l2norm=True, cu_seqlens=cu,
-                                     state_slots=batch.slots)
-        else:
-            rule = ops.kda_recurrent if batch.is_decode else ops.kda_chunked
-            o, new_ssm = rule(q, k, v, g, beta, ssm_state, use_qk_l2norm=True, cu_seqlens=cu)
+        o = run_delta_rule(ops.kda_recurrent, ops.kda_chunked, batch, cache, q, k, v, g, beta)
         if cache is not None:
             cache["conv"][batch.slots] = new_conv.to(cache["conv"].dtype)
-            if not in_place:
-                cache["ssm"][batch.slots] = new_ssm
         if not self.full_rank_gate:
             gate = self.g_b_proj(gate)
         gate = gate.view(t, h, d)

@@ -28,18 +28,19 @@ fp32. ``chunk_size`` is ignored (always 64): the contract allows any chunking.
 """
 from __future__ import annotations
 
-import os
 
 import torch
 import triton
 import triton.language as tl
+
+from hwinfer.kernels.triton import INTERPRET
 
 from hwinfer.kernels.triton.delta_chunk_wy import (
     _g_rows, _head_rows, _qk_rows, _store_rows, _wy_kernel,
 )
 from hwinfer.ops.linear_attention_chunked import L2NORM_EPS, check_inputs
 
-_INTERPRET = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+_INTERPRET = INTERPRET
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32)
 BT = 64  # chunk length (the WY kernel is written for four 16-row tiles)
 

@@ -22,15 +22,16 @@ cu_seqlens, its contents are trusted (checking them would cost a device sync on 
 """
 from __future__ import annotations
 
-import os
 
 import torch
 import triton
 import triton.language as tl
 
+from hwinfer.kernels.triton import INTERPRET
+
 from hwinfer.ops.linear_attention_chunked import L2NORM_EPS, check_inputs
 
-_INTERPRET = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+_INTERPRET = INTERPRET
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32)
 
 

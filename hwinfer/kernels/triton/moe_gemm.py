@@ -24,11 +24,12 @@ under the interpreter (whose bf16 dot is wrong); the activation h and GEMM2 stay
 """
 from __future__ import annotations
 
-import os
 
 import torch
 import triton
 import triton.language as tl
+
+from hwinfer.kernels.triton import INTERPRET
 
 from hwinfer.kernels.triton.moe_tiles import ACT_CODES, align_small, glu_act, kstep, route_tiles
 from hwinfer.ops.moe_experts import check_activation, check_expert_shapes
@@ -149,7 +150,7 @@ def run_experts(x, weights, ids, w13, w2, s13, s2, *, wfmt: int, block=(1, 1),
     out = torch.empty((t, hdim), dtype=x.dtype, device=x.device)
     if t == 0 or k == 0:
         return out.zero_()
-    interpret = os.environ.get("TRITON_INTERPRET", "0") == "1"
+    interpret = INTERPRET
     bm, bn, bk, warps = _tiles_for(t * k, e, interpret)
     while wfmt == FP8 and block[1] % bk:  # a K step must stay inside one scale block
         bk //= 2

@@ -10,11 +10,12 @@ No host sync: safe in decode CUDA graphs.
 """
 from __future__ import annotations
 
-import os
 
 import torch
 import triton
 import triton.language as tl
+
+from hwinfer.kernels.triton import INTERPRET
 
 _SCORING = {"softmax": 0, "sigmoid": 1, "sqrtsoftplus": 2}
 
@@ -146,7 +147,7 @@ def route_topk(logits: torch.Tensor, *, top_k: int, scoring: str = "softmax",
     gs = e // n_group
     # One token per program on a GPU (decode: T is tiny); the interpreter pays per program, so
     # it takes up to 32 tokens at once.
-    bt = min(32, triton.next_power_of_2(t)) if os.environ.get("TRITON_INTERPRET") == "1" else 1
+    bt = min(32, triton.next_power_of_2(t)) if INTERPRET else 1
     _route_topk_kernel[(triton.cdiv(t, bt),)](
         logits, bias if bias is not None else logits, expert_scale if expert_scale is not None
         else logits, w, ids, t, logits.stride(0), float(scaling), SCORING=_SCORING[scoring],

@@ -23,12 +23,13 @@ that dtype, fp32 ("ieee") dots otherwise and in the interpreter.
 """
 from __future__ import annotations
 
-import functools
 import inspect
 
 import torch
 import triton
 import triton.language as tl
+
+from hwinfer.kernels.triton import num_sms
 
 _LOG2E = 1.4426950408889634
 
@@ -189,11 +190,8 @@ def _paged_combine_kernel(pm_ptr, pl_ptr, pacc_ptr, seq_ptr, sink_ptr, gate_ptr,
             stride_gb, stride_gq, stride_gh, stride_ob, stride_oq, stride_oh, HAS_SINK, HAS_GATE)
 
 
-@functools.lru_cache(maxsize=None)
 def _num_sms(device: torch.device) -> int:
-    if device.type != "cuda":
-        return 4  # interpreter: small grids that still take the split + combine path
-    return torch.cuda.get_device_properties(device).multi_processor_count
+    return num_sms(device, 4)  # interpreter: small grids that still take the split + combine path
 
 
 def _plan(b: int, hkv: int, rows: int, bdk: int, bdv: int, capacity: int, device: torch.device,

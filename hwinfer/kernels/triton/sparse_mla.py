@@ -34,11 +34,11 @@ wrappers' keyword arguments override them per call (scripts/bench_sparse_mla.py 
 """
 from __future__ import annotations
 
-import functools
 
 import torch
 import triton
 
+from hwinfer.kernels.triton import num_sms
 from hwinfer.kernels.triton.sparse_mla_kernels import _dims, _sparse_mla_merge_kernel, _sparse_mla_split_kernel
 
 _LOG2E = 1.4426950408889634
@@ -63,11 +63,8 @@ def _rows_contiguous(x: torch.Tensor) -> torch.Tensor:
     return x if x.stride(-1) == 1 else x.contiguous()
 
 
-@functools.lru_cache(maxsize=None)
 def _num_sms(device: torch.device) -> int:
-    if device.type != "cuda":
-        return 8  # interpreter: keep grids small but still exercise the split + merge path
-    return torch.cuda.get_device_properties(device).multi_processor_count
+    return num_sms(device, 8)  # interpreter: small grids that still take the split + merge path
 
 
 def _tuning(table: dict, device: torch.device, overrides: dict) -> dict:
