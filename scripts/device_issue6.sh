@@ -5,6 +5,9 @@
 #                                         # the model oracle tests through the GPU kernels
 #   bash scripts/device_issue6.sh bench   # whole-model speed vs transformers and the roofline,
 #                                         # every kernel benchmark (--quick)
+#   bash scripts/device_issue6.sh diagnose  # model oracle + CUDA-graph tests on the GPU, then
+#                                         # the failures again under HWINFER_SHADOW=raise, which
+#                                         # names the first op whose kernel leaves its reference
 # Carry .whl (fla-core 0.6.0) for the fla comparisons. Results in $OUT.
 set -uo pipefail
 phase=${1:-check}
@@ -25,6 +28,16 @@ if [ "$phase" = check ]; then
   HWINFER_TEST_DEVICE=cuda timeout 220 python3 -m pytest tests/models -q -p no:cacheprovider -x \
     -o junit_family=xunit2 --junitxml="$out/models.xml" > "$out/models.txt" 2>&1
   grep -E "passed|failed|FAILED|Error" "$out/models.txt" | tail -12
+elif [ "$phase" = diagnose ]; then
+  HWINFER_TEST_DEVICE=cuda timeout 260 python3 -m pytest tests/models tests/engine/test_graphs.py -q \
+    -p no:cacheprovider -rf --tb=short > "$out/models.txt" 2>&1
+  grep -E "^FAILED|passed|failed" "$out/models.txt" | tail -30
+  failed=$(grep "^FAILED" "$out/models.txt" | sed 's/^FAILED //; s/ - .*//' | sort -u)
+  if [ -n "$failed" ]; then
+    HWINFER_SHADOW=raise HWINFER_TEST_DEVICE=cuda timeout 200 python3 -m pytest $failed -q \
+      -p no:cacheprovider -rf --tb=line > "$out/shadow.txt" 2>&1
+    grep -E "^FAILED|passed|failed" "$out/shadow.txt" | cut -c1-400 | tail -30
+  fi
 else
   timeout 170 python3 scripts/bench_model.py --preset qwen3.5-0.8b --batch 1,32 --prompt 1024 --new 64 \
     --csv "$out/model.csv" > "$out/bench_model_qwen.txt" 2>&1

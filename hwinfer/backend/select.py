@@ -20,6 +20,7 @@ from typing import Any, Callable, Iterable, Mapping
 from hwinfer.backend.device import DeviceInfo
 from hwinfer.backend.discovery import backends as installed_backends
 from hwinfer.backend.registry import Backend, Impl
+from hwinfer.backend.shadow import MODES as SHADOW_MODES, shadowed
 from hwinfer.ops.contract import OpSpec, all_ops
 
 REFERENCE = "reference"
@@ -166,8 +167,13 @@ def select(
     bind: bool = True,
     backends: Iterable[Backend] | None = None,
     ops: Iterable[str] | None = None,
+    shadow: str | None = None,
 ) -> OpTable:
-    """Build the OpTable for ``device`` (see module docstring)."""
+    """Build the OpTable for ``device`` (see module docstring). ``shadow`` ("warn" / "raise",
+    default ``$HWINFER_SHADOW``) compares every impl call with the reference (backend/shadow.py)."""
+    shadow_mode = shadow or os.environ.get("HWINFER_SHADOW") or "off"
+    if shadow_mode not in SHADOW_MODES:
+        raise SelectionError(f"HWINFER_SHADOW must be one of {', '.join(SHADOW_MODES)}, not {shadow_mode!r}")
     specs = all_ops()
     pool = list(installed_backends() if backends is None else backends)
     overrides = {**parse_impl_env(os.environ.get("HWINFER_IMPL")), **dict(impl or {})}
@@ -204,6 +210,8 @@ def select(
         choice = OpChoice(spec, verdicts, chosen, chain)
         if bind:
             choice.fn = _dispatcher(spec, chain, strict) if chain else spec.reference
+            if chain:
+                choice.fn = shadowed(spec, choice.fn, chain[0][0].qualname, shadow_mode)
         choices[name] = choice
     return OpTable(device, choices, strict)
 

@@ -1,7 +1,8 @@
 """The fixed-size decode path that CUDA graphs replay (hwinfer.engine.graphs), run eagerly on the
 CPU: padding rows, static input buffers and per-slot block tables never change a token, across
-batch sizes that need padding, requests that join and leave, and preemption. (Capture itself
-needs a GPU: tests on the H200 in scripts/device_engine.sh.)"""
+batch sizes that need padding, requests that join and leave, and preemption. With
+``HWINFER_TEST_DEVICE=cuda`` the same tests capture and replay real CUDA graphs (fp32), which
+checks that replay gives the tokens of eager decode on the GPU.)"""
 from __future__ import annotations
 
 import pytest
@@ -11,6 +12,7 @@ from hwinfer import load_model
 from hwinfer.engine import Engine, SamplingParams
 from hwinfer.engine.graphs import capture_sizes
 from hwinfer.testing.checkpoints import write_checkpoint
+from tests.models.oracle import DEVICE, DTYPE
 
 ARCHS = ["qwen3_5", "gemma4", "kimi_linear"]
 GREEDY = SamplingParams(max_tokens=12, temperature=0, ignore_eos=True)
@@ -19,7 +21,8 @@ SAMPLED = SamplingParams(max_tokens=12, temperature=0.8, top_p=0.9, seed=3, igno
 
 @pytest.fixture(scope="module", params=ARCHS)
 def model(request, tmp_path_factory):
-    return load_model(write_checkpoint(request.param, tmp_path_factory.mktemp(request.param)), device="cpu")
+    path = write_checkpoint(request.param, tmp_path_factory.mktemp(request.param))
+    return load_model(path, device=DEVICE, dtype=DTYPE)
 
 
 def _prompts(model, n: int) -> list[list[int]]:
@@ -79,6 +82,6 @@ def test_capture_sizes():
 
 
 def test_models_without_a_graph_safe_decode_are_refused(tmp_path):
-    model = load_model(write_checkpoint("deepseek_v4", tmp_path), device="cpu")
+    model = load_model(write_checkpoint("deepseek_v4", tmp_path), device=DEVICE, dtype=DTYPE)
     with pytest.raises(ValueError, match="graph_decode"):
         Engine(model, max_num_seqs=2, num_blocks=16, cuda_graphs=True)

@@ -153,3 +153,30 @@ def test_unknown_op_in_a_backend_table_is_an_error():
 
 def test_all_five_vendor_backends_are_installed():
     assert {b.name for b in backends()} >= {"cpu", "nvidia", "amd", "xpu", "npu"}
+
+
+def test_shadow_check_names_the_drifting_kernel(monkeypatch, caplog):
+    """HWINFER_SHADOW runs the reference beside each call: a wrong impl is named on its first call."""
+    from hwinfer.backend.shadow import ShadowMismatch
+    drift = [Backend("toygpu", ("nvidia",), detect=lambda: [], impl_table=lambda: [
+        Impl("rms_norm", "drifting", "tests.selection.checks:drifting_rms_norm", priority=5),
+        Impl("rms_norm", "exact", REF, when=has("tma"), priority=9),
+    ])]
+    x = torch.randn(3, 16)
+    table = select(fake_device("sm_90"), backends=drift, ops=["rms_norm"], shadow="raise")
+    assert table.chosen("rms_norm") == "toygpu.exact"
+    torch.testing.assert_close(table.rms_norm(x), all_ops()["rms_norm"].reference(x))
+    monkeypatch.setenv("HWINFER_SHADOW", "raise")
+    table = select(fake_device("sm_90"), backends=drift, ops=["rms_norm"], impl={"rms_norm": "drifting"})
+    with pytest.raises(ShadowMismatch, match=r"rms_norm: toygpu.drifting differs from the reference \(x=\[3, 16\]:float32\)"):
+        table.rms_norm(x)
+    monkeypatch.setenv("HWINFER_SHADOW", "warn")
+    table = select(fake_device("sm_90"), backends=drift, ops=["rms_norm"], impl={"rms_norm": "drifting"})
+    with caplog.at_level("WARNING", logger="hwinfer.shadow"):
+        out = table.rms_norm(x)
+        table.rms_norm(x)
+    assert torch.equal(out, all_ops()["rms_norm"].reference(x) * 1.01)  # warn mode returns the impl's output
+    assert len([r for r in caplog.records if "toygpu.drifting differs" in r.getMessage()]) == 1
+    monkeypatch.setenv("HWINFER_SHADOW", "loud")
+    with pytest.raises(SelectionError, match="HWINFER_SHADOW must be one of off, warn, raise"):
+        select(fake_device("sm_90"), backends=drift, ops=["rms_norm"])
