@@ -137,8 +137,10 @@ class Gemma4ForCausalLM(CausalLM):
         return logits
 
     def _scaled(self, table: Embedding, ids: torch.Tensor, dim: int) -> torch.Tensor:
-        # The sqrt(dim) multiplier is rounded to the weight dtype first, as Gemma does.
-        return table(ids) * torch.tensor(math.sqrt(dim), dtype=table.weight.dtype, device=ids.device)
+        # The sqrt(dim) multiplier is rounded to the weight dtype first, as Gemma does; rounded on
+        # the host, because a device tensor built from a Python number is an upload (a sync that
+        # CUDA graph capture refuses).
+        return table(ids) * float(torch.tensor(math.sqrt(dim), dtype=table.weight.dtype))
 
     def _per_layer_inputs(self, ids: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         """PLE: [T, layers, P] = (norm(proj(x) / sqrt(H)) + scaled per-layer embedding) / sqrt(2)."""

@@ -167,6 +167,9 @@ PAGED_ATTENTION = define_op(
         # DeepSeek-V4 sliding layer decode: shared K = V latent, one kv head, sinks, window.
         Case("dsv4_swa_sinks_kv_shared", _paged_case([90, 12], 1, 8, 1, 64, None, 16, window=32,
                                                       sinks=True, unused="big")),
+        # MLA absorbed decode at a width that is not a multiple of 16 (latent 32 + rope 8).
+        Case("mla_absorbed_dim40", _paged_case([30, 7], 1, 4, 1, 40, None, 16)),
+        Case("dk24_dv40", _paged_case([19, 52], 1, 4, 2, 24, 40, 16)),
         Case("qwen35_gated", _paged_case([50, 3, 29], 1, 8, 2, 64, 64, 16, gate=True)),
         # Speculative verification: 3 new tokens per sequence attend causally among themselves.
         Case("spec_verify_sq3", _paged_case([3, 20, 70], 3, 8, 2, 64, 64, 16)),

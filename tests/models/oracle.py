@@ -26,6 +26,21 @@ DEVICE = os.environ.get("HWINFER_TEST_DEVICE", "cpu")
 DTYPE = None if DEVICE == "cpu" else "float32"
 
 
+ORACLE_VERSION = "5.23.0"  # the transformers the test extra pins
+
+
+def require_pinned_transformers(why: str) -> None:
+    """Skip where an older transformers (the GPU machine has 5.17) cannot be the oracle: its FP8
+    loader needs the ``kernels`` package or fp8 init kernels the CPU lacks, and some models'
+    module names changed in between. CI runs these tests with the pinned version."""
+    import pytest
+    from packaging.version import Version
+
+    have = __import__("transformers").__version__
+    if Version(have) < Version(ORACLE_VERSION):
+        pytest.skip(f"transformers {have} cannot serve as this oracle ({why}); needs {ORACLE_VERSION}")
+
+
 def force_torch_paths(model) -> None:
     """Make transformers run its plain-torch kernels even though fla is installed (it is a test
     dependency for the op oracles; its Triton kernels cannot run on the CPU). The modeling

@@ -99,11 +99,11 @@ def _run_schedule(model, seqs: list[list[int]], plan: list[list[int]]) -> list[t
     """Feed each request its tokens in the planned chunks (0 = idle that step); logits per request."""
     n = len(seqs)
     cache, alloc = model.new_cache(n, max(map(len, seqs)))
-    table, slots = alloc.block_table(model.device), torch.arange(n)
+    table, slots = alloc.block_table(model.device), torch.arange(n, device=model.device)
     done, out = [0] * n, [[] for _ in range(n)]
     for counts in plan:
         act = [i for i in range(n) if counts[i]]
-        ids = torch.tensor([t for i in act for t in seqs[i][done[i]:done[i] + counts[i]]])
+        ids = torch.tensor([t for i in act for t in seqs[i][done[i]:done[i] + counts[i]]], device=model.device)
         batch = ForwardBatch.step(ids, [counts[i] for i in act], [done[i] for i in act], cache, slots[act],
                                   table[act])
         logits = model.logits(model.forward_batch(batch)).split([counts[i] for i in act])
@@ -151,10 +151,11 @@ def test_decode_touches_only_the_new_token(pair):
     seqs = oracle.random_ids(512, 2, 30, seed=7).tolist()
     names = ["kv_compress", "kv_compress_step", "sparse_mla_prefill", "sparse_mla_decode", "lightning_indexer"]
     cache, alloc = ours.new_cache(2, 31)
-    table, slots = alloc.block_table(ours.device), torch.arange(2)
-    ours.forward_batch(ForwardBatch.step(torch.tensor(seqs[0] + seqs[1]), [30, 30], [0, 0], cache, slots, table))
+    table, slots = alloc.block_table(ours.device), torch.arange(2, device=ours.device)
+    on = {"device": ours.device}
+    ours.forward_batch(ForwardBatch.step(torch.tensor(seqs[0] + seqs[1], **on), [30, 30], [0, 0], cache, slots, table))
     with _spy(ours.ops, names) as calls:
-        ours.forward_batch(ForwardBatch.step(torch.tensor([5, 6]), [1, 1], [30, 30], cache, slots, table))
+        ours.forward_batch(ForwardBatch.step(torch.tensor([5, 6], **on), [1, 1], [30, 30], cache, slots, table))
     used = {name for name, _ in calls}
     assert used == {"kv_compress_step", "sparse_mla_decode", "lightning_indexer"}
     assert all(rows == 2 for _, rows in calls)
@@ -171,6 +172,7 @@ def test_transformers_save_pretrained_layout_loads(pair, tmp_path):
 
 
 def test_fp8_fp4_checkpoint_as_released_matches_transformers(pair, tmp_path):
+    oracle.require_pinned_transformers("FP8 checkpoints on the CPU")
     _, fp32_model, _, _ = pair
     write_checkpoint("deepseek_v4", tmp_path, quant="fp8", shards=3)
     ours = load_model(tmp_path, device=oracle.DEVICE, dtype=oracle.DTYPE)

@@ -240,7 +240,8 @@ def test_mixer_block_matches_transformers_reference(k3, layer):
     _, ours, ref = k3
     x = _x(ours.args.hidden, layer)
     want = ref.kda(layer)(x) if layer == 1 else ref.mla(layer)(x)
-    got = ours.layers[layer].self_attn(x, ForwardBatch.full(torch.zeros(T, dtype=torch.long), [T]), None)
+    batch = ForwardBatch.full(torch.zeros(T, dtype=torch.long, device=ours.device), [T])
+    got = ours.layers[layer].self_attn(x.to(ours.device), batch, None)
     assert oracle.rel_err(got, want) <= 1e-5
 
 
@@ -251,7 +252,7 @@ def test_mlp_block_matches_transformers_reference(k3, layer):
     x = _x(ours.args.hidden, 10 + layer)
     with torch.no_grad():
         want = ref.mlp(layer)(x)
-    assert oracle.rel_err(ours.layers[layer].mlp(x), want) <= 1e-5
+    assert oracle.rel_err(ours.layers[layer].mlp(x.to(ours.device)), want) <= 1e-5
 
 
 def test_whole_model_matches_assembled_reference(k3):

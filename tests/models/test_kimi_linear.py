@@ -63,10 +63,10 @@ def test_chunked_prefill_equals_one_prefill(pair):
     from hwinfer.runtime.batch import ForwardBatch
 
     _, ours, _, _ = pair
-    ids = oracle.random_ids(ours.config["vocab_size"], 1, 90, seed=7)[0]
+    ids = oracle.random_ids(ours.config["vocab_size"], 1, 90, seed=7)[0].to(ours.device)
     full = ours(ids)
     cache, alloc = ours.new_cache(1, 96)
-    table, slots = alloc.block_table(ours.device), torch.arange(1)
+    table, slots = alloc.block_table(ours.device), torch.arange(1, device=ours.device)
     first = ForwardBatch.step(ids[:37], [37], [0], cache, slots, table)
     ours.forward_batch(first)
     second = ForwardBatch.step(ids[37:], [53], [37], cache, slots, table)

@@ -81,6 +81,7 @@ def test_chunked_prefill_equals_full(pair):
 
 
 def test_transformers_save_pretrained_layout_loads(pair, tmp_path):
+    oracle.require_pinned_transformers("its MiniMax-M3 names the dense first layer's MLP differently")
     path, ours, hf, _, _ = pair
     oracle.check_hf_layout(ours, hf, path, tmp_path, oracle.random_ids(ours.config["vocab_size"], 1, 20))
 
@@ -105,6 +106,7 @@ def test_text_class_layout_matches_minimax_m3_vl_for_causal_lm(pair, tmp_path):
 
 
 def test_fp8_checkpoint_matches_transformers(tmp_path):
+    oracle.require_pinned_transformers("FP8 checkpoints on the CPU")
     write_checkpoint("minimax_m3", tmp_path, quant="fp8", shards=3)
     oracle.add_hf_towers(tmp_path, VLM, keep=KEEP)
     ours = load_model(tmp_path, device=oracle.DEVICE, dtype=oracle.DTYPE)

@@ -53,6 +53,7 @@ def test_transformers_save_pretrained_layout_loads(pair, tmp_path):
 
 @pytest.mark.parametrize("arch", ARCHS)
 def test_fp8_checkpoint_matches_transformers(arch, tmp_path):
+    oracle.require_pinned_transformers("FP8 checkpoints on the CPU")
     write_checkpoint(arch, tmp_path, quant="fp8", shards=3)
     ours = load_model(tmp_path, device=oracle.DEVICE, dtype=oracle.DTYPE)
     assert ours.load_report.dequantized > 0

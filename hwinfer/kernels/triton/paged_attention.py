@@ -294,8 +294,8 @@ def paged_attention_supported(q: torch.Tensor, k_cache: torch.Tensor, v_cache: t
         return "k_cache and v_cache dtypes differ"
     for c in caches:
         d = c.shape[3]
-        if d % 16 or d > 576:
-            return f"head dim {d} must be a multiple of 16 and <= 576"
+        if d > 576:  # other widths are padded to a power of two (masked loads)
+            return f"head dim {d} > 576"
         if c.stride(3) != 1:
             return "cache head dim must be contiguous"
     if q.shape[3] != k_cache.shape[3] or k_cache.shape[2] == 0 or q.shape[2] % k_cache.shape[2]:
