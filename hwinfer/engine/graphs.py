@@ -82,7 +82,7 @@ class DecodeGraphs:
         self.cu = torch.arange(size + 1, dtype=torch.int32, device=device)
         self.rows = torch.arange(size, device=device)
         self._synced: dict[int, tuple[list[int], int]] = {}
-        self.graphs: dict[int, tuple[torch.cuda.CUDAGraph | None, torch.Tensor | None]] = {}
+        self.graphs: dict[int, tuple[torch.cuda.CUDAGraph | None, torch.Tensor | None]] = {}  # None: eager
         self._mempool = None
         self.replays = 0  # steps served by this path
 
@@ -98,6 +98,11 @@ class DecodeGraphs:
         """Logits [n, V] of the step, or None when graphs just got disabled (run it eagerly)."""
         n = len(reqs)
         size = next(s for s in self.sizes if s >= n)
+        # Capture first: capturing fills the static inputs with padding rows, so the step's own
+        # inputs must be copied in after it (a replay right after a capture would otherwise run
+        # the padding rows and leave the requests' tokens unwritten).
+        if size not in self.graphs and not self._capture(size):
+            return None
         self._sync_tables(reqs)
         host = self.host[:, :size]
         host[:, n:] = self._pad[:, None]
@@ -107,11 +112,9 @@ class DecodeGraphs:
                                     [r.slot for r in reqs]], dtype=torch.int64)
         self.inputs[:, :size].copy_(host, non_blocking=True)
         self.replays += 1
-        if not self.capture:
-            return self._forward(size)[:n]
-        if size not in self.graphs and not self._capture(size):
-            return None
         graph, logits = self.graphs[size]
+        if graph is None:  # not CUDA: the same fixed-size step, run eagerly
+            return self._forward(size)[:n]
         graph.replay()
         return logits[:n]
 
@@ -141,8 +144,13 @@ class DecodeGraphs:
     def _capture(self, size: int) -> bool:
         """Warm up (compiling kernels; syncs are errors), then capture; False (and ``disabled``
         says why) if the decode forward cannot be captured. Inputs are the padding rows at
-        capture time, so nothing but the padding slot is touched."""
+        capture time, so nothing but the padding slot is touched. Off CUDA only the warm-up
+        runs (it touches the same state), and the size then runs eagerly."""
         self.inputs[:, :size] = self._pad[:, None].to(self.inputs.device)
+        if not self.capture:
+            self._forward(size)
+            self.graphs[size] = (None, None)
+            return True
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
         previous = torch.cuda.get_sync_debug_mode()

@@ -113,11 +113,13 @@ def _ring_attention(ops: OpTable, batch: ForwardBatch, cache: dict, q: torch.Ten
         # Only the last ``rows_per`` new tokens of a request survive in its ring: write just those
         # (several positions on one row in one index_copy_ would race).
         req = batch.request_of_token()
-        last = (batch.seq_lens.to(torch.int64)[req] - batch.positions) <= rows_per
-        rows = (slots[req] * rows_per + batch.positions % rows_per)[last]
-        cache["k"].flatten(0, 1).index_copy_(0, rows, k[last].to(cache["k"].dtype))
-        if v is not None and v_cache is not None:
-            v_cache.flatten(0, 1).index_copy_(0, rows, v[last].to(v_cache.dtype))
+        rows, k_new, v_new = slots[req] * rows_per + batch.positions % rows_per, k, v
+        if not batch.is_decode:  # decode: one token per request, always kept (and no mask sync)
+            last = (batch.seq_lens.to(torch.int64)[req] - batch.positions) <= rows_per
+            rows, k_new, v_new = rows[last], k[last], None if v is None else v[last]
+        cache["k"].flatten(0, 1).index_copy_(0, rows, k_new.to(cache["k"].dtype))
+        if v_new is not None and v_cache is not None:
+            v_cache.flatten(0, 1).index_copy_(0, rows, v_new.to(v_cache.dtype))
     if batch.is_decode:
         width = -(-batch.seq_len_bound // rows_per) + 1
         table = slots.to(torch.int32)[:, None].expand(n, width).contiguous()
