@@ -266,10 +266,12 @@ def _cases(per_channel: bool, chunked: bool) -> list[Case]:
 
 
 # Relative RMSE (fla's metric, ENGINES.md §2.5). The delta rule's recurrence accumulates
-# rounding over T steps and device kernels run their matmuls in tf32 / bf16, so elementwise
-# 1e-5 is not attainable there; fla's own tests use 2e-3 (fused recurrent) and 5e-3 (chunk).
-# A case also passes when every element is within 1e-6 (fla does the same).
-_LA_TOL = {torch.float32: Tol(atol=1e-6, rtol=2e-3, metric="rmse"),
+# rounding over T steps; fla's own tests use 2e-3 (fused recurrent) and 5e-3 (chunk) for 16-bit
+# inputs, which we keep for bf16. fp32 inputs are held to 2e-5: fp32 kernels reach ~1e-6 here,
+# and a looser bound let a chunked KDA kernel through whose strong-decay error (1e-4) showed up
+# only as 5e-4 drift in Kimi-Linear's logits. A case also passes when every element is within
+# 1e-6 (fla does the same).
+_LA_TOL = {torch.float32: Tol(atol=1e-6, rtol=2e-5, metric="rmse"),
            torch.bfloat16: Tol(atol=1e-6, rtol=5e-3, metric="rmse")}
 
 GDN_RECURRENT = define_op(gdn_recurrent, cases=_cases(False, False), tolerance=_LA_TOL,

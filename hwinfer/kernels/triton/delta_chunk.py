@@ -15,8 +15,11 @@ Chunks of 64 tokens (never crossing a sequence boundary), three launches:
    ``o = (q e^G) S0 + P d`` with ``P`` the causal decayed ``q k^T`` (rebuilt by one matmul for
    GDN, whose decay is one scalar per token; read back from stage 1 for KDA).
 
-Intermediates (w, u, decayed keys, deltas, chunk states, Aqk) are fp32. Every exponent is <= 0 (differences
-``G_t - G_s`` with s <= t, or ``G_end - G_t``), so unbounded softplus gates cannot overflow.
+Intermediates (w, u, decayed keys, deltas, chunk states, Aqk) are fp32. Every exponent is <= 0 (the
+decay from s to t, or from t to the chunk's end), so unbounded softplus gates cannot overflow,
+and every exponent is a sum of g over its own span, never a difference of two cumulative sums:
+at strong decay (g ~ -100 per token) such a difference loses ~|G| * 6e-8 of absolute
+precision, which measured 1e-4 relative error on the outputs before this was done.
 
 Varlen: the chunk table (first token and length of every chunk) is built on the host, which
 needs one read of ``cu_seqlens`` (a device sync). That is acceptable here because prefill is
@@ -104,7 +107,9 @@ def _out_kernel(q_ptr, k_ptr, g_ptr, a_ptr, hs_ptr, d_ptr, o_ptr, tab_ptr, Hk, H
     else:
         qg = q * tl.exp(G)[:, None]
         k = _qk_rows(k_ptr, tok0, n, i_hk, Hk, 1.0, eps, 0, 64, DK, USE_L2NORM)
-        e = tl.exp(tl.where(r[:, None] >= r[None, :], G[:, None] - G[None, :], float("-inf")))
+        # Decay from s to t as its own sum (G_t - G_s cancels when the decay is strong).
+        span = tl.cumsum(tl.where(r[:, None] > r[None, :], g[:, None], 0.0), axis=0)
+        e = tl.exp(tl.where(r[:, None] >= r[None, :], span, float("-inf")))
         p = tl.dot(q, tl.trans(k), input_precision=PREC) * e
     h = tl.load(hs_ptr + (i_c.to(tl.int64) * Hv + i_h) * DK * DV
                 + tl.arange(0, DK)[:, None] * DV + c0 + tl.arange(0, BV)[None, :])

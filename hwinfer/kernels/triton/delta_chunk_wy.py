@@ -3,14 +3,15 @@
 One program owns one chunk of up to 64 tokens of one sequence and one value head. It works on
 four 16-row tiles (register tensors cannot be sliced, so each tile is its own variable) and:
 
-1. loads k (and q for KDA), L2-normalises them, scales q, and forms the in-chunk cumulative
-   log-decay ``G`` tile by tile (a running carry ``R`` = G just before the tile);
+1. loads k (and q for KDA), L2-normalises them, scales q, and forms per tile the log-decay
+   sums over spans inside it: ``L`` (rows up to t), ``S`` (rows after t), ``T`` (the tile);
 2. builds the strictly lower ``A[t, s] = beta_t sum_d k_t[d] k_s[d] e^{G_t[d] - G_s[d]}`` in
    16 x 16 blocks. The exponent of every factor is <= 0, so nothing overflows however strong
-   the decay: GDN uses the pairwise difference directly; KDA (a decay per channel, which does
-   not factor out of the sum) splits it at the tile boundary, ``e^{G_t - R} e^{R - G_s}``
-   with ``G_t <= R <= G_s``, for off-diagonal blocks, and loops over the 16 columns of a
-   diagonal block with the pairwise exponent;
+   the decay, and each is a sum of g over its span (``L_i + T_between + S_j`` for block
+   (i, j)), never the difference of two cumulative sums, which cancels at strong decay. GDN
+   applies the exponent after the matmul; KDA (a decay per channel, which does not factor
+   out of the sum) splits it, ``e^{L_i} e^{T_between + S_j}``, for off-diagonal blocks, and
+   loops over the 16 columns of a diagonal block with the span's own cumulative sum;
 3. inverts ``I + A`` (unit lower triangular): forward substitution inside each diagonal block,
    then the off-diagonal blocks from ``X_ij = -X_ii sum_{j<=m<i} A_im X_mj``;
 4. writes ``w = X (beta k e^G)`` [64, Dk] and ``u = X (beta v)`` [64, Dv]; the chunk's deltas
@@ -77,14 +78,16 @@ def _g_rows(g_ptr, tok0, n, i_h, Hv, R0: tl.constexpr, NR: tl.constexpr, DK: tl.
 
 
 @triton.jit
-def _tile(q_ptr, k_ptr, g_ptr, b_ptr, tok0, n, i_h, i_hk, Hk, Hv, scale, eps, R,
+def _tile(q_ptr, k_ptr, g_ptr, b_ptr, tok0, n, i_h, i_hk, Hk, Hv, scale, eps,
           R0: tl.constexpr, DK: tl.constexpr, PER_CHANNEL: tl.constexpr,
           USE_L2NORM: tl.constexpr, PREC: tl.constexpr):
-    """One 16-row tile: q (KDA only, else 0), k, beta, cumulative G, the carry after the tile,
-    and its diagonal blocks (k k^T decayed, strictly lower; KDA: q k^T decayed, lower)."""
+    """One 16-row tile: q (KDA only, else 0), k, beta; its log-decays as sums of g over spans
+    inside the tile, L (rows <= t), S (rows > t) and T (all rows); and its diagonal blocks
+    (k k^T decayed, strictly lower; KDA: q k^T decayed, lower)."""
     r = R0 + tl.arange(0, 16)
     tok = tok0 + r
     cols = tl.arange(0, DK)
+    c16 = tl.arange(0, 16)
     k = tl.load(k_ptr + (tok * Hk + i_hk)[:, None] * DK + cols[None, :],
                 mask=(r < n)[:, None], other=0.0).to(tl.float32)
     if USE_L2NORM:
@@ -94,23 +97,26 @@ def _tile(q_ptr, k_ptr, g_ptr, b_ptr, tok0, n, i_h, i_hk, Hk, Hv, scale, eps, R,
     k = k * rn[:, None]
     b = tl.load(b_ptr + tok * Hv + i_h, mask=r < n, other=0.0).to(tl.float32)
     g = _g_rows(g_ptr, tok0, n, i_h, Hv, R0, 16, DK, PER_CHANNEL)
-    c16 = tl.arange(0, 16)
+    L = tl.cumsum(g, axis=0)
+    T = tl.sum(g, axis=0)
+    # S from g shifted up one row (the tile's last row has nothing after it), summed from the
+    # end: a sum of its own terms, not T - L, which would cancel.
+    gs = _g_rows(g_ptr, tok0 + 1, tl.minimum(n - 1, R0 + 15), i_h, Hv, R0, 16, DK, PER_CHANNEL)
+    S = tl.cumsum(gs, axis=0, reverse=True)
     if PER_CHANNEL:
         q = _qk_rows(q_ptr, tok0, n, i_hk, Hk, scale, eps, R0, 16, DK, USE_L2NORM)
-        G = tl.cumsum(g, axis=0) + R[None, :]
-        # Column c of the diagonal blocks with the exact pairwise exponent G_t - G_c (masked
-        # to t >= c before exp). Row c of k and g is re-read from memory (cached) rather than
-        # extracted from the register tile; the columns get k_c's norm afterwards.
+        # Column c of the diagonal blocks: the exponent sum_{c < u <= t} g_u of row t >= c is
+        # its own cumulative sum (differences of cumulative sums lose precision at strong
+        # decay). Row c of k is re-read from memory (cached) rather than extracted from the
+        # register tile; the columns get k_c's norm afterwards.
         akk = tl.zeros([16, 16], dtype=tl.float32)
         aqk = tl.zeros([16, 16], dtype=tl.float32)
-        gc = R
         for c in range(0, tl.minimum(n - R0, 16)):   # columns past the chunk's end stay 0
             live = (cols < DK) & (R0 + c < n)
             kc = tl.load(k_ptr + ((tok0 + R0 + c) * Hk + i_hk) * DK + cols, mask=live,
                          other=0.0).to(tl.float32)
-            gc = gc + tl.load(g_ptr + ((tok0 + R0 + c) * Hv + i_h) * DK + cols, mask=live,
-                              other=0.0).to(tl.float32)
-            e = tl.exp(tl.where(c16[:, None] >= c, G - gc[None, :], float("-inf"))) * kc[None, :]
+            span = tl.cumsum(tl.where(c16[:, None] > c, g, 0.0), axis=0)
+            e = tl.exp(tl.where(c16[:, None] >= c, span, float("-inf"))) * kc[None, :]
             akk = tl.where((c16[None, :] == c) & (c16[:, None] > c),
                            tl.sum(k * e, axis=1)[:, None], akk)
             aqk = tl.where(c16[None, :] == c, tl.sum(q * e, axis=1)[:, None], aqk)
@@ -118,35 +124,37 @@ def _tile(q_ptr, k_ptr, g_ptr, b_ptr, tok0, n, i_h, i_hk, Hk, Hv, scale, eps, R,
         aqk = aqk * rn[None, :]
     else:
         q = k * 0.0
-        G = tl.cumsum(g, axis=0) + R
-        e = tl.exp(tl.where(c16[:, None] > c16[None, :], G[:, None] - G[None, :], float("-inf")))
+        span = tl.cumsum(tl.where(c16[:, None] > c16[None, :], g[:, None], 0.0), axis=0)
+        e = tl.exp(tl.where(c16[:, None] > c16[None, :], span, float("-inf")))
         akk = tl.dot(k, tl.trans(k), input_precision=PREC) * e
         aqk = akk
-    return q, k, b, G, R + tl.sum(g, axis=0), akk, aqk
+    return q, k, b, L, S, T, akk, aqk
 
 
 @triton.jit
-def _right(kj, Gj, Ri, PER_CHANNEL: tl.constexpr):
-    """KDA: the earlier tile's factor k_j e^{R_i - G_j} (exponent <= 0); GDN: k_j itself."""
+def _right(kj, Sj, mid, PER_CHANNEL: tl.constexpr):
+    """KDA: the earlier tile j's factor k_j e^{S_j + mid} of block (i, j), mid = the decay of
+    the tiles strictly between (exponent <= 0); GDN: k_j itself."""
     if PER_CHANNEL:
-        return kj * tl.exp(Ri[None, :] - Gj)
+        return kj * tl.exp(Sj + mid[None, :])
     else:
         return kj
 
 
 @triton.jit
-def _off(left, kjr, Gi, Gj, PER_CHANNEL: tl.constexpr, PREC: tl.constexpr):
-    """Block (i, j), i > j: left = k_i e^{G_i - R_i} (KDA) or k_i (GDN)."""
+def _off(left, kjr, Li, Sj, mid, PER_CHANNEL: tl.constexpr, PREC: tl.constexpr):
+    """Block (i, j), i > j: left = k_i e^{L_i} (KDA) or k_i (GDN), whose decay from s in tile
+    j to t in tile i is L_i[t] + mid + S_j[s]."""
     a = tl.dot(left, tl.trans(kjr), input_precision=PREC)
     if not PER_CHANNEL:
-        a = a * tl.exp(Gi[:, None] - Gj[None, :])
+        a = a * tl.exp(Li[:, None] + mid + Sj[None, :])
     return a
 
 
 @triton.jit
-def _left(x, G, Ri, PER_CHANNEL: tl.constexpr):
+def _left(x, Li, PER_CHANNEL: tl.constexpr):
     if PER_CHANNEL:
-        return x * tl.exp(G - Ri[None, :])
+        return x * tl.exp(Li)
     else:
         return x
 
@@ -164,20 +172,22 @@ def _inv16(a, live):
 
 
 @triton.jit
-def _kb(k, b, G, PER_CHANNEL: tl.constexpr):
-    """beta k e^G (the right-hand side of w), exponent <= 0."""
+def _kb(k, b, R, L, PER_CHANNEL: tl.constexpr):
+    """beta k e^G (the right-hand side of w), G = R + L from the chunk's start, exponent <= 0."""
     if PER_CHANNEL:
-        return k * tl.exp(G) * b[:, None]
+        return k * tl.exp(R[None, :] + L) * b[:, None]
     else:
-        return k * (b * tl.exp(G))[:, None]
+        return k * (b * tl.exp(R + L))[:, None]
 
 
 @triton.jit
-def _kgate(k, G, g_end, PER_CHANNEL: tl.constexpr):
+def _kgate(k, S, after, PER_CHANNEL: tl.constexpr):
+    """k e^{G_end - G}: the decay after each row, S within the tile plus ``after`` the tiles
+    that follow it."""
     if PER_CHANNEL:
-        return k * tl.exp(g_end[None, :] - G)
+        return k * tl.exp(S + after[None, :])
     else:
-        return k * tl.exp(g_end - G)[:, None]
+        return k * tl.exp(S + after)[:, None]
 
 
 @triton.jit
@@ -205,50 +215,51 @@ def _wy_kernel(q_ptr, k_ptr, v_ptr, g_ptr, b_ptr, w_ptr, u_ptr, a_ptr, kg_ptr, g
     i_hk = i_h // (Hv // Hk)
     tok0 = tl.load(tab_ptr + 2 * i_c).to(tl.int64)
     n = tl.load(tab_ptr + 2 * i_c + 1)
-    if PER_CHANNEL:
-        R0 = tl.zeros([DK], dtype=tl.float32)
-    else:
-        R0 = 0.0
-    q0, k0, b0, G0, R1, a00, p00 = _tile(q_ptr, k_ptr, g_ptr, b_ptr, tok0, n, i_h, i_hk, Hk, Hv,
-                                         scale, eps, R0, 0, DK, PER_CHANNEL, USE_L2NORM, PREC)
-    q1, k1, b1, G1, R2, a11, p11 = _tile(q_ptr, k_ptr, g_ptr, b_ptr, tok0, n, i_h, i_hk, Hk, Hv,
-                                         scale, eps, R1, 16, DK, PER_CHANNEL, USE_L2NORM, PREC)
-    q2, k2, b2, G2, R3, a22, p22 = _tile(q_ptr, k_ptr, g_ptr, b_ptr, tok0, n, i_h, i_hk, Hk, Hv,
-                                         scale, eps, R2, 32, DK, PER_CHANNEL, USE_L2NORM, PREC)
-    q3, k3, b3, G3, R4, a33, p33 = _tile(q_ptr, k_ptr, g_ptr, b_ptr, tok0, n, i_h, i_hk, Hk, Hv,
-                                         scale, eps, R3, 48, DK, PER_CHANNEL, USE_L2NORM, PREC)
+    q0, k0, b0, L0, S0, T0, a00, p00 = _tile(q_ptr, k_ptr, g_ptr, b_ptr, tok0, n, i_h, i_hk, Hk, Hv,
+                                             scale, eps, 0, DK, PER_CHANNEL, USE_L2NORM, PREC)
+    q1, k1, b1, L1, S1, T1, a11, p11 = _tile(q_ptr, k_ptr, g_ptr, b_ptr, tok0, n, i_h, i_hk, Hk, Hv,
+                                             scale, eps, 16, DK, PER_CHANNEL, USE_L2NORM, PREC)
+    q2, k2, b2, L2, S2, T2, a22, p22 = _tile(q_ptr, k_ptr, g_ptr, b_ptr, tok0, n, i_h, i_hk, Hk, Hv,
+                                             scale, eps, 32, DK, PER_CHANNEL, USE_L2NORM, PREC)
+    q3, k3, b3, L3, S3, T3, a33, p33 = _tile(q_ptr, k_ptr, g_ptr, b_ptr, tok0, n, i_h, i_hk, Hk, Hv,
+                                             scale, eps, 48, DK, PER_CHANNEL, USE_L2NORM, PREC)
+    # Every decay below is a sum of g over one span (never a difference of two cumulative sums,
+    # which cancels badly when the decay is strong): tile totals T, in-tile L / S.
+    none = T0 * 0.0
+    T12, T23 = T1 + T2, T2 + T3
     # For the sequential state kernel, everything that does not depend on the state: the
     # decayed keys k e^{G_end - G} (exponent <= 0) and the chunk's total log-decay G_end.
-    _store_rows(kg_ptr, _kgate(k0, G0, R4, PER_CHANNEL), tok0, n, i_h, Hv, 0, 0, 16, DK, DK)
-    _store_rows(kg_ptr, _kgate(k1, G1, R4, PER_CHANNEL), tok0, n, i_h, Hv, 0, 16, 16, DK, DK)
-    _store_rows(kg_ptr, _kgate(k2, G2, R4, PER_CHANNEL), tok0, n, i_h, Hv, 0, 32, 16, DK, DK)
-    _store_rows(kg_ptr, _kgate(k3, G3, R4, PER_CHANNEL), tok0, n, i_h, Hv, 0, 48, 16, DK, DK)
+    _store_rows(kg_ptr, _kgate(k0, S0, T1 + T23, PER_CHANNEL), tok0, n, i_h, Hv, 0, 0, 16, DK, DK)
+    _store_rows(kg_ptr, _kgate(k1, S1, T23, PER_CHANNEL), tok0, n, i_h, Hv, 0, 16, 16, DK, DK)
+    _store_rows(kg_ptr, _kgate(k2, S2, T3, PER_CHANNEL), tok0, n, i_h, Hv, 0, 32, 16, DK, DK)
+    _store_rows(kg_ptr, _kgate(k3, S3, none, PER_CHANNEL), tok0, n, i_h, Hv, 0, 48, 16, DK, DK)
+    g_end = T0 + T1 + T23
     if PER_CHANNEL:
-        tl.store(ge_ptr + (i_c.to(tl.int64) * Hv + i_h) * DK + tl.arange(0, DK), R4)
+        tl.store(ge_ptr + (i_c.to(tl.int64) * Hv + i_h) * DK + tl.arange(0, DK), g_end)
     else:
-        tl.store(ge_ptr + i_c.to(tl.int64) * Hv + i_h, R4)
-    # Off-diagonal blocks, split at the start R_i of the later tile i (KDA).
-    lk1 = _left(k1, G1, R1, PER_CHANNEL)
-    r10 = _right(k0, G0, R1, PER_CHANNEL)
-    a10 = _off(lk1, r10, G1, G0, PER_CHANNEL, PREC)
-    lk2 = _left(k2, G2, R2, PER_CHANNEL)
-    r20 = _right(k0, G0, R2, PER_CHANNEL)
-    r21 = _right(k1, G1, R2, PER_CHANNEL)
-    a20 = _off(lk2, r20, G2, G0, PER_CHANNEL, PREC)
-    a21 = _off(lk2, r21, G2, G1, PER_CHANNEL, PREC)
-    lk3 = _left(k3, G3, R3, PER_CHANNEL)
-    r30 = _right(k0, G0, R3, PER_CHANNEL)
-    r31 = _right(k1, G1, R3, PER_CHANNEL)
-    r32 = _right(k2, G2, R3, PER_CHANNEL)
-    a30 = _off(lk3, r30, G3, G0, PER_CHANNEL, PREC)
-    a31 = _off(lk3, r31, G3, G1, PER_CHANNEL, PREC)
-    a32 = _off(lk3, r32, G3, G2, PER_CHANNEL, PREC)
+        tl.store(ge_ptr + i_c.to(tl.int64) * Hv + i_h, g_end)
+    # Off-diagonal blocks (i, j): decay L_i + (tiles between) + S_j.
+    lk1 = _left(k1, L1, PER_CHANNEL)
+    r10 = _right(k0, S0, none, PER_CHANNEL)
+    a10 = _off(lk1, r10, L1, S0, none, PER_CHANNEL, PREC)
+    lk2 = _left(k2, L2, PER_CHANNEL)
+    r20 = _right(k0, S0, T1, PER_CHANNEL)
+    r21 = _right(k1, S1, none, PER_CHANNEL)
+    a20 = _off(lk2, r20, L2, S0, T1, PER_CHANNEL, PREC)
+    a21 = _off(lk2, r21, L2, S1, none, PER_CHANNEL, PREC)
+    lk3 = _left(k3, L3, PER_CHANNEL)
+    r30 = _right(k0, S0, T12, PER_CHANNEL)
+    r31 = _right(k1, S1, T2, PER_CHANNEL)
+    r32 = _right(k2, S2, none, PER_CHANNEL)
+    a30 = _off(lk3, r30, L3, S0, T12, PER_CHANNEL, PREC)
+    a31 = _off(lk3, r31, L3, S1, T2, PER_CHANNEL, PREC)
+    a32 = _off(lk3, r32, L3, S2, none, PER_CHANNEL, PREC)
     if PER_CHANNEL:
         # Causal q k^T for the output kernel (rows past n are masked on store; the blocks
         # above the diagonal are never written, the output kernel masks them on load).
-        lq1 = _left(q1, G1, R1, PER_CHANNEL)
-        lq2 = _left(q2, G2, R2, PER_CHANNEL)
-        lq3 = _left(q3, G3, R3, PER_CHANNEL)
+        lq1 = _left(q1, L1, PER_CHANNEL)
+        lq2 = _left(q2, L2, PER_CHANNEL)
+        lq3 = _left(q3, L3, PER_CHANNEL)
         p10 = tl.dot(lq1, tl.trans(r10), input_precision=PREC)
         p20 = tl.dot(lq2, tl.trans(r20), input_precision=PREC)
         p21 = tl.dot(lq2, tl.trans(r21), input_precision=PREC)
@@ -287,10 +298,10 @@ def _wy_kernel(q_ptr, k_ptr, v_ptr, g_ptr, b_ptr, w_ptr, u_ptr, a_ptr, kg_ptr, g
     t30 = tl.dot(a30, x00, input_precision=PREC) + tl.dot(a31, x10, input_precision=PREC)
     x30 = -tl.dot(x33, t30 + tl.dot(a32, x20, input_precision=PREC), input_precision=PREC)
     # w = X (beta k e^G) and u = X (beta v), block row by block row.
-    y0 = _kb(k0, b0, G0, PER_CHANNEL)
-    y1 = _kb(k1, b1, G1, PER_CHANNEL)
-    y2 = _kb(k2, b2, G2, PER_CHANNEL)
-    y3 = _kb(k3, b3, G3, PER_CHANNEL)
+    y0 = _kb(k0, b0, none, L0, PER_CHANNEL)
+    y1 = _kb(k1, b1, T0, L1, PER_CHANNEL)
+    y2 = _kb(k2, b2, T0 + T1, L2, PER_CHANNEL)
+    y3 = _kb(k3, b3, T0 + T1 + T2, L3, PER_CHANNEL)
     _wy_rows(w_ptr, tok0, n, i_h, Hv, x00, x10, x11, x20, x21, x22, x30, x31, x32, x33,
              y0, y1, y2, y3, DK, PREC)
     y0 = _head_rows(v_ptr, tok0, n, i_h, Hv, 0, 0, 16, DV, DV) * b0[:, None]
