@@ -224,8 +224,7 @@ class MLAttention(nn.Module):
         q_latent = self.q_a_layernorm(self.q_a_proj(x))
         q = self.q_b_proj(q_latent).view(t, c.heads, c.qk_nope + c.qk_rope)
         latent, k_pe = self.kv_a_proj_with_mqa(x).split([c.kv_lora_rank, c.qk_rope], dim=-1)
-        cos, sin = ops.rope_tables(batch.positions, rotary_dim=c.qk_rope, base=c.rope_theta,
-                                   scaling=c.rope_scaling)
+        cos, sin = batch.rope(ops, c.qk_rope, c.rope_theta, c.rope_scaling)
         q_pe = ops.apply_rope(q[..., c.qk_nope:], cos, sin, interleaved=c.rope_interleaved)
         k_pe = ops.apply_rope(k_pe, cos, sin, interleaved=c.rope_interleaved)
         rows_new = torch.cat([self.kv_a_layernorm(latent), k_pe], dim=-1)          # [T, r + rope]

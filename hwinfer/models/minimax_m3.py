@@ -93,7 +93,7 @@ class MiniMaxM3ForCausalLM(CausalLM):
 
     def forward_batch(self, batch: ForwardBatch) -> torch.Tensor:
         x = self.embed_tokens(batch.input_ids)
-        rope = self.ops.rope_tables(batch.positions, rotary_dim=self.text["rotary_dim"], base=self.text["rope_theta"])
+        rope = batch.rope(self.ops, self.text["rotary_dim"], self.text["rope_theta"])
         for i, layer in enumerate(self.layers):
             x = layer(x, batch, batch.cache.layers[i] if batch.cache is not None else None, rope)
         return self.norm(x)

@@ -76,12 +76,13 @@ class GatedAttention(nn.Module):
         qg, k, v = self.qkv_proj(x)
         qg = qg.view(t, self.heads, 2 * self.head_dim)
         q, gate = qg[..., : self.head_dim], qg[..., self.head_dim:]
-        q = self.q_norm(q)
-        k = self.k_norm(k.view(t, self.kv_heads, self.head_dim))
         v = v.view(t, self.kv_heads, self.head_dim)
-        cos, sin = self.ops.rope_tables(batch.positions, rotary_dim=self.rotary_dim, base=self.theta)
-        q = self.ops.apply_rope(q, cos, sin)
-        k = self.ops.apply_rope(k, cos, sin)
+        cos, sin = batch.rope(self.ops, self.rotary_dim, self.theta)
+        # Zero-centred q/k norm then partial rotate-half RoPE, one fused op each.
+        q = self.ops.rms_norm_rope(q, self.q_norm.weight, cos, sin, eps=self.q_norm.eps,
+                                   weight_offset=self.q_norm.offset)
+        k = self.ops.rms_norm_rope(k.view(t, self.kv_heads, self.head_dim), self.k_norm.weight, cos, sin,
+                                   eps=self.k_norm.eps, weight_offset=self.k_norm.offset)
         o = cached_attention(self.ops, batch, cache, q, k, v, scale=self.head_dim ** -0.5,
                              gate=gate.contiguous())
         return self.o_proj(o.reshape(t, -1))

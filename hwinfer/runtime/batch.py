@@ -38,6 +38,16 @@ class ForwardBatch:
     # A graph-captured decode sets it to the capacity of its block table.
     max_seq_len: int | None = None
 
+    def rope(self, ops, rotary_dim: int, base: float, scaling: dict | None = None
+             ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``ops.rope_tables`` of this batch's positions, computed once per forward and shared
+        by every layer that asks with the same parameters (a table costs several kernels)."""
+        key = ("rope", rotary_dim, base, repr(scaling))
+        if key not in self.scratch:
+            self.scratch[key] = ops.rope_tables(self.positions, rotary_dim=rotary_dim, base=base,
+                                                scaling=scaling)
+        return self.scratch[key]
+
     @property
     def num_requests(self) -> int:
         return len(self.new_lens)
