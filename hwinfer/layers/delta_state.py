@@ -1,15 +1,37 @@
-"""The gated delta rule with its per-request state kept in a layer's cache (GDN and KDA layers).
+"""The short conv and the gated delta rule with their per-request state kept in a layer's cache
+(GDN and KDA layers).
 
-Decode runs the recurrent op on the cache's state rows in place (``state_slots``): no gather or
-scatter of the state, which is most of a decode step's bytes at batch > 1. Prefill and chunks run
-the chunked op on a gathered copy and write the rows back. A batch recording for speculative
-replay (``batch.capture``) also takes the copy path, since replay restarts from the old rows.
+Decode runs both ops on the cache's state rows in place (``state_slots``): no gather or scatter
+around them (for the delta rule that is most of a decode step's bytes at batch > 1; for the conv,
+two small indexing kernels per layer that cost more than the conv). Prefill and chunks run on a
+gathered copy and write the rows back. A batch recording for speculative replay
+(``batch.capture``) also takes the copy path, since replay restarts from the old rows.
 """
 from __future__ import annotations
 
 import torch
 
 from hwinfer.runtime.batch import ForwardBatch
+
+
+def _in_place(batch: ForwardBatch, cache: dict | None) -> bool:
+    return cache is not None and batch.is_decode and batch.capture is None
+
+
+def run_short_conv(conv, batch: ForwardBatch, cache: dict | None, x: torch.Tensor,
+                   weight: torch.Tensor) -> torch.Tensor:
+    """``conv``: the layer's bound causal_conv1d; x [T, C] packed by ``batch.cu_seqlens``,
+    weight [C, 1, K]. Afterwards ``cache["conv"]`` holds every request's last K-1 inputs.
+    Returns the SiLU conv output [T, C]."""
+    cu = batch.cu_seqlens
+    if cache is None:
+        return conv(x[None], weight, None, None, activation="silu", cu_seqlens=cu)[0][0]
+    if _in_place(batch, cache):
+        return conv(x[None], weight, None, cache["conv"], activation="silu", cu_seqlens=cu,
+                    state_slots=batch.slots)[0][0]
+    y, state = conv(x[None], weight, None, cache["conv"][batch.slots], activation="silu", cu_seqlens=cu)
+    cache["conv"][batch.slots] = state.to(cache["conv"].dtype)
+    return y[0]
 
 
 def run_delta_rule(recurrent, chunked, batch: ForwardBatch, cache: dict | None, q: torch.Tensor,
@@ -20,7 +42,7 @@ def run_delta_rule(recurrent, chunked, batch: ForwardBatch, cache: dict | None, 
     cu, rule = batch.cu_seqlens, recurrent if batch.is_decode else chunked
     if cache is None:
         return rule(q, k, v, g, beta, None, use_qk_l2norm=True, cu_seqlens=cu)[0]
-    if batch.is_decode and batch.capture is None:
+    if _in_place(batch, cache):
         return recurrent(q, k, v, g, beta, cache["ssm"], use_qk_l2norm=True, cu_seqlens=cu,
                          state_slots=batch.slots)[0]
     o, state = rule(q, k, v, g, beta, cache["ssm"][batch.slots], use_qk_l2norm=True, cu_seqlens=cu)

@@ -16,7 +16,7 @@ from torch import nn
 from hwinfer.backend.select import OpTable
 from hwinfer.cache.spec import CacheTensor
 from hwinfer.layers.basic import Linear, MergedProjection
-from hwinfer.layers.delta_state import run_delta_rule
+from hwinfer.layers.delta_state import run_delta_rule, run_short_conv
 from hwinfer.runtime.batch import ForwardBatch
 
 
@@ -53,22 +53,17 @@ class GatedDeltaNet(nn.Module):
 
     def forward(self, x: torch.Tensor, batch: ForwardBatch, cache: dict | None) -> torch.Tensor:
         ops, t = self.ops, x.shape[0]
-        cu = batch.cu_seqlens
-        conv_state = cache["conv"][batch.slots] if cache is not None else None
         pre, z, b, a = self.in_proj(x)
-        mixed, new_conv = ops.causal_conv1d(pre[None], self.conv1d.weight, None,
-                                            conv_state, activation="silu", cu_seqlens=cu)
-        q, k, v = mixed[0].split([self.nk * self.dk, self.nk * self.dk, self.nv * self.dv], dim=-1)
+        mixed = run_short_conv(ops.causal_conv1d, batch, cache, pre, self.conv1d.weight)
+        q, k, v = mixed.split([self.nk * self.dk, self.nk * self.dk, self.nv * self.dv], dim=-1)
         q = q.reshape(1, t, self.nk, self.dk)
         k = k.reshape(1, t, self.nk, self.dk)
         v = v.reshape(1, t, self.nv, self.dv)
         beta = torch.sigmoid(b.float())[None]
         g = ops.gdn_gate(a[None], self.A_log, self.dt_bias)
         o = run_delta_rule(ops.gdn_recurrent, ops.gdn_chunked, batch, cache, q, k, v, g, beta)
-        if cache is not None:
-            cache["conv"][batch.slots] = new_conv.to(cache["conv"].dtype)
-            if batch.capture is not None:
-                batch.capture.record(self, cache, pre=pre, q=q[0], k=k[0], v=v[0], g=g[0], beta=beta[0])
+        if cache is not None and batch.capture is not None:
+            batch.capture.record(self, cache, pre=pre, q=q[0], k=k[0], v=v[0], g=g[0], beta=beta[0])
         z = z.view(t, self.nv, self.dv)
         y = ops.rms_norm_gated(o[0], z, self.norm.weight, eps=self.eps, activation="silu")
         return self.out_proj(y.reshape(t, -1))

@@ -17,7 +17,7 @@ from torch import nn
 from hwinfer.backend.select import OpTable
 from hwinfer.cache.spec import CacheTensor
 from hwinfer.layers.basic import Linear, MergedProjection
-from hwinfer.layers.delta_state import run_delta_rule
+from hwinfer.layers.delta_state import run_delta_rule, run_short_conv
 from hwinfer.runtime.batch import ForwardBatch
 
 
@@ -81,20 +81,15 @@ class KimiDeltaAttention(nn.Module):
     def forward(self, x: torch.Tensor, batch: ForwardBatch, cache: dict | None) -> torch.Tensor:
         """x [T, H] (packed requests of ``batch``) -> [T, H]."""
         ops, t, h, d = self.ops, x.shape[0], self.heads, self.head_dim
-        cu = batch.cu_seqlens
-        conv_state = cache["conv"][batch.slots] if cache is not None else None
         q, k, v, f_a, b, gate = self.in_proj(x)
         qkv = MergedProjection.joined((q, k, v))
-        mixed, new_conv = ops.causal_conv1d(qkv[None], self.conv1d.weight, None, conv_state,
-                                            activation="silu", cu_seqlens=cu)
-        q, k, v = (part.reshape(1, t, h, d) for part in mixed[0].split(self.proj_dim, dim=-1))
+        mixed = run_short_conv(ops.causal_conv1d, batch, cache, qkv, self.conv1d.weight)
+        q, k, v = (part.reshape(1, t, h, d) for part in mixed.split(self.proj_dim, dim=-1))
         a_log = self.A_log.reshape(-1)[:h]
         g = ops.kda_gate(self.f_b_proj(f_a).view(1, t, h, d), a_log, self.dt_bias,
                          lower_bound=self.lower_bound)
         beta = torch.sigmoid(b.float())[None]
         o = run_delta_rule(ops.kda_recurrent, ops.kda_chunked, batch, cache, q, k, v, g, beta)
-        if cache is not None:
-            cache["conv"][batch.slots] = new_conv.to(cache["conv"].dtype)
         if not self.full_rank_gate:
             gate = self.g_b_proj(gate)
         gate = gate.view(t, h, d)

@@ -46,9 +46,27 @@ def check_conv_inputs(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor 
     return weight, bounds
 
 
+def on_conv_state_slots(fn, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                        state: torch.Tensor | None, state_slots: torch.Tensor, **kw
+                        ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The ``state_slots`` form of ``causal_conv1d`` through its plain form ``fn``: gather the
+    pool rows, run, write the new states back in place. Returns (y, the pool)."""
+    if state is None or state.dim() != 3:
+        raise ValueError(f"causal_conv1d: state_slots needs state = the state pool [S, C, K-1], got "
+                         f"{None if state is None else list(state.shape)}")
+    if state_slots.dim() != 1 or state_slots.is_floating_point():
+        raise ValueError(f"causal_conv1d: state_slots must be a 1-D integer tensor [N], got "
+                         f"{state_slots.dtype} {list(state_slots.shape)}")
+    rows = state_slots.to(device=state.device, dtype=torch.int64)
+    y, new_state = fn(x, weight, bias, state.index_select(0, rows), **kw)
+    state.index_copy_(0, rows, new_state.to(state.dtype))
+    return y, state
+
+
 def causal_conv1d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
                   state: torch.Tensor | None = None, *, activation: str | None = "silu",
-                  cu_seqlens: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                  cu_seqlens: torch.Tensor | None = None,
+                  state_slots: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Depthwise causal conv1d with carried state, for prefill (T > 1) and decode (T = 1) alike.
 
     Per sequence and channel c, with ``xx`` = the previous K-1 inputs (``state``, or zeros for a
@@ -68,6 +86,12 @@ def causal_conv1d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
         activation: "silu" (all target models, ``hidden_act``) or None.
         cu_seqlens: [N+1] int32 cumulative lengths starting at 0, B must be 1; each packed
             sequence convolves only its own tokens and its own ``state[i]``.
+        state_slots: [N] integer or None. When given, ``state`` is a state *pool* [S, C, K-1]
+            (the engine's cache, any float dtype): sequence i starts from row
+            ``state_slots[i]``, its new state is written back to that row **in place** (in the
+            pool's dtype), and the returned new_state is the pool itself. Decode uses it, so the
+            conv state is neither gathered nor scattered around the op. Rows not named are
+            untouched; a repeated slot (padding rows of a fixed-size batch) gets one result.
 
     Returns ``(y [B, T, C] in x.dtype, new_state [N, C, K-1] in x.dtype)``. The state holds raw
     inputs, so x.dtype stores it exactly (as vLLM's and transformers' conv caches do); a state
@@ -80,6 +104,9 @@ def causal_conv1d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
     order, MODELS.md §4.2, §6). Decode keeps K-1 = 3 inputs (transformers caches K; the oldest
     of those is never read).
     """
+    if state_slots is not None:
+        return on_conv_state_slots(causal_conv1d, x, weight, bias, state, state_slots,
+                                   activation=activation, cu_seqlens=cu_seqlens)
     w, bounds = check_conv_inputs(x, weight, bias, state, activation, cu_seqlens)
     B, T, C = x.shape
     K = w.shape[1]
@@ -107,7 +134,7 @@ def causal_conv1d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
 
 def _conv_case(B: int, T: int, C: int, K: int, *, state: bool, bias: bool = False,
                activation: str | None = "silu", seqlens: tuple[int, ...] | None = None,
-               weight_3d: bool = False):
+               weight_3d: bool = False, pool_extra: int = 0):
     def make(gen, dtype, device):
         n = B if seqlens is None else len(seqlens)
         w = randn(gen, C, K, dtype=dtype, device=device, scale=K ** -0.5)
@@ -115,9 +142,13 @@ def _conv_case(B: int, T: int, C: int, K: int, *, state: bool, bias: bool = Fals
             "x": randn(gen, B, T, C, dtype=dtype, device=device),
             "weight": w.unsqueeze(1) if weight_3d else w,
             "bias": randn(gen, C, dtype=dtype, device=device, scale=0.1) if bias else None,
-            "state": randn(gen, n, C, K - 1, dtype=dtype, device=device) if state else None,
+            "state": randn(gen, n + pool_extra, C, K - 1, dtype=dtype, device=device) if state else None,
             "activation": activation,
         }
+        if pool_extra:
+            # A pool with spare rows; the sequences use a scattered, reordered subset of them.
+            perm = torch.randperm(n + pool_extra, generator=gen)[:n]
+            inputs["state_slots"] = perm.to(device=device, dtype=torch.int32)
         if seqlens is not None:
             bounds = [0]
             for length in seqlens:
@@ -136,7 +167,11 @@ CAUSAL_CONV1D = define_op(
         Case("varlen_1_50_29", _conv_case(1, 80, 512, 4, state=True, seqlens=(1, 50, 29))),
         Case("decode_B4", _conv_case(4, 1, 512, 4, state=True)),
         Case("bias_no_act_K3", _conv_case(2, 9, 96, 3, state=True, bias=True, activation=None)),
+        # The in-place state pool (engine decode): varlen decode over scattered pool rows.
+        Case("decode_pool_slots", _conv_case(1, 5, 512, 4, state=True, seqlens=(1,) * 5, pool_extra=3)),
+        Case("multi_token_pool_slots", _conv_case(1, 7, 96, 4, state=True, seqlens=(3, 0, 4), pool_extra=2)),
     ],
     # Elementwise, K products summed in fp32: near-exact in fp32; bf16 differs by output rounding.
     tolerance={torch.float32: Tol(atol=1e-6, rtol=1e-6), torch.bfloat16: Tol(atol=1e-2, rtol=1e-2)},
+    mutates=("state",),
 )

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from hwinfer.ops.conv import check_conv_inputs
+from hwinfer.ops.conv import check_conv_inputs, on_conv_state_slots
 
 _FEW = 8  # up to this many packed sequences, per-sequence slice copies beat row indexing
 
@@ -30,8 +30,12 @@ def _taps(xx: torch.Tensor, w32: torch.Tensor, b32: torch.Tensor | None,
 
 def causal_conv1d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
                   state: torch.Tensor | None = None, *, activation: str | None = "silu",
-                  cu_seqlens: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                  cu_seqlens: torch.Tensor | None = None,
+                  state_slots: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """``causal_conv1d`` (same contract): in-place tap accumulation over state-prefixed inputs."""
+    if state_slots is not None:
+        return on_conv_state_slots(causal_conv1d, x, weight, bias, state, state_slots,
+                                   activation=activation, cu_seqlens=cu_seqlens)
     w, bounds = check_conv_inputs(x, weight, bias, state, activation, cu_seqlens)
     B, T, C = x.shape
     K = w.shape[1]

@@ -19,31 +19,37 @@ import triton.language as tl
 
 
 @triton.jit
-def _prev_input(x_ptr, st_ptr, n64, p, bos, cols, cmask, stride_xt, stride_sn, stride_sc,
+def _prev_input(x_ptr, st_ptr, row64, p, bos, cols, cmask, stride_xt, stride_sn, stride_sc,
                 stride_sk, KM1: tl.constexpr, HAS_STATE: tl.constexpr):
     """Input at packed position p of the sequence starting at bos: x[p] if p >= bos, else the
-    state entry K-1 - (bos - p) (oldest first), else 0."""
+    entry K-1 - (bos - p) (oldest first) of state row ``row64``, else 0."""
     inside = p >= bos
     v = tl.load(x_ptr + tl.where(inside, p, 0).to(tl.int64) * stride_xt + cols,
                 mask=cmask & inside, other=0.0).to(tl.float32)
     if HAS_STATE:
         k = KM1 - (bos - p)
-        sv = tl.load(st_ptr + n64 * stride_sn + cols * stride_sc + tl.where(inside, 0, k) * stride_sk,
+        sv = tl.load(st_ptr + row64 * stride_sn + cols * stride_sc + tl.where(inside, 0, k) * stride_sk,
                      mask=cmask & (p < bos) & (k >= 0), other=0.0).to(tl.float32)
         v = tl.where(inside, v, sv)
     return v
 
 
 @triton.jit
-def _conv_kernel(x_ptr, w_ptr, bias_ptr, st_ptr, cu_ptr, y_ptr, ns_ptr,
+def _conv_kernel(x_ptr, w_ptr, bias_ptr, st_ptr, cu_ptr, y_ptr, ns_ptr, slot_ptr,
                  T, C, CHUNK, stride_xb, stride_xt, stride_wc, stride_wk,
                  stride_sn, stride_sc, stride_sk, stride_yb, stride_yt,
                  K: tl.constexpr, BLOCK_C: tl.constexpr, VARLEN: tl.constexpr,
-                 HAS_STATE: tl.constexpr, HAS_BIAS: tl.constexpr, SILU: tl.constexpr):
+                 HAS_STATE: tl.constexpr, HAS_BIAS: tl.constexpr, SILU: tl.constexpr,
+                 HAS_SLOTS: tl.constexpr):
     n = tl.program_id(0)
     cb = tl.program_id(1)
     ci = tl.program_id(2)
     n64 = n.to(tl.int64)
+    # The state row this sequence reads (and, in place, writes): its pool slot, or n.
+    if HAS_SLOTS:
+        row64 = tl.load(slot_ptr + n).to(tl.int64)
+    else:
+        row64 = n64
     if VARLEN:
         bos = tl.load(cu_ptr + n).to(tl.int32)
         eos = tl.load(cu_ptr + n + 1).to(tl.int32)
@@ -73,15 +79,15 @@ def _conv_kernel(x_ptr, w_ptr, bias_ptr, st_ptr, cu_ptr, y_ptr, ns_ptr,
     s0 = zero
     if K >= 2:
         w2 = tl.load(wp + (K - 2) * stride_wk, mask=cmask, other=0.0).to(tl.float32)
-        s2 = _prev_input(xb, st_ptr, n64, t0 - 1, bos, cols, cmask, stride_xt, stride_sn,
+        s2 = _prev_input(xb, st_ptr, row64, t0 - 1, bos, cols, cmask, stride_xt, stride_sn,
                          stride_sc, stride_sk, KM1, HAS_STATE)
     if K >= 3:
         w1 = tl.load(wp + (K - 3) * stride_wk, mask=cmask, other=0.0).to(tl.float32)
-        s1 = _prev_input(xb, st_ptr, n64, t0 - 2, bos, cols, cmask, stride_xt, stride_sn,
+        s1 = _prev_input(xb, st_ptr, row64, t0 - 2, bos, cols, cmask, stride_xt, stride_sn,
                          stride_sc, stride_sk, KM1, HAS_STATE)
     if K >= 4:
         w0 = tl.load(wp + (K - 4) * stride_wk, mask=cmask, other=0.0).to(tl.float32)
-        s0 = _prev_input(xb, st_ptr, n64, t0 - 3, bos, cols, cmask, stride_xt, stride_sn,
+        s0 = _prev_input(xb, st_ptr, row64, t0 - 3, bos, cols, cmask, stride_xt, stride_sn,
                          stride_sc, stride_sk, KM1, HAS_STATE)
     bias = zero
     if HAS_BIAS:
@@ -96,26 +102,34 @@ def _conv_kernel(x_ptr, w_ptr, bias_ptr, st_ptr, cu_ptr, y_ptr, ns_ptr,
         s1 = s2
         s2 = xt
     # the chunk holding the last token (chunk 0 of an empty sequence) writes the new state
+    # (in place: the pool row, with the pool's strides; one chunk per sequence then, so the
+    # program that read the old state is the one that overwrites it)
     if t1 >= eos:
-        nsb = ns_ptr + n64 * C * KM1 + cols * KM1
+        if HAS_SLOTS:
+            nsb = ns_ptr + row64 * stride_sn + cols * stride_sc
+            sk = stride_sk
+        else:
+            nsb = ns_ptr + n64 * C * KM1 + cols * KM1
+            sk = 1
         if K >= 4:
-            tl.store(nsb + (KM1 - 3), s0.to(ns_ptr.dtype.element_ty), mask=cmask)
+            tl.store(nsb + (KM1 - 3) * sk, s0.to(ns_ptr.dtype.element_ty), mask=cmask)
         if K >= 3:
-            tl.store(nsb + (KM1 - 2), s1.to(ns_ptr.dtype.element_ty), mask=cmask)
+            tl.store(nsb + (KM1 - 2) * sk, s1.to(ns_ptr.dtype.element_ty), mask=cmask)
         if K >= 2:
-            tl.store(nsb + (KM1 - 1), s2.to(ns_ptr.dtype.element_ty), mask=cmask)
+            tl.store(nsb + (KM1 - 1) * sk, s2.to(ns_ptr.dtype.element_ty), mask=cmask)
 
 
 def causal_conv1d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
                   state: torch.Tensor | None = None, *, activation: str | None = "silu",
-                  cu_seqlens: torch.Tensor | None = None, block_c: int | None = None,
-                  chunk: int | None = None, num_warps: int | None = None
-                  ) -> tuple[torch.Tensor, torch.Tensor]:
+                  cu_seqlens: torch.Tensor | None = None, state_slots: torch.Tensor | None = None,
+                  block_c: int | None = None, chunk: int | None = None,
+                  num_warps: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Triton causal conv1d: x [B, T, C], weight [C, K] or [C, 1, K], bias [C], state
     [N, C, K-1], cu_seqlens [N+1] (B = 1) -> (y [B, T, C], new_state [N, C, K-1]) in x.dtype.
+    With state_slots [N]: state is a pool [S, C, K-1] updated in place and returned.
 
-    Shapes are checked, cu_seqlens contents trusted (no host sync). Tuning (None = heuristic):
-    block_c channels per program, chunk tokens per program, num_warps.
+    Shapes are checked, cu_seqlens and slot contents trusted (no host sync). Tuning (None =
+    heuristic): block_c channels per program, chunk tokens per program, num_warps.
     """
     B, T, C = x.shape
     w = weight[:, 0] if weight.dim() == 3 else weight
@@ -126,33 +140,42 @@ def causal_conv1d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
     if varlen and (B != 1 or cu_seqlens.dim() != 1 or cu_seqlens.numel() < 2):
         raise ValueError("causal_conv1d: cu_seqlens [N+1] needs B = 1")
     n = cu_seqlens.numel() - 1 if varlen else B
-    if state is not None and tuple(state.shape) != (n, C, K - 1):
+    pool = state_slots is not None
+    if pool and (state is None or state.dim() != 3 or tuple(state.shape[1:]) != (C, K - 1)
+                 or tuple(state_slots.shape) != (n,)):
+        raise ValueError(f"causal_conv1d: state_slots [{n}] needs a state pool [S, {C}, {K - 1}], got "
+                         f"{list(state_slots.shape)} and {None if state is None else list(state.shape)}")
+    if not pool and state is not None and tuple(state.shape) != (n, C, K - 1):
         raise ValueError(f"causal_conv1d: state must be {[n, C, K - 1]}, got {list(state.shape)}")
     if activation not in ("silu", None):
         raise ValueError(f"causal_conv1d: activation must be 'silu' or None, got {activation!r}")
     xc = x if x.stride(2) == 1 else x.contiguous()
     y = torch.empty((B, T, C), dtype=x.dtype, device=x.device)
-    new_state = torch.empty((n, C, K - 1), dtype=x.dtype, device=x.device)
+    new_state = state if pool else torch.empty((n, C, K - 1), dtype=x.dtype, device=x.device)
     if n == 0 or C == 0:
         return y, new_state
     bc = block_c or min(256 if x.device.type == "cuda" else 512, triton.next_power_of_2(C))
-    # token chunks: enough programs for a long prefill, one chunk for decode
+    # token chunks: enough programs for a long prefill, one chunk for decode (and always one
+    # per sequence in place, where the reader of the old state must be its writer)
     ck = chunk or max(16, triton.next_power_of_2(triton.cdiv(max(T, 1), 64)))
+    if pool:
+        ck = max(ck, T)
     n_chunks = max(1, triton.cdiv(T, ck))
     st = state if state is not None else y
     cu = cu_seqlens if varlen else y
+    slots = state_slots if pool else y
     _conv_kernel[(n, triton.cdiv(C, bc), n_chunks)](
-        xc, w, bias if bias is not None else y, st, cu, y, new_state,
+        xc, w, bias if bias is not None else y, st, cu, y, new_state, slots,
         T, C, ck, xc.stride(0), xc.stride(1), w.stride(0), w.stride(1),
         st.stride(0) if state is not None else 0, st.stride(1) if state is not None else 0,
         st.stride(2) if state is not None else 0, y.stride(0), y.stride(1),
         K=K, BLOCK_C=bc, VARLEN=varlen, HAS_STATE=state is not None, HAS_BIAS=bias is not None,
-        SILU=activation == "silu", num_warps=num_warps or (4 if bc >= 512 else 2))
+        SILU=activation == "silu", HAS_SLOTS=pool, num_warps=num_warps or (4 if bc >= 512 else 2))
     return y, new_state
 
 
 def causal_conv1d_supported(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
-                            state: torch.Tensor | None = None, *, cu_seqlens=None,
+                            state: torch.Tensor | None = None, *, cu_seqlens=None, state_slots=None,
                             **_: object) -> str | None:
     """Per-call check (shapes and dtypes only, no sync)."""
     floats = (torch.float32, torch.bfloat16, torch.float16)
@@ -169,6 +192,9 @@ def causal_conv1d_supported(x: torch.Tensor, weight: torch.Tensor, bias: torch.T
         return "bias must be a contiguous float tensor"
     if cu_seqlens is not None and cu_seqlens.dtype not in (torch.int32, torch.int64):
         return "cu_seqlens must be int32 or int64"
+    if state_slots is not None and (state is None or state_slots.dtype not in (torch.int32, torch.int64)
+                                    or state_slots.device != x.device):
+        return "state_slots must be int32/int64 on x's device, over a state pool"
     if x.shape[1] >= 2 ** 31 // max(1, x.shape[2]) or cu_seqlens is not None and cu_seqlens.numel() > 65536:
         return "too large for the launch grid"
     return None
@@ -182,15 +208,16 @@ def _aot_specs():
                                     ("qwen35_varlen", "bf16", True, True),
                                     ("prefill_fp32", "fp32", False, False)):
         sig = {"x_ptr": f"*{dt}", "w_ptr": f"*{dt}", "bias_ptr": f"*{dt}", "st_ptr": f"*{dt}",
-               "cu_ptr": "*i32", "y_ptr": f"*{dt}", "ns_ptr": f"*{dt}"}
+               "cu_ptr": "*i32", "y_ptr": f"*{dt}", "ns_ptr": f"*{dt}", "slot_ptr": "*i64"}
         for arg in ("T", "C", "CHUNK", "stride_xb", "stride_xt", "stride_wc", "stride_wk",
                     "stride_sn", "stride_sc", "stride_sk", "stride_yb", "stride_yt"):
             sig[arg] = "i32"
-        for arg in ("K", "BLOCK_C", "VARLEN", "HAS_STATE", "HAS_BIAS", "SILU"):
+        for arg in ("K", "BLOCK_C", "VARLEN", "HAS_STATE", "HAS_BIAS", "SILU", "HAS_SLOTS"):
             sig[arg] = "constexpr"
         specs.append(AotSpec(f"causal_conv1d[{name}]", _conv_kernel, sig,
                              {"K": 4, "BLOCK_C": 256, "VARLEN": varlen, "HAS_STATE": state,
-                              "HAS_BIAS": False, "SILU": True}, {"num_warps": 2}))
+                              "HAS_BIAS": False, "SILU": True, "HAS_SLOTS": name == "qwen35_varlen"},
+                             {"num_warps": 2}))
     return specs
 
 
