@@ -8,7 +8,7 @@ from typing import Mapping
 import torch
 
 from hwinfer.backend import resolve_device, select
-from hwinfer.layers.basic import bind_linear_op
+from hwinfer.layers.basic import bind_dense_ops
 from hwinfer.loader.checkpoint import CheckpointError, CheckpointReader
 from hwinfer.loader.config import (
     check_quantization, load_config, load_generation_config, model_class,
@@ -79,7 +79,7 @@ def load_model(path: str | Path, device: str = "auto", dtype: str | torch.dtype 
     }
     report = load_into(model, reader, layout, dequant, progress=progress)
     model.post_load()
-    bind_linear_op(model, model.ops.linear)
+    bind_dense_ops(model, model.ops)
     model = model.to(dev.torch_device).eval()
     model.load_report = report
     model.load_seconds = time.perf_counter() - start
@@ -110,7 +110,7 @@ def random_model(config_path: str | Path, device: str = "auto", dtype: str | tor
     model = model.to_empty(device=dev.torch_device)
     random_init(model, torch.Generator(device=dev.torch_device).manual_seed(seed))
     model.post_load()
-    bind_linear_op(model, model.ops.linear)
+    bind_dense_ops(model, model.ops)
     model.generation_defaults = load_generation_config(Path(config_path), config) \
         if Path(config_path).is_dir() else model.generation_defaults
     return model.eval()

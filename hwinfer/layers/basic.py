@@ -10,11 +10,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from hwinfer.backend.select import OpTable
+from hwinfer.ops.activation import gated_act
 
 
 class Linear(nn.Module):
     """y = x W^T (+ b). weight [out, in] in the model dtype (quantized checkpoints are
-    dequantized at load). Runs the model's ``linear`` op once :func:`bind_linear_op` has bound
+    dequantized at load). Runs the model's ``linear`` op once :func:`bind_dense_ops` has bound
     it (the loaders do); F.linear before that."""
 
     def __init__(self, in_features: int, out_features: int, bias: bool = False,
@@ -28,11 +29,14 @@ class Linear(nn.Module):
         return self.matmul(x, self.weight, self.bias)
 
 
-def bind_linear_op(model: nn.Module, linear) -> None:
-    """Make every Linear of ``model`` run ``linear`` (the OpTable's bound ``linear`` op)."""
+def bind_dense_ops(model: nn.Module, ops) -> None:
+    """Make every Linear of ``model`` run the OpTable's ``linear`` op and every GatedMLP its
+    ``gated_act`` (layers built without an OpTable run plain torch until then)."""
     for module in model.modules():
         if isinstance(module, Linear):
-            module.matmul = linear
+            module.matmul = ops.linear
+        elif isinstance(module, GatedMLP):
+            module.gated_act = ops.gated_act
 
 
 class MergedProjection:
@@ -95,12 +99,18 @@ class RMSNorm(nn.Module):
 
     def __init__(self, ops: OpTable, dim: int, eps: float, offset: float = 0.0, weighted: bool = True) -> None:
         super().__init__()
-        self.rms_norm = ops.rms_norm
+        self.rms_norm, self.add_rms_norm = ops.rms_norm, ops.add_rms_norm
         self.eps, self.offset = eps, offset
         self.weight = nn.Parameter(torch.empty(dim, dtype=torch.float32), requires_grad=False) if weighted else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.rms_norm(x, self.weight, eps=self.eps, weight_offset=self.offset)
+
+    def add(self, x: torch.Tensor, residual: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """(norm(x + residual), x + residual) in one op; residual None: (norm(x), x)."""
+        if residual is None:
+            return self(x), x
+        return self.add_rms_norm(x, residual, self.weight, eps=self.eps, weight_offset=self.offset)
 
 
 class GatedMLP(nn.Module):
@@ -114,8 +124,8 @@ class GatedMLP(nn.Module):
         self.down_proj = Linear(intermediate, hidden, dtype=dtype)
         self.activation = activation
         self.gate_up = MergedProjection(self.gate_proj, self.up_proj)
+        self.gated_act = gated_act  # the reference until bind_dense_ops binds the device's op
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         g, u = self.gate_up(x)
-        act = F.silu(g) if self.activation == "silu" else F.gelu(g, approximate="tanh")
-        return self.down_proj(act * u)
+        return self.down_proj(self.gated_act(g, u, activation=self.activation))

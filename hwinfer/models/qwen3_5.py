@@ -108,9 +108,14 @@ class DecoderLayer(nn.Module):
     def mixer(self) -> nn.Module:
         return self.linear_attn if self.kind == "linear_attention" else self.self_attn
 
-    def forward(self, x: torch.Tensor, batch: ForwardBatch, cache: dict | None) -> torch.Tensor:
-        x = x + self.mixer(self.input_layernorm(x), batch, cache)
-        return x + self.mlp(self.post_attention_layernorm(x))
+    def forward(self, x: torch.Tensor, batch: ForwardBatch, cache: dict | None,
+                residual: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """x [T, H] the previous layer's MLP output (or the embeddings, with residual None) ->
+        (this layer's MLP output, the residual stream before it): each residual add is fused
+        with the norm after it (add_rms_norm); the caller adds the last output."""
+        h, residual = self.input_layernorm.add(x, residual)
+        h, residual = self.post_attention_layernorm.add(self.mixer(h, batch, cache), residual)
+        return self.mlp(h), residual
 
 
 class MultiTokenPredictor(nn.Module):
@@ -135,7 +140,7 @@ class MultiTokenPredictor(nn.Module):
                 cache: dict | None) -> torch.Tensor:
         """embeds [T, H] of the next tokens, hidden [T, H] at batch.positions -> [T, H] (normed)."""
         x = self.fc(torch.cat((self.pre_fc_norm_embedding(embeds), self.pre_fc_norm_hidden(hidden)), dim=-1))
-        return self.norm(self.layers[0](x, batch, cache))
+        return self.norm.add(*self.layers[0](x, batch, cache))[0]
 
 
 class Qwen3_5ForCausalLM(CausalLM):
@@ -158,10 +163,10 @@ class Qwen3_5ForCausalLM(CausalLM):
         return [layer.mixer.cache_specs(self.dtype) for layer in self.layers]
 
     def forward_batch(self, batch: ForwardBatch) -> torch.Tensor:
-        x = self.embed_tokens(batch.input_ids)
+        x, residual = self.embed_tokens(batch.input_ids), None
         for i, layer in enumerate(self.layers):
-            x = layer(x, batch, batch.cache.layers[i] if batch.cache is not None else None)
-        return self.norm(x)
+            x, residual = layer(x, batch, batch.cache.layers[i] if batch.cache is not None else None, residual)
+        return self.norm.add(x, residual)[0]
 
     # --- speculative decoding with the MTP head (hwinfer.engine.speculative) -----------------
     def spec_cache_specs(self, num_draft: int) -> list[list[CacheTensor]]:

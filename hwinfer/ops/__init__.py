@@ -15,6 +15,7 @@ Conventions shared by every op (the docstring of each reference gives its own de
 reference function of op ``<name>``.
 """
 from hwinfer.ops import (  # noqa: F401  (importing a family module declares its ops)
+    activation,
     attention,
     block_sparse,
     compressor,

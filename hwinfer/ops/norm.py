@@ -27,6 +27,29 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor | None = None, *, eps: float 
     return y.to(x.dtype)
 
 
+def add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor | None = None, *,
+                 eps: float = 1e-6, weight_offset: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Residual add then RMSNorm: the step between two sub-blocks of a pre-norm decoder.
+
+    ``s = (x + residual)`` rounded to ``x.dtype`` (the residual stream, exactly what
+    ``x + residual`` gives in that dtype), then ``y = rms_norm(s, weight, eps=eps,
+    weight_offset=weight_offset)`` computed from the rounded ``s`` in fp32. Fused, it reads
+    both inputs once and writes y and s: one kernel instead of an add and a norm, which is
+    most of what these two cost in a batch-1 decode step.
+
+    Shapes: x, residual [..., D] of one float dtype (the sub-block's output and the residual
+    stream); weight [D] or None. Returns ``(y, s)``, both [..., D] in x.dtype.
+
+    Uses: the decoder layers of Qwen3.5 (zero-centred, ``weight_offset=1``) between attention
+    and MLP and from one layer to the next.
+    """
+    if residual.shape != x.shape or residual.dtype != x.dtype:
+        raise ValueError(f"add_rms_norm: residual {residual.dtype} {list(residual.shape)} must match "
+                         f"x {x.dtype} {list(x.shape)}")
+    s = (x.float() + residual.float()).to(x.dtype)
+    return rms_norm(s, weight, eps=eps, weight_offset=weight_offset), s
+
+
 def rms_norm_gated(x: torch.Tensor, gate: torch.Tensor, weight: torch.Tensor | None = None, *,
                    eps: float = 1e-6, activation: str = "silu") -> torch.Tensor:
     """Gated RMSNorm, the output norm of Gated DeltaNet and KDA.
@@ -108,6 +131,27 @@ RMS_NORM = define_op(
     ],
     tolerance=_TOL,
     dtypes=(torch.float32, torch.bfloat16, torch.float16),
+)
+
+def _add_case(rows: int, dim: int, weighted: bool, offset: float = 0.0):
+    def make(gen, dtype, device):
+        inputs = _norm_case(rows, dim, weighted, offset)(gen, dtype, device)
+        inputs["residual"] = randn(gen, rows, dim, dtype=dtype, device=device, scale=3.0)
+        return inputs
+    return make
+
+
+ADD_RMS_NORM = define_op(
+    add_rms_norm,
+    cases=[
+        Case("qwen35_zero_centred_1024", _add_case(5, 1024, True, offset=1.0)),
+        Case("weighted_odd_200", _add_case(3, 200, True)),
+        Case("unweighted_4096", _add_case(2, 4096, False)),
+    ],
+    # y is normalised from the rounded sum: one ulp of difference in that rounding (the Triton
+    # interpreter truncates fp32 -> bf16 where GPUs round to nearest) moves y by up to 2 ulps.
+    tolerance={**_TOL, torch.bfloat16: Tol(2e-2, 2e-2)},
+    dtypes=(torch.float32, torch.bfloat16),
 )
 
 RMS_NORM_GATED = define_op(

@@ -4,6 +4,12 @@ from hwinfer.backend import Impl, min_sm, vendor
 from hwinfer.backend.portable import portable_impls
 
 IMPLS = [
+    Impl("add_rms_norm", "triton", "hwinfer.kernels.triton.norm:add_rms_norm", when=min_sm(80), priority=10,
+         check="hwinfer.kernels.triton.norm:rms_norm_supported", requires=("triton",),
+         interpretable=True),
+    Impl("gated_act", "triton", "hwinfer.kernels.triton.activation:gated_act", when=min_sm(80), priority=10,
+         check="hwinfer.kernels.triton.activation:gated_act_supported", requires=("triton",),
+         interpretable=True),
     Impl("rms_norm", "triton", "hwinfer.kernels.triton.norm:rms_norm", when=min_sm(80),
          priority=10, check="hwinfer.kernels.triton.norm:rms_norm_supported",
          requires=("triton",), interpretable=True),

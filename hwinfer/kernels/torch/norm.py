@@ -18,6 +18,16 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor | None = None, *, eps: float 
     return F.rms_norm(x.float(), (x.shape[-1],), w, eps).to(x.dtype)
 
 
+def add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor | None = None, *,
+                 eps: float = 1e-6, weight_offset: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """(rms_norm(x + residual), x + residual) in x.dtype (see hwinfer.ops.norm.add_rms_norm)."""
+    if residual.shape != x.shape or residual.dtype != x.dtype:
+        raise ValueError(f"add_rms_norm: residual {residual.dtype} {list(residual.shape)} must match "
+                         f"x {x.dtype} {list(x.shape)}")
+    s = x + residual  # in x.dtype, as the residual stream is kept
+    return rms_norm(s, weight, eps=eps, weight_offset=weight_offset), s
+
+
 def rms_norm_gated(x: torch.Tensor, gate: torch.Tensor, weight: torch.Tensor | None = None, *,
                    eps: float = 1e-6, activation: str = "silu") -> torch.Tensor:
     """x, gate [..., D] -> [..., D] in x.dtype (see hwinfer.ops.norm.rms_norm_gated)."""

@@ -1,5 +1,6 @@
-"""Triton RMSNorm and gated RMSNorm (contracts: :func:`hwinfer.ops.norm.rms_norm`,
-:func:`hwinfer.ops.norm.rms_norm_gated`).
+"""Triton RMSNorm, residual add + RMSNorm and gated RMSNorm (contracts:
+:func:`hwinfer.ops.norm.rms_norm`, :func:`~hwinfer.ops.norm.add_rms_norm`,
+:func:`~hwinfer.ops.norm.rms_norm_gated`).
 
 One program normalises one row; the row is loaded once (BLOCK >= D), upcast to fp32 right after
 the load (the interpreter computes bf16 wrongly otherwise, and fp32 is the contract anyway).
@@ -42,6 +43,45 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor | None = None, *, eps: float 
         x2, w, y, x2.stride(0), y.stride(0), d, eps, weight_offset,
         HAS_WEIGHT=weight is not None, BLOCK=block, num_warps=4 if block <= 2048 else 8)
     return y.reshape(x.shape)
+
+
+@triton.jit
+def _add_rms_norm_kernel(x_ptr, r_ptr, w_ptr, y_ptr, s_ptr, stride_x, stride_r, stride_y, stride_s,
+                         D, eps, offset, HAS_WEIGHT: tl.constexpr, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < D
+    x = tl.load(x_ptr + row * stride_x + cols, mask=mask, other=0.0).to(tl.float32)
+    r = tl.load(r_ptr + row * stride_r + cols, mask=mask, other=0.0).to(tl.float32)
+    # The residual stream is rounded to its dtype, and the norm reads the rounded values (as
+    # the unfused add then norm would).
+    s_lo = (x + r).to(s_ptr.dtype.element_ty)
+    tl.store(s_ptr + row * stride_s + cols, s_lo, mask=mask)
+    s = s_lo.to(tl.float32)
+    y = s / tl.sqrt(tl.sum(s * s, axis=0) / D + eps)
+    if HAS_WEIGHT:
+        y = y * (tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32) + offset)
+    tl.store(y_ptr + row * stride_y + cols, y.to(y_ptr.dtype.element_ty), mask=mask)
+
+
+def add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor | None = None, *,
+                 eps: float = 1e-6, weight_offset: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Triton residual add + RMSNorm: x, residual [..., D] -> (rms_norm(x + residual), x +
+    residual), both in x.dtype; one program per row, each input read once."""
+    if residual.shape != x.shape or residual.dtype != x.dtype:
+        raise ValueError(f"add_rms_norm: residual {residual.dtype} {list(residual.shape)} must match "
+                         f"x {x.dtype} {list(x.shape)}")
+    d = x.shape[-1]
+    x2, r2 = _rows(x, d), _rows(residual, d)
+    y = torch.empty((x2.shape[0], d), dtype=x.dtype, device=x.device)
+    s = torch.empty((x2.shape[0], d), dtype=x.dtype, device=x.device)
+    if x2.shape[0]:
+        block = triton.next_power_of_2(d)
+        _add_rms_norm_kernel[(x2.shape[0],)](
+            x2, r2, weight if weight is not None else x2, y, s, x2.stride(0), r2.stride(0),
+            y.stride(0), s.stride(0), d, eps, weight_offset, HAS_WEIGHT=weight is not None,
+            BLOCK=block, num_warps=4 if block <= 2048 else 8)
+    return y.reshape(x.shape), s.reshape(x.shape)
 
 
 @triton.jit
@@ -109,6 +149,13 @@ def _aot_specs():
                    "HAS_WEIGHT": "constexpr", "BLOCK": "constexpr"}
             specs.append(AotSpec(f"rms_norm[{dtype},{block}]", _rms_norm_kernel, sig,
                                  {"HAS_WEIGHT": True, "BLOCK": block}, {"num_warps": warps}))
+    for dtype in ("fp32", "bf16"):
+        sig = {"x_ptr": f"*{dtype}", "r_ptr": f"*{dtype}", "w_ptr": "*fp32", "y_ptr": f"*{dtype}",
+               "s_ptr": f"*{dtype}", "stride_x": "i32", "stride_r": "i32", "stride_y": "i32",
+               "stride_s": "i32", "D": "i32", "eps": "fp32", "offset": "fp32",
+               "HAS_WEIGHT": "constexpr", "BLOCK": "constexpr"}
+        specs.append(AotSpec(f"add_rms_norm[{dtype}]", _add_rms_norm_kernel, sig,
+                             {"HAS_WEIGHT": True, "BLOCK": 1024}, {"num_warps": 4}))
     for dtype in ("fp32", "bf16"):
         sig = {"x_ptr": f"*{dtype}", "z_ptr": f"*{dtype}", "w_ptr": "*fp32", "y_ptr": f"*{dtype}",
                "stride_x": "i32", "stride_z": "i32", "stride_y": "i32", "D": "i32", "eps": "fp32",
