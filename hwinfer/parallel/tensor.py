@@ -8,7 +8,11 @@ code is unchanged: the layers keep their head counts as attributes (``heads``, `
 their ``cache_specs`` (hence each rank's cache) use the local sizes; the all_reduce is folded
 into the row-parallel Linear's ``matmul`` (the bias, if any, is added once, after the sum).
 
-Supported so far: Qwen3.5 dense (``Qwen3_5ForCausalLM`` without experts), MTP head included.
+Supported so far: Qwen3.5 dense here (``Qwen3_5ForCausalLM`` without experts, MTP head
+included); Qwen3.5-MoE, Kimi-Linear and Kimi-K3 in :mod:`hwinfer.parallel.models_kimi_qwen`;
+DeepSeek-V4 in :mod:`hwinfer.parallel.deepseek_v4`; MoE blocks either split per expert or, with
+``expert_parallel=True``, spread whole over the ranks (:mod:`hwinfer.parallel.expert`). The
+dense case:
 
 * gated full attention: q_proj ([query | gate] per head), k_proj, v_proj split by heads so that
   each rank keeps whole GQA groups (kv heads divisible by the world size); o_proj row parallel;
@@ -131,8 +135,8 @@ def _check_qwen3_5(model) -> list:
     from hwinfer.models.qwen3_5 import GatedAttention, Qwen3_5ForCausalLM
 
     if not isinstance(model, Qwen3_5ForCausalLM):
-        raise ValueError(f"tensor parallelism supports Qwen3.5 dense only so far; "
-                         f"{type(model).__name__} is not supported yet")
+        raise ValueError(f"tensor parallelism supports Qwen3.5 (dense and MoE), Kimi-Linear, Kimi-K3 "
+                         f"and DeepSeek-V4 so far; {type(model).__name__} is not supported yet")
     layers = list(model.layers) + (list(model.mtp.layers) if model.mtp is not None else [])
     for layer in layers:
         if not isinstance(layer.mlp, GatedMLP):
@@ -144,16 +148,38 @@ def _check_qwen3_5(model) -> list:
     return layers
 
 
-def shard_model(model, group=None):
+def _shard_kimi_qwen(model, rank: int, world: int, group, expert_parallel: bool) -> bool:
+    """Qwen3.5-MoE and Kimi-Linear / K3 (hwinfer.parallel.models_kimi_qwen); False for others."""
+    from hwinfer.parallel import models_kimi_qwen
+
+    if not models_kimi_qwen.supports(model):
+        return False
+    models_kimi_qwen.shard_kimi_qwen(model, rank, world, group, expert_parallel)
+    _restack(model)
+    model.tensor_parallel = {"rank": rank, "world_size": world, "expert_parallel": expert_parallel}
+    return True
+
+
+def shard_model(model, group=None, expert_parallel: bool = False):
     """Shard ``model`` (loaded, on this rank's device) in place for tensor parallelism over
     ``group`` (default: the default process group); returns it. Every rank must call it on
     the same checkpoint, and then run the same forwards (each forward has collectives).
+    ``expert_parallel``: MoE experts partitioned across the ranks (all-to-all dispatch,
+    :mod:`hwinfer.parallel.expert`) instead of each expert split by intermediate channels.
 
-    Raises ValueError for what is not supported yet (other architectures, MoE, head or
+    Raises ValueError for what is not supported yet (other architectures, head, expert or
     intermediate counts not divisible by the world size), before changing anything."""
     rank, world = _rank_world(group)
     if getattr(model, "tensor_parallel", None):
         raise ValueError("model is already sharded")
+    from hwinfer.models.deepseek_v4 import DeepseekV4ForCausalLM
+
+    if isinstance(model, DeepseekV4ForCausalLM):
+        from hwinfer.parallel.deepseek_v4 import shard_deepseek_v4
+
+        return shard_deepseek_v4(model, group, expert_parallel=expert_parallel)
+    if _shard_kimi_qwen(model, rank, world, group, expert_parallel):
+        return model
     layers = _check_qwen3_5(model)
     # Check every divisibility first, so a refusal leaves the model untouched.
     for layer in layers:
