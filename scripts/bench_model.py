@@ -200,6 +200,14 @@ def main() -> None:
     ap.add_argument("--impl", default="", help="op=impl overrides, comma-separated")
     ap.add_argument("--csv", default=None, help="append rows (model, impl, batch, metric, value, unit)")
     args = ap.parse_args()
+    import atexit
+
+    def _gemv_choices() -> None:  # which decode projections the measured choice sent to the GEMV
+        from hwinfer.kernels.triton.gemv import chosen
+        for (n, k, m, *_), pick in sorted(chosen().items(), key=lambda kv: kv[0][:3]):
+            print(f"# linear N={n} K={k} M={m}: {'F.linear' if pick is None else f'gemv {pick}'}",
+                  file=sys.stderr)
+    atexit.register(_gemv_choices)
     config_dir = shrunk_config(args.preset, args.layers)
     name = args.preset + (f" ({args.layers} layers)" if args.layers else "")
     impl = dict(kv.split("=", 1) for kv in args.impl.split(",") if kv)

@@ -84,7 +84,7 @@ class GatedAttention(nn.Module):
         k = self.ops.rms_norm_rope(k.view(t, self.kv_heads, self.head_dim), self.k_norm.weight, cos, sin,
                                    eps=self.k_norm.eps, weight_offset=self.k_norm.offset)
         o = cached_attention(self.ops, batch, cache, q, k, v, scale=self.head_dim ** -0.5,
-                             gate=gate.contiguous())
+                             gate=gate)
         return self.o_proj(o.reshape(t, -1))
 
 

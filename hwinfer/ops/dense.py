@@ -1,9 +1,9 @@
 """Dense linear layers: ``linear`` (every projection of every model goes through it).
 
 A separate op so a backend can serve the shapes its vendor library handles poorly: at decode
-batch sizes (a few rows) the GEMM is a weight-bandwidth-bound matrix-vector product. Every
-backend runs torch's F.linear today; a Triton split-K skinny GEMM was measured on the H200 and
-lost to cuBLAS on every Qwen3.5-0.8B shape (docs/kernels.md), so it is not in the tree.
+batch sizes (a few rows) the GEMM is a weight-bandwidth-bound matrix-vector product. NVIDIA and
+AMD run a Triton GEMV for those where it measures faster than the vendor BLAS on the device
+(hwinfer/kernels/triton/gemv.py), F.linear otherwise; the other backends run F.linear.
 """
 from __future__ import annotations
 

@@ -73,8 +73,12 @@ class ForwardBatch:
         return out
 
     def token_rows(self, ratio: int = 1) -> torch.Tensor:
-        """Global cache row of every new token's position (``per="token"`` tensors, ratio 1)."""
-        return self.rows_for(self.positions, self.request_of_token(), ratio)
+        """Global cache row of every new token's position (``per="token"`` tensors, ratio 1);
+        computed once per forward and ratio (every attention layer writes the same rows)."""
+        key = ("token_rows", ratio)
+        if key not in self.scratch:
+            self.scratch[key] = self.rows_for(self.positions, self.request_of_token(), ratio)
+        return self.scratch[key]
 
     def request_of_token(self) -> torch.Tensor:
         """[T] int64: which request each packed token belongs to (computed once per batch)."""

@@ -4,6 +4,10 @@ from hwinfer.backend import Impl, family, vendor
 from hwinfer.backend.portable import portable_impls
 
 IMPLS = [
+    # Decode-sized bf16/fp16 linear: a GEMV tiling or the vendor BLAS, chosen per shape by
+    # timing both on the device (hwinfer/kernels/triton/gemv.py); other shapes: the vendor BLAS.
+    Impl("linear", "triton_gemv", "hwinfer.kernels.triton.gemv:linear", when=family("cdna3", "cdna4", "rdna3", "rdna4"), priority=10,
+         requires=("triton",), interpretable=True),
     Impl("add_rms_norm", "triton", "hwinfer.kernels.triton.norm:add_rms_norm", when=family("cdna3", "cdna4", "rdna3", "rdna4"), priority=10,
          check="hwinfer.kernels.triton.norm:rms_norm_supported", requires=("triton",),
          interpretable=True),

@@ -1,0 +1,219 @@
+"""Triton matrix-vector products for decode-sized ``linear`` (contract:
+:func:`hwinfer.ops.dense.linear`), chosen per shape against the vendor BLAS by measurement.
+
+At batch 1-4 a projection is a weight-bandwidth-bound GEMV; cuBLAS runs the small-N ones
+(N = 1024 outputs over K = 2048-3584 inputs) at 1.2-2.4 TB/s on the H200, well under its
+4.3 TB/s. ``_gemv_kernel``: grid (N blocks, K splits); each program streams a [BLOCK_N, K/split]
+slab of W once, multiplies it by the few rows of x (a ``tl.dot`` against x^T padded to 16
+columns: tensor cores, fp32 accumulation) and stores its partial sums; with split K a second
+tiny kernel adds the splits (and the bias) and casts. Splits are chosen so that about two
+programs per SM stream at once, which a 1024-row weight cannot fill by rows alone.
+
+:func:`linear` picks, once per (N, K, M, dtype, device), the fastest of a few tilings and of
+F.linear, timed on weight copies that do not fit in L2 (decode reads each weight once per step
+from HBM). The choice is never made while a CUDA graph is being captured (F.linear is used
+then), so the engine's uncaptured warm-up makes it. Under the interpreter there is nothing to
+time: the kernel is always used (that is how CI checks it). ``HWINFER_GEMV=never`` / ``always``
+forces either side (benchmarks, bisection).
+"""
+from __future__ import annotations
+
+import os
+
+import torch
+import torch.nn.functional as F
+import triton
+import triton.language as tl
+
+from hwinfer.kernels.triton import INTERPRET, num_sms
+
+MAX_ROWS = 4          # decode batches up to this many rows; larger M is a GEMM (vendor BLAS)
+_CONFIGS = ((32, 256), (64, 128), (16, 512), (64, 256))   # (BLOCK_N, BLOCK_K) candidates
+_CHOICE: dict[tuple, tuple[int, int, int] | None] = {}   # None: F.linear wins
+
+
+@triton.jit
+def _gemv_kernel(x_ptr, w_ptr, b_ptr, y_ptr, ws_ptr, M, N, K, stride_xm, stride_wn, stride_ym,
+                 K_SPLIT, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PARTIAL: tl.constexpr,
+                 HAS_BIAS: tl.constexpr, UPCAST: tl.constexpr):
+    pid_n = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    rm = tl.arange(0, 16)
+    nmask = rn < N
+    mmask = rm < M
+    acc = tl.zeros((BLOCK_N, 16), dtype=tl.float32)
+    k_lo = pid_k * K_SPLIT
+    k_hi = tl.minimum(K, k_lo + K_SPLIT)
+    w_rows = w_ptr + rn.to(tl.int64)[:, None] * stride_wn
+    for k in range(k_lo, k_hi, BLOCK_K):
+        rk = k + tl.arange(0, BLOCK_K)
+        kmask = rk < k_hi
+        w = tl.load(w_rows + rk[None, :], mask=nmask[:, None] & kmask[None, :], other=0.0)
+        xt = tl.load(x_ptr + rm[None, :] * stride_xm + rk[:, None],
+                     mask=mmask[None, :] & kmask[:, None], other=0.0)
+        if UPCAST:  # the interpreter multiplies 16-bit floats wrongly: fp32 there
+            acc += tl.dot(w.to(tl.float32), xt.to(tl.float32), input_precision="ieee")
+        else:
+            acc += tl.dot(w, xt.to(w.dtype))
+    if not PARTIAL:
+        if HAS_BIAS:
+            acc += tl.load(b_ptr + rn, mask=nmask, other=0.0).to(tl.float32)[:, None]
+        tl.store(y_ptr + rm[None, :] * stride_ym + rn[:, None], acc.to(y_ptr.dtype.element_ty),
+                 mask=nmask[:, None] & mmask[None, :])
+    else:
+        # partial sums ws[pid_k, m, n] (fp32), added by _gemv_reduce_kernel
+        tl.store(ws_ptr + (pid_k * M + rm[None, :]) * N + rn[:, None], acc,
+                 mask=nmask[:, None] & mmask[None, :])
+
+
+@triton.jit
+def _gemv_reduce_kernel(ws_ptr, b_ptr, y_ptr, M, N, stride_ym, SPLIT,
+                        BLOCK: tl.constexpr, HAS_BIAS: tl.constexpr):
+    m = tl.program_id(1)
+    rn = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = rn < N
+    acc = tl.zeros((BLOCK,), dtype=tl.float32)
+    for s in range(SPLIT):
+        acc += tl.load(ws_ptr + (s * M + m) * N + rn, mask=mask, other=0.0)
+    if HAS_BIAS:
+        acc += tl.load(b_ptr + rn, mask=mask, other=0.0).to(tl.float32)
+    tl.store(y_ptr + m * stride_ym + rn, acc.to(y_ptr.dtype.element_ty), mask=mask)
+
+
+def _split_for(n: int, k: int, block_n: int, block_k: int, device: torch.device) -> int:
+    """K splits so that about two programs per SM run (no split once rows alone do that)."""
+    n_blocks = triton.cdiv(n, block_n)
+    want = max(1, (2 * num_sms(device, 4)) // n_blocks)
+    return max(1, min(want, triton.cdiv(k, block_k), 16))
+
+
+def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, *,
+         block_n: int = 32, block_k: int = 256, split: int | None = None) -> torch.Tensor:
+    """x [..., K] (at most 16 rows, bf16/fp16/fp32), weight [N, K] with unit column stride, bias
+    [N] -> [..., N] in x.dtype."""
+    k = x.shape[-1]
+    n = weight.shape[0]
+    x2 = x.reshape(-1, k)
+    m = x2.shape[0]
+    if m > 16 or weight.shape[1] != k or weight.stride(1) != 1:
+        raise ValueError(f"gemv: x {tuple(x.shape)} (<= 16 rows) and weight [N, K] with unit column "
+                         f"stride expected, got weight {tuple(weight.shape)} stride {weight.stride()}")
+    if x2.stride(-1) != 1:
+        x2 = x2.contiguous()
+    y = torch.empty((m, n), dtype=x.dtype, device=x.device)
+    if m == 0 or n == 0:
+        return y.reshape(*x.shape[:-1], n)
+    if k == 0:
+        return y.zero_().add_(bias if bias is not None else 0).reshape(*x.shape[:-1], n)
+    split = split or _split_for(n, k, block_n, block_k, x.device)
+    # Whole BLOCK_K steps per split, so no two splits read the same columns.
+    k_split = triton.cdiv(triton.cdiv(k, split), block_k) * block_k
+    split = triton.cdiv(k, k_split)
+    ws = torch.empty((split, m, n), dtype=torch.float32, device=x.device) if split > 1 else y
+    b = bias if bias is not None else y
+    _gemv_kernel[(triton.cdiv(n, block_n), split)](
+        x2, weight, b, y, ws, m, n, k, x2.stride(0), weight.stride(0), y.stride(0), k_split,
+        BLOCK_N=block_n, BLOCK_K=block_k, PARTIAL=split > 1, HAS_BIAS=bias is not None,
+        UPCAST=INTERPRET, num_warps=4, num_stages=3)
+    if split > 1:
+        _gemv_reduce_kernel[(triton.cdiv(n, 1024), m)](
+            ws, b, y, m, n, y.stride(0), split, BLOCK=1024, HAS_BIAS=bias is not None,
+            num_warps=4)
+    return y.reshape(*x.shape[:-1], n)
+
+
+def _time(fn, repeats: int = 20) -> float:
+    """Median milliseconds of ``fn()`` (which cycles its own inputs), measured with events."""
+    for _ in range(3):
+        fn()
+    times = []
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return sorted(times)[len(times) // 2]
+
+
+def _choose(x2: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None):
+    """The fastest (block_n, block_k, split) on this device for this shape, or None (F.linear)."""
+    n, k = weight.shape
+    # Enough weight copies to overflow L2 (decode reads a weight from HBM once per step).
+    l2 = 64 << 20
+    copies = [weight] + [weight.clone() for _ in range(min(16, l2 // max(1, weight.numel() * weight.element_size())))]
+    turn = [0]
+
+    def cycling(call):
+        def run():
+            turn[0] = (turn[0] + 1) % len(copies)
+            return call(copies[turn[0]])
+        return run
+
+    best, best_ms = None, _time(cycling(lambda w: F.linear(x2, w, bias)))
+    for block_n, block_k in _CONFIGS:
+        split = _split_for(n, k, block_n, block_k, x2.device)
+        ms = _time(cycling(lambda w, bn=block_n, bk=block_k, s=split: gemv(x2, w, bias, block_n=bn,
+                                                                           block_k=bk, split=s)))
+        if ms < 0.97 * best_ms:  # a clear win only: F.linear is the default
+            best, best_ms = (block_n, block_k, split), ms
+    return best
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """``linear`` for any shape: decode-sized bf16/fp16 calls through the measured choice of GEMV
+    tiling or F.linear; everything else F.linear (see the module docstring)."""
+    if weight.dtype != x.dtype:
+        weight = weight.to(x.dtype)
+    if bias is not None and bias.dtype != x.dtype:
+        bias = bias.to(x.dtype)
+    k = x.shape[-1]
+    m = x.numel() // max(1, k)
+    mode = os.environ.get("HWINFER_GEMV", "auto")
+    if (mode == "never" or m > MAX_ROWS or m == 0 or x.dtype not in (torch.bfloat16, torch.float16)
+            or weight.stride(1) != 1 or weight.dim() != 2):
+        return F.linear(x, weight, bias)
+    if INTERPRET or mode == "always" or x.device.type != "cuda":
+        return gemv(x, weight, bias)
+    key = (weight.shape[0], k, m, x.dtype, x.device, bias is not None)
+    if key not in _CHOICE:
+        if torch.cuda.is_current_stream_capturing():
+            return F.linear(x, weight, bias)  # no timing inside a capture
+        _CHOICE[key] = _choose(x.reshape(-1, k), weight, bias)
+    choice = _CHOICE[key]
+    if choice is None:
+        return F.linear(x, weight, bias)
+    block_n, block_k, split = choice
+    return gemv(x, weight, bias, block_n=block_n, block_k=block_k, split=split)
+
+
+def chosen() -> dict[tuple, tuple[int, int, int] | None]:
+    """The choices made so far (shape key -> tiling, or None for F.linear), for benchmarks."""
+    return dict(_CHOICE)
+
+
+def _aot_specs():
+    from hwinfer.kernels.triton.aot import AotSpec
+
+    specs = []
+    for dtype in ("bf16", "fp16"):
+        sig = {"x_ptr": f"*{dtype}", "w_ptr": f"*{dtype}", "b_ptr": f"*{dtype}", "y_ptr": f"*{dtype}",
+               "ws_ptr": "*fp32", "M": "i32", "N": "i32", "K": "i32", "stride_xm": "i32",
+               "stride_wn": "i32", "stride_ym": "i32", "K_SPLIT": "i32", "BLOCK_N": "constexpr",
+               "BLOCK_K": "constexpr", "PARTIAL": "constexpr", "HAS_BIAS": "constexpr",
+               "UPCAST": "constexpr"}
+        for (bn, bk), partial in (((32, 256), False), ((64, 128), True)):
+            specs.append(AotSpec(f"gemv[{dtype},{bn}x{bk},{'split' if partial else 'whole'}]", _gemv_kernel,
+                                 sig, {"BLOCK_N": bn, "BLOCK_K": bk, "PARTIAL": partial, "HAS_BIAS": False,
+                                       "UPCAST": False},
+                                 {"num_warps": 4, "num_stages": 3}))
+        sig = {"ws_ptr": "*fp32", "b_ptr": f"*{dtype}", "y_ptr": f"*{dtype}", "M": "i32", "N": "i32",
+               "stride_ym": "i32", "SPLIT": "i32", "BLOCK": "constexpr", "HAS_BIAS": "constexpr"}
+        specs.append(AotSpec(f"gemv_reduce[{dtype}]", _gemv_reduce_kernel, sig,
+                             {"BLOCK": 1024, "HAS_BIAS": False}, {"num_warps": 4}))
+    return specs
+
+
+AOT_SPECS = _aot_specs()
