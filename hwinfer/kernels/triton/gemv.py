@@ -11,7 +11,7 @@ programs per SM stream at once, which a 1024-row weight cannot fill by rows alon
 
 :func:`linear` picks, once per (N, K, M, dtype, device), the fastest of a few tilings and of
 F.linear, timed on weight copies that do not fit in L2 (decode reads each weight once per step
-from HBM). The choice is never made while a CUDA graph is being captured (F.linear is used
+from HBM) and replayed from a CUDA graph (as decode runs them: GPU time, not launch overhead). The choice is never made while a CUDA graph is being captured (F.linear is used
 then), so the engine's uncaptured warm-up makes it. Under the interpreter there is nothing to
 time: the kernel is always used (that is how CI checks it). ``HWINFER_GEMV=never`` / ``always``
 forces either side (benchmarks, bisection).
@@ -89,7 +89,8 @@ def _split_for(n: int, k: int, block_n: int, block_k: int, device: torch.device)
 
 
 def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, *,
-         block_n: int = 32, block_k: int = 256, split: int | None = None) -> torch.Tensor:
+         block_n: int = 32, block_k: int = 256, split: int | None = None, num_stages: int = 3,
+         num_warps: int = 4) -> torch.Tensor:
     """x [..., K] (at most 16 rows, bf16/fp16/fp32), weight [N, K] with unit column stride, bias
     [N] -> [..., N] in x.dtype."""
     k = x.shape[-1]
@@ -115,7 +116,7 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
     _gemv_kernel[(triton.cdiv(n, block_n), split)](
         x2, weight, b, y, ws, m, n, k, x2.stride(0), weight.stride(0), y.stride(0), k_split,
         BLOCK_N=block_n, BLOCK_K=block_k, PARTIAL=split > 1, HAS_BIAS=bias is not None,
-        UPCAST=INTERPRET, num_warps=4, num_stages=3)
+        UPCAST=INTERPRET, num_warps=num_warps, num_stages=num_stages)
     if split > 1:
         _gemv_reduce_kernel[(triton.cdiv(n, 1024), m)](
             ws, b, y, m, n, y.stride(0), split, BLOCK=1024, HAS_BIAS=bias is not None,
@@ -124,17 +125,29 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
 
 
 def _time(fn, repeats: int = 20) -> float:
-    """Median milliseconds of ``fn()`` (which cycles its own inputs), measured with events."""
-    for _ in range(3):
-        fn()
+    """Milliseconds per call of ``fn()`` (which cycles its own inputs) as the GPU runs it inside a
+    CUDA graph: ``repeats`` calls captured once and replayed. Timing eager calls would measure
+    the host's launch overhead (tens of microseconds), not these few-microsecond kernels; decode
+    replays them from a graph, back to back."""
+    fn()  # compile / plan outside the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        with torch.cuda.graph(graph, stream=stream):
+            for _ in range(repeats):
+                fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph.replay()
     times = []
-    for _ in range(repeats):
+    for _ in range(5):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
-        fn()
+        graph.replay()
         end.record()
         end.synchronize()
-        times.append(start.elapsed_time(end))
+        times.append(start.elapsed_time(end) / repeats)
     return sorted(times)[len(times) // 2]
 
 
