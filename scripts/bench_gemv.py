@@ -1,6 +1,9 @@
 """Decode GEMV (hwinfer/kernels/triton/gemv.py) against F.linear on the Qwen3.5-0.8B projection
 shapes, bf16, weights cycled through copies larger than L2 (as a decode step reads them).
     python3 scripts/bench_gemv.py    ->  one CSV line per (shape, impl): us, GB/s, % of 4.27 TB/s
+(the lanes' CSV convention: op,impl,shape,us,gbps_or_tflops,unit,pct_of_peak; "torch" is
+F.linear, i.e. cuBLAS, "triton_gemv BNxBK sS wW" the kernel with that tiling). Timed as decode
+runs them: 20 calls captured in a CUDA graph and replayed.
 """
 from __future__ import annotations
 
@@ -16,7 +19,7 @@ CONFIGS = [(16, 256, 3, 4), (32, 256, 3, 4), (64, 128, 3, 4), (32, 512, 2, 4), (
 
 def main() -> None:
     dev = torch.device("cuda")
-    print("shape,impl,m,us,gb_s,pct_peak")
+    print("op,impl,shape,us,gbps_or_tflops,unit,pct_of_peak")
     for n, k in SHAPES:
         bytes_ = n * k * 2
         copies = [torch.randn(n, k, device=dev, dtype=torch.bfloat16) * k ** -0.5
@@ -31,17 +34,18 @@ def main() -> None:
                     turn[0] = (turn[0] + 1) % len(copies)
                     return fn(copies[turn[0]])
                 return run
-            rows = [("F.linear", _time(cyc(lambda w: F.linear(x, w)), 20))]
+            rows = [("torch", _time(cyc(lambda w: F.linear(x, w)), 20))]
             for bn, bk, st, wp in CONFIGS:
                 out = gemv(x, copies[0], block_n=bn, block_k=bk, num_stages=st, num_warps=wp)
                 err = (out.float() - ref).abs().max().item() / ref.abs().max().item()
                 assert err < 2e-2, (n, k, bn, bk, err)
-                rows.append((f"gemv {bn}x{bk} s{st} w{wp}",
+                rows.append((f"triton_gemv {bn}x{bk} s{st} w{wp}",
                              _time(cyc(lambda w, a=(bn, bk, st, wp): gemv(x, w, block_n=a[0], block_k=a[1],
                                                                           num_stages=a[2], num_warps=a[3])), 20)))
             for name, ms in rows:
                 gbs = bytes_ / (ms * 1e-3) / 1e9
-                print(f"{n}x{k},{name},{m},{ms * 1e3:.1f},{gbs:.0f},{100 * gbs / 4270:.0f}", flush=True)
+                print(f"linear,{name},M{m} N{n} K{k},{ms * 1e3:.1f},{gbs:.0f},GB/s,{100 * gbs / 4270:.0f}",
+                      flush=True)
 
 
 if __name__ == "__main__":
