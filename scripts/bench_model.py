@@ -60,7 +60,7 @@ def decode_weight_bytes(model, batch: int = 1) -> int:
     touch (``batch * top_k`` of ``E``, at most all of them)."""
     cfg = model.config.get("text_config", model.config)
     experts = cfg.get("n_routed_experts") or cfg.get("num_experts") or 0
-    top_k = cfg.get("num_experts_per_tok") or 0
+    top_k = cfg.get("num_experts_per_tok") or cfg.get("num_experts_per_token") or 0  # Kimi spells it out
     share = min(1.0, batch * top_k / experts) if experts and top_k else 1.0
     total = 0.0
     for name, p in model.named_parameters():
