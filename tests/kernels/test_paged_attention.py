@@ -69,7 +69,10 @@ def test_per_call_checks_refuse_uncovered_shapes():
     table, lens = torch.zeros(1, 4, dtype=torch.int32), torch.ones(1, dtype=torch.int32)
     q, kc = torch.randn(1, 1, 4, 64), torch.randn(4, 16, 2, 64)
     assert paged_attention_supported(q, kc, kc, table, lens) is None
-    assert paged_attention_supported(q[..., :40], kc[..., :40], None, table, lens) is not None
+    # any width up to 576 (padded and masked), e.g. a 40-wide MLA latent; not a strided head dim
+    assert paged_attention_supported(q[..., :40], kc[..., :40], None, table, lens) is None
+    assert paged_attention_supported(q, kc.transpose(1, 3).contiguous().transpose(1, 3), None,
+                                     table, lens) is not None
     big = torch.randn(1, 1, 4, 640)
     assert paged_attention_supported(big, torch.randn(1, 16, 2, 640), None, table, lens) is not None
     assert paged_attention_supported(torch.randn(1, 17, 4, 64), kc, kc, table, lens) is not None
