@@ -47,7 +47,7 @@ def pick_layout(layouts: list[Layout], reader: CheckpointReader) -> Layout:
 
 def load_model(path: str | Path, device: str = "auto", dtype: str | torch.dtype | None = None, *,
                impl: Mapping[str, str] | None = None, strict: bool = False,
-               progress: bool | None = None):
+               progress: bool | None = None, tensor_parallel: int = 1, expert_parallel: int = 1):
     """Load a checkpoint directory (config.json, *.safetensors, tokenizer.json, ...).
 
     ``device``: cpu, cuda[:N] (NVIDIA or AMD), xpu[:N], npu[:N] or auto. ``dtype``: the compute
@@ -55,7 +55,21 @@ def load_model(path: str | Path, device: str = "auto", dtype: str | torch.dtype 
     op selection overrides and strict mode (see :func:`hwinfer.backend.select`).
     Every problem (unknown architecture, missing or unexpected tensors, a shape mismatch, an
     unsupported quantization, a corrupt file, an absent device) raises a clear error.
+
+    ``tensor_parallel=N`` > 1 shards the model over N processes, one per device (rank r on
+    device index r, counted from ``device``'s; any N on the CPU), and returns rank 0's model in
+    this process: generate, the engine and the server use it as usual; ``model.close()`` (or a
+    ``with`` block, or the interpreter's exit) stops the other ranks. Under torchrun this process
+    joins the job's rendezvous instead (N must equal WORLD_SIZE; ranks other than 0 serve rank 0
+    and exit). ``expert_parallel``: 1, or N to spread MoE experts over the same ranks. See
+    docs/parallel.md.
     """
+    if tensor_parallel != 1 or expert_parallel != 1:
+        from hwinfer.parallel.driver import check_sizes, load_parallel
+
+        if check_sizes(tensor_parallel, expert_parallel) != (1, 1):
+            return load_parallel(path, device, dtype, tensor_parallel=tensor_parallel,
+                                 expert_parallel=expert_parallel, impl=impl, strict=strict)
     root = Path(path)
     if not root.exists():
         raise CheckpointError(f"checkpoint path {root} does not exist")

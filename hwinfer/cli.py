@@ -59,6 +59,10 @@ def _add_serving_commands(sub) -> None:
     serve.add_argument("--max-num-seqs", type=int, default=16)
     serve.add_argument("--cache-bytes", type=int, default=None, help="cache pool budget in bytes")
     serve.add_argument("--enable-prefix-caching", action="store_true")
+    serve.add_argument("--tp", "--tensor-parallel", dest="tp", type=int, default=1,
+                       help="tensor parallelism: shard the model over N processes, one per device (docs/parallel.md)")
+    serve.add_argument("--ep", "--expert-parallel", dest="ep", type=int, default=1,
+                       help="expert parallelism: 1, or the same N as --tp to spread MoE experts over those ranks")
     serve.add_argument("--log-level", default="info")
 
     for name, helptext in (("generate", "stream a completion of PROMPT to the terminal"),
@@ -84,12 +88,27 @@ def _serving(args: argparse.Namespace) -> int:
         except ImportError as exc:
             print(f"hwinfer serve: {exc}; install the server extra: pip install -e '.[server]'", file=sys.stderr)
             return 2
+        from hwinfer.parallel.driver import check_sizes, is_follower_process
         from hwinfer.server.state import ServerConfig
 
+        try:
+            check_sizes(args.tp, args.ep)
+        except ValueError as exc:
+            print(f"hwinfer serve: {exc}", file=sys.stderr)
+            return 2
+        if is_follower_process(args.tp):
+            # A torchrun rank other than 0: serve rank 0's model calls (no HTTP), exit with it.
+            from hwinfer.api import load_model
+            from hwinfer.server.default_model import default_checkpoint
+
+            load_model(args.path or default_checkpoint(), device=args.device, dtype=args.dtype,
+                       tensor_parallel=args.tp, expert_parallel=args.ep)
+            return 0
         config = ServerConfig(model_path=args.path, device=args.device, dtype=args.dtype,
                               served_model_name=args.served_model_name, api_key=args.api_key,
                               max_model_len=args.max_model_len, max_num_seqs=args.max_num_seqs,
-                              cache_bytes=args.cache_bytes, enable_prefix_caching=args.enable_prefix_caching)
+                              cache_bytes=args.cache_bytes, enable_prefix_caching=args.enable_prefix_caching,
+                              tensor_parallel=args.tp, expert_parallel=args.ep)
         serve(config, host=args.host, port=args.port, log_level=args.log_level)
         return 0
     from hwinfer.interactive import chat_main, generate_main

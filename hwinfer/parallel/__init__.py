@@ -7,6 +7,9 @@
   place (Qwen3.5 dense there; Qwen3.5-MoE, Kimi-Linear and Kimi-K3 in ``models_kimi_qwen``,
   DeepSeek-V4 in ``deepseek_v4``).
 * :mod:`hwinfer.parallel.expert`: expert parallelism, all-to-all dispatch / combine of MoE rows.
+* :mod:`hwinfer.parallel.driver` (with ``handle`` and ``follower``): what
+  ``load_model(..., tensor_parallel=N, expert_parallel=M)`` and ``hwinfer serve --tp N --ep M``
+  run: this process is rank 0, the others mirror its model calls (docs/parallel.md).
 """
 from hwinfer.parallel.launch import RankContext, RankFailed, dist_backend_for, run_parallel
 from hwinfer.parallel.tensor import shard_model

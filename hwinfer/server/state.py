@@ -28,6 +28,8 @@ class ServerConfig:
     max_num_batched_tokens: int = 512
     cache_bytes: int | None = None
     enable_prefix_caching: bool = False
+    tensor_parallel: int = 1
+    expert_parallel: int = 1
     max_body_bytes: int = 8 << 20
     engine_kwargs: dict[str, Any] = field(default_factory=dict)
 
@@ -59,7 +61,10 @@ class ServerState:
 
         try:
             path = Path(self.config.model_path) if self.config.model_path else default_checkpoint()
-            self.model = load_model(path, device=self.config.device, dtype=self.config.dtype)
+            self.model = load_model(path, device=self.config.device, dtype=self.config.dtype,
+                                    tensor_parallel=self.config.tensor_parallel,
+                                    expert_parallel=self.config.expert_parallel)
+            _check_parallel(self.model, self.config)
             if self.model.tokenizer is None:
                 raise ValueError(f"{path}: no tokenizer.json; the server needs a tokenizer")
             cache_bytes = self.config.cache_bytes
@@ -97,6 +102,22 @@ class ServerState:
     def shutdown(self) -> None:
         if self.handle is not None:
             self.handle.shutdown()
+        close = getattr(self.model, "close", None)  # a tensor-parallel model: stop the other ranks
+        if close is not None:
+            close()
+
+
+def _check_parallel(model, config: ServerConfig) -> None:
+    """Refuse what a tensor-parallel model cannot serve yet: prefix caching of a model with
+    recurrent or windowed state (the cache copies that state between slots, outside the model
+    calls the other ranks mirror)."""
+    from hwinfer.engine.pool import keeps_state
+
+    if config.tensor_parallel > 1 and config.enable_prefix_caching and keeps_state(model):
+        model.close()
+        raise ValueError(f"--enable-prefix-caching with --tp {config.tensor_parallel} is not supported for "
+                         f"{type(model).__name__} (its cache keeps per-request state, which prefix caching copies "
+                         "outside the model calls the other ranks mirror)")
 
 
 def _name_of(path: str | None) -> str:
