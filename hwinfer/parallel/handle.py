@@ -17,7 +17,6 @@ Cache state that changes outside the model calls:
 from __future__ import annotations
 
 import pickle
-import signal
 import subprocess
 import threading
 import time
@@ -28,7 +27,7 @@ import torch
 import torch.distributed as dist
 
 from hwinfer.parallel import follower as fw
-from hwinfer.parallel.launch import RankFailed
+from hwinfer.parallel.launch import RankFailed, exit_message
 from hwinfer.runtime.batch import ForwardBatch
 from hwinfer.runtime.capture import StateCapture
 
@@ -253,7 +252,7 @@ class ParallelHandle:
             time.sleep(0.05)
         silent = [r for r in sorted(dead) if r not in reports]
         if silent:
-            return RankFailed(silent[0], self.world_size, _death(dead[silent[0]]))
+            return RankFailed(silent[0], self.world_size, exit_message(dead[silent[0]], "an error"))
         if reports:
             r = min(reports, key=lambda k: reports[k][2])
             return RankFailed(r, self.world_size, reports[r][0], reports[r][1])
@@ -281,15 +280,6 @@ class ParallelHandle:
                 f = self._diagnose(None)
                 raise RankFailed(f.rank, f.world_size, f"{f.error} (while {what})", f.remote_traceback)
             time.sleep(0.05)
-
-
-def _death(code: int) -> str:
-    if code < 0:
-        try:
-            return f"process died from signal {signal.Signals(-code).name} without reporting"
-        except ValueError:
-            return f"process died from signal {-code} without reporting"
-    return f"process exited with code {code} without reporting an error"
 
 
 class _MirroredCapture(StateCapture):

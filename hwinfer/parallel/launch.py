@@ -102,13 +102,14 @@ def _worker(rank: int, world_size: int, port: int, backend: str, kind: str, coll
         # terminates everyone.
 
 
-def _death(code: int) -> str:
+def exit_message(code: int, missing: str = "a result") -> str:
+    """Why a rank's process ended without a word: its signal or exit code."""
     if code < 0:
         try:
             return f"process died from signal {signal.Signals(-code).name} without reporting"
         except ValueError:
             return f"process died from signal {-code} without reporting"
-    return f"process exited with code {code} without reporting a result"
+    return f"process exited with code {code} without reporting {missing}"
 
 
 def run_parallel(fn: Callable[..., Any], world_size: int, args: tuple = (), kwargs: dict | None = None, *,
@@ -158,7 +159,7 @@ def run_parallel(fn: Callable[..., Any], world_size: int, args: tuple = (), kwar
                     continue
                 # Its last message may still be in the pipe: wait a moment before calling it dead.
                 if now - exited_at.setdefault(r, now) > 0.5:
-                    failed[r] = (_death(p.exitcode), "", True)
+                    failed[r] = (exit_message(p.exitcode), "", True)
             if failed and grace_end is None:
                 # A rank's failure makes its peers fail too (a closed connection in a collective):
                 # wait briefly for the whole picture, then blame the root cause.
