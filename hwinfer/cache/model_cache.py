@@ -56,6 +56,16 @@ class ModelCache:
             layers.append(LayerCache(specs, tensors))
         return cls(layers, block_size, num_blocks, num_slots)
 
+    def copy_slots(self, src: int, dst: int) -> None:
+        """Copy every ring / per-request state row of slot ``src`` into slot ``dst`` (prefix
+        caching's checkpoints of recurrent and sliding-window state)."""
+        for layer in self.layers:
+            if layer is None:
+                continue
+            for name, spec in layer.specs.items():
+                if spec.per in ("ring", "request"):
+                    layer[name][dst].copy_(layer[name][src])
+
     def reset_slots(self, slots: torch.Tensor) -> None:
         """Zero the per-request state of ``slots`` (a new request must not see old state)."""
         for layer in self.layers:

@@ -124,12 +124,7 @@ class CachePool:
 
     def copy_state(self, src: int, dst: int) -> None:
         """Copy every ring / per-request tensor row of slot ``src`` into slot ``dst``."""
-        for layer in self.cache.layers:
-            if layer is None:
-                continue
-            for name, spec in layer.specs.items():
-                if spec.per in ("ring", "request"):
-                    layer[name][dst].copy_(layer[name][src])
+        self.cache.copy_slots(src, dst)
 
     @property
     def has_state(self) -> bool:

@@ -90,7 +90,7 @@ class Command:
     args: tuple = ()
     alloc: list = field(default_factory=list)         # (handle, specs, num_slots, num_blocks, block_size)
     free: list = field(default_factory=list)          # handles rank 0 no longer holds
-    reset: list = field(default_factory=list)         # (handle, [slots]) to zero before the call
+    reset: list = field(default_factory=list)         # (handle, "reset" | "copy", slots) before the call
 
 
 def encode_batch(batch: ForwardBatch, handle: int | None) -> BatchMsg:
@@ -129,8 +129,11 @@ class Mirror:
             self._check_specs(specs)
             self.caches[handle] = ModelCache.allocate(specs, num_slots=num_slots, num_blocks=num_blocks,
                                                       block_size=block_size, device=self.device)
-        for handle, slots in cmd.reset:
-            self.caches[handle].reset_slots(torch.tensor(slots, device=self.device))
+        for handle, op, slots in cmd.reset:
+            if op == "copy":
+                self.caches[handle].copy_slots(*slots)
+            else:
+                self.caches[handle].reset_slots(torch.tensor(slots, device=self.device))
         if cmd.op == "call":
             args = [self._decode(a) for a in cmd.args]
             batch = next((a for a in args if isinstance(a, ForwardBatch)), None)

@@ -5,14 +5,15 @@ locally, watches the followers, names the rank that failed, and shuts the group 
 Cache state that changes outside the model calls:
 
 * the engine's pool zeroes a slot's ring / per-request state when it hands the slot out
-  (``ModelCache.reset_slots``): rank 0's cache gets an instance-level ``reset_slots`` that also
-  queues the slots, and the followers zero them before the next command;
+  (``ModelCache.reset_slots``) and prefix caching copies it between slots
+  (``ModelCache.copy_slots``): rank 0's cache gets instance-level versions of both that also
+  queue the operation, and the followers apply the queue, in order, before the next command;
 * speculative decoding rolls recurrent state back with ``layer.replay``: rank 0's StateCapture
   is swapped for one whose records call the layers through a proxy that sends ``replay`` first;
   ring rows need no rollback (rejected writes land on spare rows) on any rank;
-* prefix caching copies a stateful model's slots (``CachePool.copy_state``), which no hook here
-  sees. A freshly zeroed slot whose first forward starts past position 0 can only hold such a
-  copy, so that forward is refused before anything is sent.
+* a freshly zeroed slot whose first forward starts past position 0 must have had state copied
+  in; one that did not get it through ``copy_slots`` (a copy the followers never saw) is refused
+  before anything is sent.
 """
 from __future__ import annotations
 
@@ -58,7 +59,8 @@ class ParallelHandle:
         self._new: list = []                            # allocations to announce with the next command
         self._dead: list[int] = []                      # handles whose cache rank 0 dropped
         self._fresh: dict[int, set[int]] = {}           # stateful cache handle -> slots zeroed, not yet run
-        self._resets: list[tuple[int, list[int]]] = []  # (handle, slots) to zero with the next command
+        # (handle, "reset", slots) / (handle, "copy", [src, dst]), applied with the next command
+        self._resets: list[tuple[int, str, list[int]]] = []
         self.names: dict[int, str] = {}                 # id(module) -> its name in the model
         self._next = 0
 
@@ -196,15 +198,21 @@ class ParallelHandle:
         return handle
 
     def _watch_resets(self, cache, handle: int) -> None:
-        """Zeroing a slot on rank 0 (the pool handing it to a new request) zeroes it everywhere."""
+        """Zeroing a slot on rank 0 (the pool handing it to a new request) zeroes it everywhere;
+        copying one slot's state into another (prefix caching) copies it everywhere."""
         ref = weakref.ref(cache)  # no cycle: the cache's memory goes as soon as the engine drops it
 
         def reset_slots(slots: torch.Tensor) -> None:
             listed = slots.tolist()
-            self._resets.append((handle, listed))
+            self._resets.append((handle, "reset", listed))
             self._fresh[handle].update(listed)
             type(ref()).reset_slots(ref(), slots)
-        cache.reset_slots = reset_slots
+
+        def copy_slots(src: int, dst: int) -> None:
+            self._resets.append((handle, "copy", [int(src), int(dst)]))
+            self._fresh[handle].discard(int(dst))  # it now holds state every rank has
+            type(ref()).copy_slots(ref(), src, dst)
+        cache.reset_slots, cache.copy_slots = reset_slots, copy_slots
 
     def _drop(self, key: int, handle: int) -> None:
         self._handles.pop(key, None)
@@ -212,15 +220,15 @@ class ParallelHandle:
         self._dead.append(handle)
 
     def _start(self, handle: int, batch: ForwardBatch) -> None:
-        """A freshly zeroed slot of a stateful cache must start at position 0: one that starts
-        later had its state copied in (prefix caching), which the followers cannot see."""
+        """A freshly zeroed slot of a stateful cache starts at position 0 unless its state was
+        copied in through ``copy_slots``; any other way in is invisible to the followers."""
         fresh = self._fresh[handle]
         for s, c in zip(batch.slots.tolist(), batch.context_lens_host):
             if c and s in fresh:
                 raise RuntimeError(
-                    f"tensor parallel: request slot {s} starts at position {c} with state copied in from "
-                    "outside the model (prefix caching of a model with recurrent or sliding-window state); "
-                    "the other ranks cannot mirror that copy: turn prefix caching off with tensor_parallel > 1")
+                    f"tensor parallel: request slot {s} starts at position {c} but its state was zeroed and "
+                    "not copied in through ModelCache.copy_slots, so the other ranks cannot hold the same "
+                    "state")
         fresh.difference_update(batch.slots.tolist())
 
     # --- failures ------------------------------------------------------------------------------

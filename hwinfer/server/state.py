@@ -64,7 +64,6 @@ class ServerState:
             self.model = load_model(path, device=self.config.device, dtype=self.config.dtype,
                                     tensor_parallel=self.config.tensor_parallel,
                                     expert_parallel=self.config.expert_parallel)
-            _check_parallel(self.model, self.config)
             if self.model.tokenizer is None:
                 raise ValueError(f"{path}: no tokenizer.json; the server needs a tokenizer")
             cache_bytes = self.config.cache_bytes
@@ -105,19 +104,6 @@ class ServerState:
         close = getattr(self.model, "close", None)  # a tensor-parallel model: stop the other ranks
         if close is not None:
             close()
-
-
-def _check_parallel(model, config: ServerConfig) -> None:
-    """Refuse what a tensor-parallel model cannot serve yet: prefix caching of a model with
-    recurrent or windowed state (the cache copies that state between slots, outside the model
-    calls the other ranks mirror)."""
-    from hwinfer.engine.pool import keeps_state
-
-    if config.tensor_parallel > 1 and config.enable_prefix_caching and keeps_state(model):
-        model.close()
-        raise ValueError(f"--enable-prefix-caching with --tp {config.tensor_parallel} is not supported for "
-                         f"{type(model).__name__} (its cache keeps per-request state, which prefix caching copies "
-                         "outside the model calls the other ranks mirror)")
 
 
 def _name_of(path: str | None) -> str:

@@ -88,17 +88,24 @@ def test_engine_concurrent_requests_identical(ref, tp):
     assert stats.drafted > stats.accepted  # some drafts were rejected: the rollback ran
 
 
-def test_prefix_caching_of_state_is_refused(tp):
-    """Prefix caching copies GDN state between slots outside any model call: the followers could
-    not follow, so the forward that would read the copy is refused before anything is sent."""
+def test_prefix_caching_mirrors_state_copies(tp, ckpt):
+    """Prefix caching restores GDN state by copying slots outside the model calls; the copies
+    reach the followers, so the tokens equal a single process with prefix caching."""
     shared = list(range(1, 300))
-    engine = Engine(tp, max_num_seqs=2, num_blocks=64, max_num_batched_tokens=512, enable_prefix_caching=True)
-    engine.run([engine.add_request(shared + [5], SamplingParams(max_tokens=2, temperature=0))])
-    engine.add_request(shared + [6], SamplingParams(max_tokens=2, temperature=0))
-    with pytest.raises(RuntimeError, match="prefix caching"):
-        while engine.has_unfinished():
-            engine.step()
-    assert tp(_ids(tp.config["vocab_size"])).shape[0] == 2  # still usable: nothing was sent
+    prompts = [shared + [5], shared + [6], shared[:150] + [7]]
+    params = SamplingParams(max_tokens=4, temperature=0)
+
+    def run(model) -> tuple[list[list[int]], int]:
+        engine = Engine(model, max_num_seqs=2, num_blocks=64, max_num_batched_tokens=512,
+                        enable_prefix_caching=True)
+        out = [o.token_ids for o in engine.run([engine.add_request(prompts[0], params)])]
+        out += [o.token_ids for o in engine.run([engine.add_request(p, params) for p in prompts[1:]])]
+        return out, engine.prefix.stats.hit_tokens
+
+    want, _ = run(load_model(ckpt, device="cpu", dtype="float32"))
+    got, hits = run(tp)
+    assert got == want
+    assert hits > 0  # the later prompts did reuse the cached prefix (state copied between slots)
 
 
 def test_bad_arguments_raise_before_starting_anything(ckpt):
