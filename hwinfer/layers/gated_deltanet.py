@@ -59,7 +59,7 @@ class GatedDeltaNet(nn.Module):
         q = q.reshape(1, t, self.nk, self.dk)
         k = k.reshape(1, t, self.nk, self.dk)
         v = v.reshape(1, t, self.nv, self.dv)
-        beta = torch.sigmoid(b.float())[None]
+        beta = torch.sigmoid(b)[None]  # in the model dtype, as transformers (b.sigmoid()); one kernel
         g = ops.gdn_gate(a[None], self.A_log, self.dt_bias)
         o = run_delta_rule(ops.gdn_recurrent, ops.gdn_chunked, batch, cache, q, k, v, g, beta)
         if cache is not None and batch.capture is not None:
