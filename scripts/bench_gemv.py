@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from hwinfer.kernels.triton.gemv import _time, gemv
+from hwinfer.kernels.triton.gemv import cold_copies, gemv, time_on
 
 SHAPES = [(8224, 1024), (7168, 1024), (5120, 1024), (1024, 2048), (1024, 3584), (248320, 1024)]
 CONFIGS = [(16, 256, 3, 4), (32, 256, 3, 4), (64, 128, 3, 4), (32, 512, 2, 4), (64, 256, 4, 8),
@@ -22,26 +22,18 @@ def main() -> None:
     print("op,impl,shape,us,gbps_or_tflops,unit,pct_of_peak")
     for n, k in SHAPES:
         bytes_ = n * k * 2
-        copies = [torch.randn(n, k, device=dev, dtype=torch.bfloat16) * k ** -0.5
-                  for _ in range(max(1, min(16, (256 << 20) // bytes_)))]
+        copies = cold_copies(torch.randn(n, k, device=dev, dtype=torch.bfloat16) * k ** -0.5, 256 << 20)
         for m in (1, 4):
             x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
             ref = F.linear(x.float(), copies[0].float())
-            turn = [0]
-
-            def cyc(fn):
-                def run():
-                    turn[0] = (turn[0] + 1) % len(copies)
-                    return fn(copies[turn[0]])
-                return run
-            rows = [("torch", _time(cyc(lambda w: F.linear(x, w)), 20))]
+            rows = [("torch", time_on(copies, lambda w: F.linear(x, w)))]
             for bn, bk, st, wp in CONFIGS:
                 out = gemv(x, copies[0], block_n=bn, block_k=bk, num_stages=st, num_warps=wp)
                 err = (out.float() - ref).abs().max().item() / ref.abs().max().item()
                 assert err < 2e-2, (n, k, bn, bk, err)
                 rows.append((f"triton_gemv {bn}x{bk} s{st} w{wp}",
-                             _time(cyc(lambda w, a=(bn, bk, st, wp): gemv(x, w, block_n=a[0], block_k=a[1],
-                                                                          num_stages=a[2], num_warps=a[3])), 20)))
+                             time_on(copies, lambda w, a=(bn, bk, st, wp): gemv(
+                                 x, w, block_n=a[0], block_k=a[1], num_stages=a[2], num_warps=a[3]))))
             for name, ms in rows:
                 gbs = bytes_ / (ms * 1e-3) / 1e9
                 print(f"linear,{name},M{m} N{n} K{k},{ms * 1e3:.1f},{gbs:.0f},GB/s,{100 * gbs / 4270:.0f}",

@@ -197,6 +197,15 @@ def compare_tensor(o: Any, r: Any, tol: Tol) -> str | None:
     )
 
 
+def slot_rows(op: str, state_slots: torch.Tensor, pool: torch.Tensor) -> torch.Tensor:
+    """``state_slots`` [N] (any integer dtype) checked and turned into int64 row indices of the
+    state ``pool`` on its device: the shared part of the ops' in-place ``state_slots`` forms."""
+    if state_slots.dim() != 1 or state_slots.is_floating_point():
+        raise ValueError(f"{op}: state_slots must be a 1-D integer tensor [N], got "
+                         f"{state_slots.dtype} {list(state_slots.shape)}")
+    return state_slots.to(device=pool.device, dtype=torch.int64)
+
+
 def randn(gen: torch.Generator, *shape: int, dtype: torch.dtype, device: torch.device,
           scale: float = 1.0) -> torch.Tensor:
     """Gaussian tensor drawn on the CPU from ``gen`` (same values on every device), then moved."""
@@ -222,5 +231,5 @@ def fan_in_scale(fan_in: int) -> float:
 
 __all__ = [
     "Case", "EXACT", "Inputs", "OpSpec", "Tol", "all_ops", "compare_outputs", "compare_tensor",
-    "define_op", "fan_in_scale", "get_op", "randint", "randn", "uniform",
+    "define_op", "fan_in_scale", "get_op", "randint", "randn", "slot_rows", "uniform",
 ]

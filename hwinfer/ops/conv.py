@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from hwinfer.ops.contract import Case, Tol, define_op, randn
+from hwinfer.ops.contract import Case, Tol, define_op, randn, slot_rows
 
 
 def check_conv_inputs(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
@@ -54,10 +54,7 @@ def on_conv_state_slots(fn, x: torch.Tensor, weight: torch.Tensor, bias: torch.T
     if state is None or state.dim() != 3:
         raise ValueError(f"causal_conv1d: state_slots needs state = the state pool [S, C, K-1], got "
                          f"{None if state is None else list(state.shape)}")
-    if state_slots.dim() != 1 or state_slots.is_floating_point():
-        raise ValueError(f"causal_conv1d: state_slots must be a 1-D integer tensor [N], got "
-                         f"{state_slots.dtype} {list(state_slots.shape)}")
-    rows = state_slots.to(device=state.device, dtype=torch.int64)
+    rows = slot_rows("causal_conv1d", state_slots, state)
     y, new_state = fn(x, weight, bias, state.index_select(0, rows), **kw)
     state.index_copy_(0, rows, new_state.to(state.dtype))
     return y, state

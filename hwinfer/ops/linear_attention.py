@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from hwinfer.ops.contract import Case, Tol, define_op, randn, uniform
+from hwinfer.ops.contract import Case, Tol, define_op, randn, slot_rows, uniform
 from hwinfer.ops.linear_attention_chunked import (
     check_inputs, gdn_chunked, kda_chunked, prepare, run_sequences,
 )
@@ -38,10 +38,7 @@ def on_state_slots(fn, op: str, q, k, v, g, beta, initial_state, state_slots, **
     if initial_state is None or initial_state.dim() != 4 or initial_state.dtype != torch.float32:
         raise ValueError(f"{op}: state_slots needs initial_state = the fp32 state pool "
                          f"[S, Hv, Dk, Dv], got {None if initial_state is None else list(initial_state.shape)}")
-    if state_slots.dim() != 1 or state_slots.is_floating_point():
-        raise ValueError(f"{op}: state_slots must be a 1-D integer tensor [N], got "
-                         f"{state_slots.dtype} {list(state_slots.shape)}")
-    rows = state_slots.to(device=initial_state.device, dtype=torch.int64)
+    rows = slot_rows(op, state_slots, initial_state)
     o, final = fn(q, k, v, g, beta, initial_state.index_select(0, rows), **kw)
     initial_state.index_copy_(0, rows, final)
     return o, initial_state

@@ -14,7 +14,7 @@ F.linear, timed on weight copies that do not fit in L2 (decode reads each weight
 from HBM) and replayed from a CUDA graph (as decode runs them: GPU time, not launch overhead). The choice is never made while a CUDA graph is being captured (F.linear is used
 then), so the engine's uncaptured warm-up makes it. Under the interpreter there is nothing to
 time: the kernel is always used (that is how CI checks it). ``HWINFER_GEMV=never`` / ``always``
-forces either side (benchmarks, bisection).
+(read when this module is imported) forces either side (benchmarks, bisection).
 """
 from __future__ import annotations
 
@@ -30,6 +30,7 @@ from hwinfer.kernels.triton import INTERPRET, num_sms
 MAX_ROWS = 4          # decode batches up to this many rows; larger M is a GEMM (vendor BLAS)
 _CONFIGS = ((32, 256), (64, 128), (16, 512), (64, 256))   # (BLOCK_N, BLOCK_K) candidates
 _CHOICE: dict[tuple, tuple[int, int, int] | None] = {}   # None: F.linear wins
+_MODE = os.environ.get("HWINFER_GEMV", "auto")  # read once: linear runs on every projection
 
 
 @triton.jit
@@ -151,25 +152,31 @@ def _time(fn, repeats: int = 20) -> float:
     return sorted(times)[len(times) // 2]
 
 
+def cold_copies(weight: torch.Tensor, l2_bytes: int = 64 << 20) -> list[torch.Tensor]:
+    """``weight`` and enough clones of it to overflow L2 (decode reads a weight from HBM)."""
+    nbytes = max(1, weight.numel() * weight.element_size())
+    return [weight] + [weight.clone() for _ in range(min(16, l2_bytes // nbytes))]
+
+
+def time_on(copies: list[torch.Tensor], call, repeats: int = 20) -> float:
+    """Graph-replayed milliseconds per ``call(w)``, each call on the next of ``copies``."""
+    turn = [0]
+
+    def run():
+        turn[0] = (turn[0] + 1) % len(copies)
+        return call(copies[turn[0]])
+    return _time(run, repeats)
+
+
 def _choose(x2: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None):
     """The fastest (block_n, block_k, split) on this device for this shape, or None (F.linear)."""
     n, k = weight.shape
-    # Enough weight copies to overflow L2 (decode reads a weight from HBM once per step).
-    l2 = 64 << 20
-    copies = [weight] + [weight.clone() for _ in range(min(16, l2 // max(1, weight.numel() * weight.element_size())))]
-    turn = [0]
-
-    def cycling(call):
-        def run():
-            turn[0] = (turn[0] + 1) % len(copies)
-            return call(copies[turn[0]])
-        return run
-
-    best, best_ms = None, _time(cycling(lambda w: F.linear(x2, w, bias)))
+    copies = cold_copies(weight)
+    best, best_ms = None, time_on(copies, lambda w: F.linear(x2, w, bias))
     for block_n, block_k in _CONFIGS:
         split = _split_for(n, k, block_n, block_k, x2.device)
-        ms = _time(cycling(lambda w, bn=block_n, bk=block_k, s=split: gemv(x2, w, bias, block_n=bn,
-                                                                           block_k=bk, split=s)))
+        ms = time_on(copies, lambda w, bn=block_n, bk=block_k, s=split: gemv(x2, w, bias, block_n=bn,
+                                                                            block_k=bk, split=s))
         if ms < 0.97 * best_ms:  # a clear win only: F.linear is the default
             best, best_ms = (block_n, block_k, split), ms
     return best
@@ -184,7 +191,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
         bias = bias.to(x.dtype)
     k = x.shape[-1]
     m = x.numel() // max(1, k)
-    mode = os.environ.get("HWINFER_GEMV", "auto")
+    mode = _MODE
     if (mode == "never" or m > MAX_ROWS or m == 0 or x.dtype not in (torch.bfloat16, torch.float16)
             or weight.stride(1) != 1 or weight.dim() != 2):
         return F.linear(x, weight, bias)
