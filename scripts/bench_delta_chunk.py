@@ -75,17 +75,55 @@ def rel_rmse(a: torch.Tensor, b: torch.Tensor) -> float:
     return ((a - b).pow(2).mean().sqrt() / b.pow(2).mean().sqrt().clamp_min(1e-30)).item()
 
 
+def breakdown(label: str, fn) -> None:
+    """Per-kernel GPU time of one call (after a warm call), to stderr."""
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    for e in sorted((e for e in prof.key_averages() if e.device_type.name == "CUDA"),
+                    key=lambda e: -e.self_device_time_total)[:8]:
+        print(f"#   {label}: {e.self_device_time_total:9.1f} us  x{e.count}  {e.key[:60]}",
+              file=sys.stderr)
+
+
+def compiled_stats() -> None:
+    """Registers and spills of every compiled variant of the chunked kernels (ptxas's report,
+    as Triton keeps it), to stderr: spills are the first suspect of a slow Triton kernel."""
+    from hwinfer.kernels.triton import delta_chunk_wy
+
+    for kernel in (delta_chunk_wy._wy_kernel, triton_la._state_kernel, triton_la._out_kernel):
+        for entry in getattr(kernel, "device_caches", {}).values():
+            cache = entry[0] if isinstance(entry, tuple) else entry
+            for compiled in cache.values():
+                meta = getattr(compiled, "metadata", None)
+                print(f"#   {kernel.fn.__name__}: regs {getattr(compiled, 'n_regs', '?')} spills "
+                      f"{getattr(compiled, 'n_spills', '?')} warps {getattr(meta, 'num_warps', '?')} "
+                      f"shared {getattr(meta, 'shared', '?')}", file=sys.stderr)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true", help="1 x 4k only (< 60 s)")
+    parser.add_argument("--no-variants", action="store_true",
+                        help="skip the block-size variants of the Triton kernels")
+    parser.add_argument("--shapes", default=None, help="e.g. 1x16384,8x2048 (default: all)")
+    parser.add_argument("--kinds", default="gdn,kda")
+    parser.add_argument("--breakdown", action="store_true",
+                        help="GPU time of each kernel of the Triton impl (torch profiler)")
     args = parser.parse_args()
     shapes = [(1, 4096)] if args.quick else [(1, 4096), (1, 16384), (8, 2048)]
+    if args.shapes:
+        shapes = [tuple(int(v) for v in sh.split("x")) for sh in args.shapes.split(",")]
     print("op,impl,shape,us,gbps_or_tflops,unit,pct_of_peak")
-    for kind in ("gdn", "kda"):
+    for kind in args.kinds.split(","):
         op = f"{kind}_chunked"
         tri = getattr(triton_la, op)
         impls = [("triton", tri)]
-        if not args.quick:
+        if not (args.quick or args.no_variants):
             for bv, bvo, warps in ((16, 64, 4), (64, 64, 4), (32, 128, 8)):
                 impls.append((f"triton_bv{bv}_bvo{bvo}_w{warps}",
                               lambda *a, _f=tri, _b=bv, _o=bvo, _w=warps, **kw:
@@ -114,6 +152,8 @@ def main() -> None:
                 print(f"{op} {shape:<8} {name:<26} {ms * 1e3:9.1f} us "
                       f"{T / ms / 1e3:9.3f} Mtok/s {tflops:6.1f} TFLOP/s  rel-rmse vs recurrent: "
                       f"{err}", file=sys.stderr)
+            if args.breakdown:
+                breakdown(f"{op} {shape}", lambda: tri(**inputs))
             if shape == "1x4096" and not args.quick:   # the reference, once
                 ms = triton.testing.do_bench(lambda: getattr(ref_la, op)(**inputs), warmup=1,
                                              rep=1)
@@ -123,3 +163,5 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    if "--breakdown" in sys.argv:
+        compiled_stats()

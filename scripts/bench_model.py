@@ -90,8 +90,10 @@ def bench_hwinfer(model, batch: int, prompt: int, new: int, graphs: bool) -> dic
                     num_blocks=batch * -(-(prompt + new + 8) // bs) + 1, cuda_graphs=graphs,
                     graph_max_len=prompt + new + 8)
     params = SamplingParams(max_tokens=new + 1, temperature=0, ignore_eos=True)
-    # Warm-up round: compiles the Triton kernels and captures the graphs.
-    engine.run([engine.add_request(p[:bs + 3], SamplingParams(max_tokens=4, temperature=0, ignore_eos=True))
+    # Warm-up round at the timed shapes: Triton compiles one variant per integer specialisation
+    # (==1, %16), so a shorter warm-up prompt would leave compiles inside the timed prefill
+    # (transformers gets the same full-length warm-up below).
+    engine.run([engine.add_request(p, SamplingParams(max_tokens=4, temperature=0, ignore_eos=True))
                 for p in _prompts(batch, prompt, model.config["vocab_size"])])
     t0 = time.perf_counter()
     if engine.graphs is not None:
@@ -111,8 +113,8 @@ def bench_hwinfer(model, batch: int, prompt: int, new: int, graphs: bool) -> dic
     if engine.graphs is not None:
         row["graphs_disabled"] = engine.graphs.disabled
         row["capture_s"] = capture_s
-        if engine.graphs.disabled is None and batch in engine.graphs.graphs:
-            graph = engine.graphs.graphs[batch][0]
+        graph = engine.graphs.graphs.get(batch, (None,))[0]
+        if engine.graphs.disabled is None and graph is not None:  # no graph objects off CUDA
             graph.replay()
             t0 = _now()
             for _ in range(50):
@@ -123,34 +125,47 @@ def bench_hwinfer(model, batch: int, prompt: int, new: int, graphs: bool) -> dic
     return row
 
 
-def profile_decode(model, batch: int, prompt: int, steps: int = 5) -> None:
-    """Kernels of ``steps`` decode steps (eager, then replayed from a graph): count per step and
-    every kernel by GPU time, to stderr."""
+def _print_profile(prof, label: str, steps: int, top: int = 30) -> None:
+    events = [e for e in prof.key_averages() if e.device_type.name == "CUDA"]
+    count = sum(e.count for e in events) / steps
+    total = sum(e.self_device_time_total for e in events) / steps
+    print(f"# profile {label}: {count:.0f} kernels/step, {total:.0f} us GPU time/step", file=sys.stderr)
+    for e in sorted(events, key=lambda e: -e.self_device_time_total)[:top]:
+        print(f"#   {e.self_device_time_total / steps:8.1f} us  x{e.count / steps:5.1f}  {e.key[:90]}",
+              file=sys.stderr)
+
+
+def profile_steps(model, batch: int, prompt: int, steps: int = 5) -> None:
+    """Kernels of one prefill step of ``batch`` x ``prompt`` tokens and of ``steps`` decode steps
+    (eager, then replayed from a graph), after a warm-up of the same shapes: count per step and
+    the top kernels by GPU time, to stderr."""
     from torch.profiler import ProfilerActivity, profile
 
     for graphs in ((False, True) if getattr(model, "graph_decode", False) else (False,)):
         bs = model.cache_block_size()
         engine = Engine(model, max_num_seqs=batch, max_num_batched_tokens=batch * prompt,
                         num_blocks=batch * -(-(prompt + 64) // bs) + 1, cuda_graphs=graphs)
-        reqs = [engine.add_request(p, SamplingParams(max_tokens=steps + 8, temperature=0, ignore_eos=True))
-                for p in _prompts(batch, prompt, model.config["vocab_size"])]
-        for _ in range(3):
-            engine.step()
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            for _ in range(steps):
+        for rnd in range(2):  # round 0 compiles and captures; round 1 is profiled
+            reqs = [engine.add_request(p, SamplingParams(max_tokens=steps + 8, temperature=0, ignore_eos=True))
+                    for p in _prompts(batch, prompt, model.config["vocab_size"])]
+            if rnd and not graphs:
+                with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                    engine.step()
+                    torch.cuda.synchronize()
+                _print_profile(prof, f"prefill {batch} x {prompt}", 1)
+            else:
                 engine.step()
-            torch.cuda.synchronize()
-        events = [e for e in prof.key_averages() if e.device_type.name == "CUDA"]
-        count = sum(e.count for e in events) / steps
-        total = sum(e.self_device_time_total for e in events) / steps
-        print(f"# profile batch {batch} {'graphs' if graphs else 'eager'}: {count:.0f} kernels/step, "
-              f"{total:.0f} us GPU time/step", file=sys.stderr)
-        for e in sorted(events, key=lambda e: -e.self_device_time_total):
-            print(f"#   {e.self_device_time_total / steps:8.1f} us  x{e.count / steps:5.1f}  {e.key[:90]}",
-                  file=sys.stderr)
-        while engine.has_unfinished():
-            engine.step()
-        del reqs
+            for _ in range(3):
+                engine.step()
+            if rnd:
+                with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                    for _ in range(steps):
+                        engine.step()
+                    torch.cuda.synchronize()
+                _print_profile(prof, f"decode batch {batch} {'graphs' if graphs else 'eager'}", steps)
+            while engine.has_unfinished():
+                engine.step()
+            del reqs
 
 
 def bench_transformers(config_dir: Path, batch: int, prompt: int, new: int, device: str) -> dict:
@@ -196,7 +211,8 @@ def main() -> None:
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--no-hf", action="store_true")
     ap.add_argument("--no-eager", action="store_true")
-    ap.add_argument("--profile", action="store_true", help="kernel breakdown of decode steps")
+    ap.add_argument("--profile", action="store_true", help="kernel breakdown of prefill and decode steps")
+    ap.add_argument("--profile-prompt", type=int, default=256, help="prompt length when profiling")
     ap.add_argument("--impl", default="", help="op=impl overrides, comma-separated")
     ap.add_argument("--csv", default=None, help="append rows (model, impl, batch, metric, value, unit)")
     args = ap.parse_args()
@@ -219,7 +235,7 @@ def main() -> None:
     rows = []
     if args.profile:
         for batch in (int(b) for b in args.batch.split(",")):
-            profile_decode(model, batch, 256)
+            profile_steps(model, batch, args.profile_prompt)
     for batch in (int(b) for b in args.batch.split(",")):
         roof = batch * PEAK_BYTES_S / decode_weight_bytes(model, batch)
         modes = [False, True] if not args.no_eager else [True]

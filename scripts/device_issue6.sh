@@ -5,6 +5,10 @@
 #                                         # the model oracle tests through the GPU kernels
 #   bash scripts/device_issue6.sh bench   # whole-model speed vs transformers and the roofline,
 #                                         # every kernel benchmark (--quick)
+#   bash scripts/device_issue6.sh profile   # kernel breakdowns of Kimi-Linear / DeepSeek-V4-Flash
+#                                         # (4 layers) prefill and decode, chunked GDN/KDA vs fla
+#   bash scripts/device_issue6.sh moe       # MoE / mHC kernels on the card, MoE models vs
+#                                         # transformers, chunked GDN/KDA per kernel and vs fla
 #   bash scripts/device_issue6.sh diagnose  # model oracle + CUDA-graph tests on the GPU, then
 #                                         # the failures again under HWINFER_SHADOW=raise, which
 #                                         # names the first op whose kernel leaves its reference
@@ -38,6 +42,40 @@ elif [ "$phase" = diagnose ]; then
       -p no:cacheprovider -rf --tb=line > "$out/shadow.txt" 2>&1
     grep -E "^FAILED|passed|failed" "$out/shadow.txt" | cut -c1-400 | tail -30
   fi
+elif [ "$phase" = moe ]; then
+  # The MoE / mHC kernels on the card (their split bf16 dots only run on a GPU), then the MoE
+  # models against transformers, the chunked linear attention per kernel and vs fla.
+  timeout 120 python3 -m pytest tests/conformance --backend nvidia --strict -q -p no:cacheprovider \
+    -k "moe or mhc or ihc" > "$out/conformance_moe.txt" 2>&1
+  grep -E "passed|failed|FAILED" "$out/conformance_moe.txt" | tail -12
+  HWINFER_TEST_DEVICE=cuda timeout 100 python3 -m pytest tests/models -q -p no:cacheprovider \
+    -k "kimi or deepseek_v4 or moe" > "$out/models_moe.txt" 2>&1
+  grep -E "passed|failed|FAILED" "$out/models_moe.txt" | tail -12
+  timeout 150 python3 scripts/bench_model.py --preset kimi-linear-48b-a3b --layers 4 --batch 1,32 \
+    --prompt 1024 --new 32 --no-eager --csv "$out/model.csv" > "$out/bench_model_kimi.txt" 2>&1
+  grep "^{\|Error" "$out/bench_model_kimi.txt" | tail -8
+  timeout 120 python3 scripts/bench_model.py --preset deepseek-v4-flash --layers 4 --batch 1,32 \
+    --prompt 1024 --new 16 --profile --profile-prompt 1024 --no-eager --no-hf --csv "$out/model.csv" \
+    > "$out/bench_model_dsv4.txt" 2>&1
+  grep "^{\|Error\|# profile" "$out/bench_model_dsv4.txt" | tail -8
+  timeout 100 python3 scripts/bench_delta_chunk.py --no-variants --shapes 1x16384 --breakdown \
+    > "$out/bench_delta_chunk.csv" 2> "$out/bench_delta_chunk.err"
+  echo "== bench_delta_chunk rc=$?"; grep -v "Warn\|warn" "$out/bench_delta_chunk.err" | tail -40
+  timeout 45 python3 scripts/bench_moe.py --quick > "$out/bench_moe.csv" 2> "$out/bench_moe.err"
+  echo "== bench_moe rc=$?"; grep -v "^#\|Warn\|warn" "$out/bench_moe.err" | tail -14
+elif [ "$phase" = profile ]; then
+  # Where the time goes in the models that trail transformers: kernels of one prefill step and of
+  # decode steps (eager and graphs) at batch 1 and 32, then the chunked linear attention vs fla.
+  timeout 190 python3 scripts/bench_model.py --preset kimi-linear-48b-a3b --layers 4 --batch 1,32 \
+    --prompt 1024 --new 32 --profile --profile-prompt 1024 --no-eager --csv "$out/model.csv" \
+    > "$out/bench_model_kimi.txt" 2>&1
+  grep "^{\|Error\|# profile" "$out/bench_model_kimi.txt" | tail -16
+  timeout 150 python3 scripts/bench_model.py --preset deepseek-v4-flash --layers 4 --batch 1,32 \
+    --prompt 1024 --new 16 --profile --profile-prompt 1024 --no-eager --no-hf --csv "$out/model.csv" \
+    > "$out/bench_model_dsv4.txt" 2>&1
+  grep "^{\|Error\|# profile" "$out/bench_model_dsv4.txt" | tail -16
+  timeout 180 python3 scripts/bench_delta_chunk.py --no-variants > "$out/bench_delta_chunk.csv" 2> "$out/bench_delta_chunk.err"
+  echo "== bench_delta_chunk rc=$?"; grep -v "^#\|Warn\|warn" "$out/bench_delta_chunk.err" | tail -30
 else
   timeout 170 python3 scripts/bench_model.py --preset qwen3.5-0.8b --batch 1,32 --prompt 1024 --new 64 \
     --csv "$out/model.csv" > "$out/bench_model_qwen.txt" 2>&1

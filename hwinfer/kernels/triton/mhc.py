@@ -15,8 +15,9 @@ Entries (``mhc_pre``, ``mhc_head``, ``ihc_pre``) run in two kernels:
 Exits (``mhc_post``, ``ihc_post``): one program per (token, H block), a single pass over the
 residual: ``X'[k] = post_k y + sum_j comb[j, k] X_j`` (or ``+ X_k`` for iHC).
 
-fp32 dots use input_precision="ieee" (tf32 would miss the 1e-5 contract tolerance); the
-projection is a small share of the time, the kernels are bandwidth bound.
+The projection's dots must be fp32-exact (tf32 would miss the 1e-5 contract tolerance): fp32
+streams use input_precision="ieee"; bf16 streams (every deployed model) split the fp32 fn into
+three bf16 parts and run three tensor-core dots (``_dot_split3``), exact products, fp32 sums.
 """
 from __future__ import annotations
 
@@ -24,13 +25,29 @@ import torch
 import triton
 import triton.language as tl
 
+from hwinfer.kernels.triton import INTERPRET
+
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32)
 _MODE = {"mhc_pre": 0, "mhc_head": 1, "ihc_pre": 2}
 
 
 @triton.jit
+def _dot_split3(xt, ft):
+    """xt @ ft for xt exact in bf16 and ft fp32: ft = hi + mid + lo as three bf16 parts (24
+    mantissa bits, the whole fp32 value), three bf16 tensor-core dots with fp32 accumulation:
+    every product is exact, so this matches fp32 FMAs up to summation order."""
+    xb = xt.to(tl.bfloat16)
+    hi = ft.to(tl.bfloat16)
+    rest = ft - hi.to(tl.float32)
+    mid = rest.to(tl.bfloat16)
+    lo = (rest - mid.to(tl.float32)).to(tl.bfloat16)
+    return tl.dot(xb, hi) + tl.dot(xb, mid) + tl.dot(xb, lo)
+
+
+@triton.jit
 def _hc_proj_kernel(x_ptr, fn_ptr, part_ptr, sq_ptr, T, K, ROWS, k_steps,
-                    BT: tl.constexpr, BK: tl.constexpr, RP: tl.constexpr):
+                    BT: tl.constexpr, BK: tl.constexpr, RP: tl.constexpr,
+                    SPLIT3: tl.constexpr):
     pid_t = tl.program_id(0)
     pid_s = tl.program_id(1)
     toks = pid_t * BT + tl.arange(0, BT)
@@ -47,7 +64,10 @@ def _hc_proj_kernel(x_ptr, fn_ptr, part_ptr, sq_ptr, T, K, ROWS, k_steps,
                      mask=tmask[:, None] & kmask[None, :], other=0.0).to(tl.float32)
         ft = tl.load(fn_ptr + rows[None, :] * K + ks[:, None],
                      mask=rmask[None, :] & kmask[:, None], other=0.0).to(tl.float32)
-        acc += tl.dot(xt, ft, input_precision="ieee")
+        if SPLIT3:
+            acc += _dot_split3(xt, ft)
+        else:
+            acc += tl.dot(xt, ft, input_precision="ieee")
         ssq += tl.sum(xt * xt, axis=1)
     out = part_ptr + (pid_s * T + toks)[:, None] * RP + rows[None, :]
     tl.store(out, acc, mask=tmask[:, None])
@@ -58,27 +78,30 @@ def _hc_proj_kernel(x_ptr, fn_ptr, part_ptr, sq_ptr, T, K, ROWS, k_steps,
 def _hc_epilogue_kernel(x_ptr, part_ptr, sq_ptr, base_ptr, scale_ptr, out_ptr, post_ptr,
                         comb_ptr, T, N, H, K, splits, iters, norm_eps, hc_eps, magnitude,
                         MODE: tl.constexpr, NP: tl.constexpr, RP: tl.constexpr,
-                        BH: tl.constexpr):
+                        BH: tl.constexpr, SP: tl.constexpr):
     # MODE 0 = mhc_pre (pre, post, comb), 1 = mhc_head (pre only), 2 = ihc_pre (pre, post).
     t = tl.program_id(0)
     i = tl.arange(0, NP)
     j = tl.arange(0, NP)
     imask = i < N
-    ssq = tl.load(sq_ptr + t)
-    zp = tl.zeros([NP], dtype=tl.float32)
-    zq = tl.zeros([NP], dtype=tl.float32)
-    zc = tl.zeros([NP, NP], dtype=tl.float32)
     cmask = imask[:, None] & (j < N)[None, :]
     cidx = 2 * N + i[:, None] * N + j[None, :]
-    for s in range(1, splits):
-        ssq += tl.load(sq_ptr + s * T + t)
-    for s in range(0, splits):
-        row = part_ptr + (s * T + t) * RP
-        zp += tl.load(row + i, mask=imask, other=0.0)
-        if MODE != 1:
-            zq += tl.load(row + N + i, mask=imask, other=0.0)
-        if MODE == 0:
-            zc += tl.load(row + cidx, mask=cmask, other=0.0)
+    # All K-split partials in one load each (SP >= splits): a loop over up to 128 splits of
+    # dependent loads took ~20 us per token at decode.
+    sp = tl.arange(0, SP)
+    spm = sp < splits
+    ssq = tl.sum(tl.load(sq_ptr + sp * T + t, mask=spm, other=0.0), axis=0)
+    rows = part_ptr + (sp * T + t) * RP
+    zp = tl.sum(tl.load(rows[:, None] + i[None, :], mask=spm[:, None] & imask[None, :], other=0.0),
+                axis=0)
+    zq = tl.zeros([NP], dtype=tl.float32)
+    zc = tl.zeros([NP, NP], dtype=tl.float32)
+    if MODE != 1:
+        zq = tl.sum(tl.load(rows[:, None] + N + i[None, :], mask=spm[:, None] & imask[None, :],
+                            other=0.0), axis=0)
+    if MODE == 0:
+        zc = tl.sum(tl.load(rows[:, None, None] + cidx[None, :, :],
+                            mask=spm[:, None, None] & cmask[None, :, :], other=0.0), axis=0)
     r = 1.0 / tl.sqrt(ssq / K + norm_eps)
     s0 = tl.load(scale_ptr)
     pre = tl.sigmoid(zp * r * s0 + tl.load(base_ptr + i, mask=imask, other=0.0)) + hc_eps
@@ -164,12 +187,16 @@ def _entry(op: str, x, fn, base, scale, norm_eps, hc_eps, iters=1, magnitude=2.0
     splits = triton.cdiv(k_blocks, k_steps)
     part = torch.empty(splits, t, rp, dtype=torch.float32, device=x.device)
     sq = torch.empty(splits, t, dtype=torch.float32, device=x.device)
+    # bf16 streams: the fp32 fn meets them as three exact bf16 parts on tensor cores (the fp32
+    # FMA dot made the prefill projection compute bound: 5 ms for 32k tokens on the H200).
+    split3 = x.dtype == torch.bfloat16 and not INTERPRET
     _hc_proj_kernel[(t_blocks, splits)](x, fn, part, sq, t, k, rows, k_steps,
-                                        BT=bt, BK=bk, RP=rp, num_warps=num_warps)
+                                        BT=bt, BK=bk, RP=rp, SPLIT3=split3, num_warps=num_warps)
     bh = min(1024, triton.next_power_of_2(h))
     _hc_epilogue_kernel[(t,)](x, part, sq, base, scale, out, post, comb, t, n, h, k, splits,
                               iters, norm_eps, hc_eps, magnitude, MODE=mode,
-                              NP=triton.next_power_of_2(n), RP=rp, BH=bh, num_warps=4)
+                              NP=triton.next_power_of_2(n), RP=rp, BH=bh,
+                              SP=triton.next_power_of_2(splits), num_warps=4)
     return out, post, comb
 
 
@@ -255,19 +282,20 @@ def _aot_specs():
         for bt in (16, 32):
             sig = {"x_ptr": f"*{dtype}", "fn_ptr": "*fp32", "part_ptr": "*fp32", "sq_ptr": "*fp32",
                    "T": "i32", "K": "i32", "ROWS": "i32", "k_steps": "i32",
-                   "BT": "constexpr", "BK": "constexpr", "RP": "constexpr"}
+                   "BT": "constexpr", "BK": "constexpr", "RP": "constexpr",
+                   "SPLIT3": "constexpr"}
             specs.append(AotSpec(f"hc_proj[{dtype},{bt}]", _hc_proj_kernel, sig,
-                                 {"BT": bt, "BK": 128, "RP": 32}))
+                                 {"BT": bt, "BK": 128, "RP": 32, "SPLIT3": dtype == "bf16"}))
         for mode in (0, 1, 2):
             sig = {"x_ptr": f"*{dtype}", "part_ptr": "*fp32", "sq_ptr": "*fp32",
                    "base_ptr": "*fp32", "scale_ptr": "*fp32", "out_ptr": f"*{dtype}",
                    "post_ptr": "*fp32", "comb_ptr": "*fp32", "T": "i32", "N": "i32", "H": "i32",
                    "K": "i32", "splits": "i32", "iters": "i32", "norm_eps": "fp32",
                    "hc_eps": "fp32", "magnitude": "fp32", "MODE": "constexpr", "NP": "constexpr",
-                   "RP": "constexpr", "BH": "constexpr"}
+                   "RP": "constexpr", "BH": "constexpr", "SP": "constexpr"}
             specs.append(AotSpec(f"hc_epilogue[{dtype},{mode}]", _hc_epilogue_kernel, sig,
                                  {"MODE": mode, "NP": 4, "RP": 32 if mode == 0 else 16,
-                                  "BH": 1024}))
+                                  "BH": 1024, "SP": 128}))
         for mix in (True, False):
             sig = {"y_ptr": f"*{dtype}", "x_ptr": f"*{dtype}", "post_ptr": "*fp32",
                    "comb_ptr": "*fp32", "out_ptr": f"*{dtype}", "N": "i32", "H": "i32",

@@ -20,7 +20,8 @@ per 32-group, and the even / odd columns meet x's even / odd columns in two dots
 interleave). On sm_100 the FP4 path can instead hand the packed bytes and UE8M0 scales to
 ``tl.dot_scaled``.
 GEMM1 dots run in bf16 (fp32 accumulate) when x is bf16, in fp32 "ieee" otherwise and always
-under the interpreter (whose bf16 dot is wrong); the activation h and GEMM2 stay fp32.
+under the interpreter (whose bf16 dot is wrong); the activation h stays fp32 and GEMM2 meets it
+as two bf16 parts (``moe_tiles.DOT_SPLIT``) on tensor cores.
 """
 from __future__ import annotations
 
@@ -31,7 +32,9 @@ import triton.language as tl
 
 from hwinfer.kernels.triton import INTERPRET
 
-from hwinfer.kernels.triton.moe_tiles import ACT_CODES, align_small, glu_act, kstep, route_tiles
+from hwinfer.kernels.triton.moe_tiles import (
+    ACT_CODES, DOT_BF16, DOT_IEEE, DOT_SPLIT, align_small, glu_act, kstep, route_tiles,
+)
 from hwinfer.ops.moe_experts import check_activation, check_expert_shapes
 
 DENSE, FP8, FP4 = 0, 1, 2
@@ -43,7 +46,7 @@ def _gemm1_kernel(x_ptr, pair_ptr, tile_e_ptr, w_ptr, s_ptr, h_ptr,
                   stride_sk, stride_h, up_srow, limit, alpha, beta, lin_beta,
                   WFMT: tl.constexpr, SCALE_U8: tl.constexpr, SB0: tl.constexpr,
                   SB1: tl.constexpr, ACT: tl.constexpr, HAS_LIMIT: tl.constexpr,
-                  HAS_LIN: tl.constexpr, DOT_BF16: tl.constexpr, SCALED: tl.constexpr,
+                  HAS_LIN: tl.constexpr, DOT: tl.constexpr, SCALED: tl.constexpr,
                   BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
     """h[tile rows, n-block] = glu(gate, up), gate/up = x[tok] @ w13_e[n | I+n]^T."""
     tile = tl.program_id(0)
@@ -70,9 +73,9 @@ def _gemm1_kernel(x_ptr, pair_ptr, tile_e_ptr, w_ptr, s_ptr, h_ptr,
     acc_u = tl.zeros((BM, BN), dtype=tl.float32)
     for k0 in range(0, H, BK):
         acc_g = kstep(acc_g, a_rows, r_mask, k0, H, g_w, g_s, stride_sk, n_mask,
-                       WFMT, SCALE_U8, SB1, DOT_BF16, SCALED, BK)
+                       WFMT, SCALE_U8, SB1, DOT, SCALED, BK)
         acc_u = kstep(acc_u, a_rows, r_mask, k0, H, u_w, u_s, stride_sk, n_mask,
-                       WFMT, SCALE_U8, SB1, DOT_BF16, SCALED, BK)
+                       WFMT, SCALE_U8, SB1, DOT, SCALED, BK)
     h = glu_act(acc_g, acc_u, limit, alpha, beta, lin_beta, ACT, HAS_LIMIT, HAS_LIN)
     tl.store(h_ptr + rows.to(tl.int64)[:, None] * stride_h + n[None, :],
              h.to(h_ptr.dtype.element_ty), mask=n_mask)
@@ -82,7 +85,7 @@ def _gemm1_kernel(x_ptr, pair_ptr, tile_e_ptr, w_ptr, s_ptr, h_ptr,
 def _gemm2_kernel(h_ptr, pair_ptr, tile_e_ptr, rw_ptr, w_ptr, s_ptr, y_ptr,
                   H, I, TK, stride_h, stride_we, stride_wn, stride_se, stride_sn, stride_sk,
                   stride_y, WFMT: tl.constexpr, SCALE_U8: tl.constexpr, SB0: tl.constexpr,
-                  SB1: tl.constexpr, DOT_BF16: tl.constexpr, SCALED: tl.constexpr,
+                  SB1: tl.constexpr, DOT: tl.constexpr, SCALED: tl.constexpr,
                   BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
     """y[pair, n-block] = routing weight * (h[tile rows] @ w2_e[n]^T), valid pairs only."""
     tile = tl.program_id(0)
@@ -106,7 +109,7 @@ def _gemm2_kernel(h_ptr, pair_ptr, tile_e_ptr, rw_ptr, w_ptr, s_ptr, y_ptr,
     acc = tl.zeros((BM, BN), dtype=tl.float32)
     for k0 in range(0, I, BK):
         acc = kstep(acc, a_rows, valid[:, None], k0, I, w_rows, s_rows, stride_sk, n_mask,
-                     WFMT, SCALE_U8, SB1, DOT_BF16, SCALED, BK)
+                     WFMT, SCALE_U8, SB1, DOT, SCALED, BK)
     rw = tl.load(rw_ptr + pair, mask=valid, other=0.0).to(tl.float32)
     pair64 = tl.where(valid, pair, 0).to(tl.int64)
     tl.store(y_ptr + pair64[:, None] * stride_y + n[None, :], acc * rw[:, None],
@@ -157,6 +160,10 @@ def run_experts(x, weights, ids, w13, w2, s13, s2, *, wfmt: int, block=(1, 1),
     if scaled:
         bk = max(bk, 64)
     dot_bf16 = x.dtype == torch.bfloat16 and not interpret
+    # GEMM2's fp32 activation meets the weights through the bf16 split when bf16 holds the
+    # weights exactly (bf16 experts; FP8 / FP4 codes), else through exact fp32 FMAs.
+    split_ok = dot_bf16 and (wfmt != DENSE or w2.dtype == torch.bfloat16)
+    dot2 = DOT_SPLIT if split_ok else DOT_IEEE
     x = x.contiguous()
     ids = ids.contiguous()
     rw = weights.contiguous()
@@ -170,8 +177,8 @@ def run_experts(x, weights, ids, w13, w2, s13, s2, *, wfmt: int, block=(1, 1),
     s13 = w13 if s13 is None else s13  # dummy pointers for dense weights
     s2 = w2 if s2 is None else s2
     sb0, sb1 = block
-    common = dict(WFMT=wfmt, SB0=sb0, SB1=sb1, DOT_BF16=dot_bf16, SCALED=scaled,
-                  BM=bm, BN=bn, BK=bk, num_warps=warps)
+    common = dict(WFMT=wfmt, SB0=sb0, SB1=sb1, DOT=DOT_BF16 if dot_bf16 else DOT_IEEE,
+                  SCALED=scaled, BM=bm, BN=bn, BK=bk, num_warps=warps)
     _gemm1_kernel[(n_tiles, triton.cdiv(i, bn))](
         x, pairs, tile_e, w13, s13, h, hdim, i, k, t * k, x.stride(0), w13.stride(0), w13.stride(1),
         s13.stride(0), s13.stride(1), s13.stride(2), h.stride(0), -(-i // sb0),
@@ -181,7 +188,7 @@ def run_experts(x, weights, ids, w13, w2, s13, s2, *, wfmt: int, block=(1, 1),
     _gemm2_kernel[(n_tiles, triton.cdiv(hdim, bn))](
         h, pairs, tile_e, rw, w2, s2, y, hdim, i, t * k, h.stride(0), w2.stride(0), w2.stride(1),
         s2.stride(0), s2.stride(1), s2.stride(2), y.stride(0), SCALE_U8=s2.dtype == torch.uint8,
-        **{**common, "DOT_BF16": False, "SCALED": False})
+        **{**common, "DOT": dot2, "SCALED": False})
     block_h = min(1024, triton.next_power_of_2(hdim))
     _sum_kernel[(t, triton.cdiv(hdim, block_h))](y, ids, out, hdim, k, y.stride(0), out.stride(0),
                                                 BLOCK=block_h, num_warps=4)
@@ -313,14 +320,14 @@ def _aot_specs():
         for bm, bn, bk, warps in [(16, 64, 128, 4)] + [(64, 128, 64, 8)] * prefill:
             bk = min(bk, sb1) if wfmt == FP8 else bk
             cx = {"WFMT": wfmt, "SCALE_U8": sty == "*u8", "SB0": sb0, "SB1": sb1,
-                  "DOT_BF16": True, "SCALED": scaled, "BM": bm, "BN": bn, "BK": bk}
+                  "DOT": DOT_BF16, "SCALED": scaled, "BM": bm, "BN": bn, "BK": bk}
             sig1 = {"x_ptr": "*bf16", "pair_ptr": "*i32", "tile_e_ptr": "*i32", "w_ptr": wty,
                     "s_ptr": sty, "h_ptr": "*fp32", **{a: "i32" for a in (
                         "H", "I", "TOPK", "TK", "stride_x", "stride_we", "stride_wn", "stride_se",
                         "stride_sn", "stride_sk", "stride_h", "up_srow")},
                     **{a: "fp32" for a in ("limit", "alpha", "beta", "lin_beta")},
                     **{a: "constexpr" for a in ("WFMT", "SCALE_U8", "SB0", "SB1", "ACT",
-                                                "HAS_LIMIT", "HAS_LIN", "DOT_BF16", "SCALED",
+                                                "HAS_LIMIT", "HAS_LIN", "DOT", "SCALED",
                                                 "BM", "BN", "BK")}}
             sig1["stride_we"] = "i64"
             specs.append(AotSpec(f"moe_gemm1[{name},{bm}x{bn}x{bk}]", _gemm1_kernel, sig1,
@@ -330,12 +337,12 @@ def _aot_specs():
                     "w_ptr": wty, "s_ptr": sty, "y_ptr": "*fp32", **{a: "i32" for a in (
                         "H", "I", "TK", "stride_h", "stride_we", "stride_wn", "stride_se",
                         "stride_sn", "stride_sk", "stride_y")},
-                    **{a: "constexpr" for a in ("WFMT", "SCALE_U8", "SB0", "SB1", "DOT_BF16",
+                    **{a: "constexpr" for a in ("WFMT", "SCALE_U8", "SB0", "SB1", "DOT",
                                                 "SCALED", "BM", "BN", "BK")}}
             sig2["stride_we"] = "i64"
-            if not scaled:  # GEMM2 always runs the plain fp32 path (see moe_experts)
+            if not scaled:  # GEMM2 never takes dot_scaled: its activation is fp32 (split dots)
                 specs.append(AotSpec(f"moe_gemm2[{name},{bm}x{bn}x{bk}]", _gemm2_kernel, sig2,
-                                     {**cx, "DOT_BF16": False}, {"num_warps": warps}))
+                                     {**cx, "DOT": DOT_SPLIT}, {"num_warps": warps}))
     specs.append(AotSpec("moe_sum[bf16]", _sum_kernel,
                          {"y_ptr": "*fp32", "ids_ptr": "*i32", "out_ptr": "*bf16", "H": "i32",
                           "TOPK": "i32", "stride_y": "i32", "stride_o": "i32",
