@@ -9,6 +9,8 @@
 #                                         # (4 layers) prefill and decode, chunked GDN/KDA vs fla
 #   bash scripts/device_issue6.sh moe       # MoE / mHC kernels on the card, MoE models vs
 #                                         # transformers, chunked GDN/KDA per kernel and vs fla
+#   bash scripts/device_issue6.sh linear    # changed kernels' conformance, models, chunked GDN
+#                                         # per kernel / variants / vs fla, Kimi-Linear speed
 #   bash scripts/device_issue6.sh diagnose  # model oracle + CUDA-graph tests on the GPU, then
 #                                         # the failures again under HWINFER_SHADOW=raise, which
 #                                         # names the first op whose kernel leaves its reference
@@ -63,6 +65,21 @@ elif [ "$phase" = moe ]; then
   echo "== bench_delta_chunk rc=$?"; grep -v "Warn\|warn" "$out/bench_delta_chunk.err" | tail -40
   timeout 45 python3 scripts/bench_moe.py --quick > "$out/bench_moe.csv" 2> "$out/bench_moe.err"
   echo "== bench_moe rc=$?"; grep -v "^#\|Warn\|warn" "$out/bench_moe.err" | tail -14
+elif [ "$phase" = linear ]; then
+  # The changed kernels on the card (MoE, mHC, chunked linear attention), the models through
+  # them, chunked GDN per kernel and vs fla with the block-size variants, Kimi-Linear's speed.
+  timeout 150 python3 -m pytest tests/conformance --backend nvidia --strict -q -p no:cacheprovider \
+    -k "moe or mhc or ihc or chunked or recurrent" > "$out/conformance_changed.txt" 2>&1
+  grep -E "passed|failed|FAILED" "$out/conformance_changed.txt" | tail -12
+  HWINFER_TEST_DEVICE=cuda timeout 130 python3 -m pytest tests/models -q -p no:cacheprovider \
+    -k "kimi or deepseek_v4 or moe or qwen" > "$out/models_changed.txt" 2>&1
+  grep -E "passed|failed|FAILED" "$out/models_changed.txt" | tail -12
+  timeout 130 python3 scripts/bench_delta_chunk.py --kinds gdn --shapes 1x16384,8x2048,1x4096 \
+    --breakdown > "$out/bench_delta_chunk.csv" 2> "$out/bench_delta_chunk.err"
+  echo "== bench_delta_chunk rc=$?"; grep -v "Warn\|warn" "$out/bench_delta_chunk.err" | tail -45
+  timeout 120 python3 scripts/bench_model.py --preset kimi-linear-48b-a3b --layers 4 --batch 1,32 \
+    --prompt 1024 --new 32 --no-eager --csv "$out/model.csv" > "$out/bench_model_kimi.txt" 2>&1
+  grep "^{\|Error" "$out/bench_model_kimi.txt" | tail -8
 elif [ "$phase" = profile ]; then
   # Where the time goes in the models that trail transformers: kernels of one prefill step and of
   # decode steps (eager and graphs) at batch 1 and 32, then the chunked linear attention vs fla.
