@@ -11,6 +11,8 @@
 #                                         # transformers, chunked GDN/KDA per kernel and vs fla
 #   bash scripts/device_issue6.sh linear    # changed kernels' conformance, models, chunked GDN
 #                                         # per kernel / variants / vs fla, Kimi-Linear speed
+#   bash scripts/device_issue6.sh graphs    # host syncs of graph decode, graph tests on the card,
+#                                         # DeepSeek-V4 (4 layers) eager vs CUDA graphs
 #   bash scripts/device_issue6.sh diagnose  # model oracle + CUDA-graph tests on the GPU, then
 #                                         # the failures again under HWINFER_SHADOW=raise, which
 #                                         # names the first op whose kernel leaves its reference
@@ -80,6 +82,18 @@ elif [ "$phase" = linear ]; then
   timeout 120 python3 scripts/bench_model.py --preset kimi-linear-48b-a3b --layers 4 --batch 1,32 \
     --prompt 1024 --new 32 --no-eager --csv "$out/model.csv" > "$out/bench_model_kimi.txt" 2>&1
   grep "^{\|Error" "$out/bench_model_kimi.txt" | tail -8
+elif [ "$phase" = graphs ]; then
+  # DeepSeek-V4's decode under CUDA graphs: every host sync of the fixed-size step (all models
+  # that declare graph_decode), the graph tests with real capture and replay, then the speed of
+  # 4 real-size layers eager vs graphs.
+  timeout 200 python3 scripts/find_syncs.py deepseek_v4 kimi_linear qwen3_5 gemma4 > "$out/syncs.txt" 2>&1
+  echo "== find_syncs rc=$?"; grep -v "Warn\|warn" "$out/syncs.txt" | tail -30
+  HWINFER_TEST_DEVICE=cuda timeout 150 python3 -m pytest tests/engine/test_graphs.py -q -p no:cacheprovider \
+    -rf --tb=short > "$out/graphs_tests.txt" 2>&1
+  grep -E "^FAILED|passed|failed|Error" "$out/graphs_tests.txt" | cut -c1-600 | tail -12
+  timeout 200 python3 scripts/bench_model.py --preset deepseek-v4-flash --layers 4 --batch 1,32 \
+    --prompt 1024 --new 32 --no-hf --csv "$out/model.csv" > "$out/bench_model_dsv4.txt" 2>&1
+  grep "^{\|Error\|graphs" "$out/bench_model_dsv4.txt" | tail -10
 elif [ "$phase" = profile ]; then
   # Where the time goes in the models that trail transformers: kernels of one prefill step and of
   # decode steps (eager and graphs) at batch 1 and 32, then the chunked linear attention vs fla.

@@ -104,8 +104,17 @@ class Compressor(nn.Module):
 
     def entries(self, x: torch.Tensor, step: StepInfo, cache: dict | None) -> tuple[torch.Tensor, torch.Tensor]:
         """Compress the step's tokens; return every request's entries packed [sum E_i, dim] and
-        each request's first row [N] (from the store when there is a cache)."""
-        new, counts = self.update(x, step, cache), self.counts(step)
+        each request's first row [N] (from the store when there is a cache). A decode step
+        returns fixed-width slices instead, [N * W, dim] with W = ``entry_rows``' width (rows
+        past a request's count are arbitrary; callers bound reads by the count): no host value
+        but the batch's length bound, so the step can be captured in a CUDA graph."""
+        new = self.update(x, step, cache)
+        if cache is not None and step.decode:
+            rows = self.entry_rows(step)
+            store = cache[self.name].flatten(0, 1)
+            keys = store.index_select(0, rows.clamp(min=0).flatten())
+            return keys, torch.arange(rows.shape[0], device=x.device) * rows.shape[1]
+        counts = self.counts(step)
         starts = _exclusive_cumsum(counts, x.device)
         if cache is None:
             return new, starts
@@ -116,10 +125,12 @@ class Compressor(nn.Module):
         return cache[self.name].flatten(0, 1).index_select(0, rows), starts
 
     def entry_rows(self, step: StepInfo) -> torch.Tensor:
-        """[N, max E_i] global rows of every request's entries in the store, -1 padded."""
-        per_request = self.counts(step)
-        counts = torch.tensor(per_request, device=step.requests.device)
-        w = torch.arange(max(per_request), device=counts.device)
+        """Decode: [N, W] global rows of every request's entries in the store, -1 padded. W is
+        the batch's host-side length bound // ratio and the counts come from the device lengths,
+        so nothing here reads the device (under CUDA graphs W is the table's capacity)."""
+        b = step.batch
+        counts = b.seq_lens.long() // self.ratio
+        w = torch.arange(b.seq_len_bound // self.ratio, device=counts.device)
         valid = w[None] < counts[:, None]
         pos = torch.where(valid, w[None] * self.ratio, 0)
         reqs = torch.arange(counts.numel(), device=counts.device)[:, None].expand_as(pos)
@@ -177,11 +188,13 @@ class Compressor(nn.Module):
         req = torch.arange(b.num_requests, device=kv.device)
         ring_kv[b.slots, pos % rows] = new_kv[req, pos % rows]
         ring_score[b.slots, pos % rows] = new_score[req, pos % rows]
-        closed = [i for i, c in enumerate(step.ctx) if (c + 1) % m == 0]  # host-side: no sync
-        if closed:
-            sel = torch.tensor(closed, device=kv.device)
-            dest = b.rows_for(start[sel], sel, m)
-            cache[self.name].flatten(0, 1)[dest] = entries[sel].to(cache[self.name].dtype)
+        # Every request writes its window's entry row; one whose window is still open writes back
+        # what the row holds. A device-side choice: no host value decides which rows change, so
+        # the step is the same kernels whatever the positions (CUDA graphs).
+        closed = ((pos + 1) % m == 0)[:, None]
+        store = cache[self.name].flatten(0, 1)
+        dest = b.rows_for(start, req, m)
+        store[dest] = torch.where(closed, entries.to(store.dtype), store[dest])
 
 
 class Indexer(nn.Module):
@@ -209,8 +222,11 @@ class Indexer(nn.Module):
         keys, starts = self.compressor.entries(x, step, cache)
         base = starts[step.requests]
         end = base + (step.batch.positions + 1) // self.ratio
+        # A host-side bound of the visible entries, so kernels size their scratch without a sync.
+        bound = step.batch.seq_len_bound // self.ratio
         picks = self.ops.lightning_indexer(q, keys.to(q.dtype), weights, base.to(torch.int32),
-                                           end.to(torch.int32), topk=self.topk, scale=self.dim ** -0.5)
+                                           end.to(torch.int32), topk=self.topk, scale=self.dim ** -0.5,
+                                           max_len=bound)
         return torch.where(picks >= 0, picks.long() - base[:, None], -1)
 
 

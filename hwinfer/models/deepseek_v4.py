@@ -145,6 +145,10 @@ class MTPBlock(DecoderLayer):
 class DeepseekV4ForCausalLM(CausalLM):
     """embed -> N streams -> decoder layers -> hyper-head -> norm -> head; ids [T] -> hidden [T, H]."""
 
+    # Decode reads no host value of the batch but its length bound: compressor entries close
+    # by a device-side mask, entry rows and indexer keys have the bound's fixed width.
+    graph_decode = True
+
     def __init__(self, config: dict[str, Any], ops: OpTable, dtype: torch.dtype) -> None:
         super().__init__()
         self.config, self.ops, self.dtype = config, ops, dtype

@@ -7,7 +7,8 @@ from hwinfer.ops.contract import EXACT, Case, Inputs, Tol, compare_tensor, defin
 
 
 def check_indexer_args(q: torch.Tensor, k: torch.Tensor, weights: torch.Tensor, k_start: torch.Tensor,
-                       k_end: torch.Tensor, topk: int, op: str = "lightning_indexer") -> None:
+                       k_end: torch.Tensor, topk: int, op: str = "lightning_indexer",
+                       max_len: int | None = None) -> None:
     """Validate shapes, dtypes and the key ranges (ValueError naming the problem)."""
     if q.dim() != 3:
         raise ValueError(f"{op}: q must be [T, Hi, Di], got shape {tuple(q.shape)}")
@@ -23,6 +24,9 @@ def check_indexer_args(q: torch.Tensor, k: torch.Tensor, weights: torch.Tensor, 
         raise ValueError(f"{op}: topk must be a positive int, not {topk!r}")
     if t and (bool((k_start < 0).any()) or bool((k_end < k_start).any()) or int(k_end.max()) > k.shape[0]):
         raise ValueError(f"{op}: key ranges must satisfy 0 <= k_start <= k_end <= N = {k.shape[0]}")
+    if max_len is not None and t and int((k_end - k_start).max()) > max_len:
+        raise ValueError(f"{op}: max_len={max_len} is below the widest key range "
+                         f"{int((k_end - k_start).max())}")
 
 
 def index_scores(q_t: torch.Tensor, keys: torch.Tensor, w_t: torch.Tensor, scale: float) -> torch.Tensor:
@@ -35,7 +39,8 @@ def index_scores(q_t: torch.Tensor, keys: torch.Tensor, w_t: torch.Tensor, scale
 
 
 def lightning_indexer(q: torch.Tensor, k: torch.Tensor, weights: torch.Tensor, k_start: torch.Tensor,
-                      k_end: torch.Tensor, *, topk: int, scale: float) -> torch.Tensor:
+                      k_end: torch.Tensor, *, topk: int, scale: float,
+                      max_len: int | None = None) -> torch.Tensor:
     """Top-k keys per query by the lightning-indexer score.
 
     Score of query t against key row s (fp32): ``I[t, s] = sum_h weights[t, h] * ReLU(q[t, h] .
@@ -52,6 +57,9 @@ def lightning_indexer(q: torch.Tensor, k: torch.Tensor, weights: torch.Tensor, k
         weights: [T, Hi] float, per-head weights (caller's scaling folded in).
         k_start, k_end: [T] int32, each query's visible key rows (absolute; empty when equal).
         topk: number of selections per query (output width). scale: multiplies every ReLU term.
+        max_len: None, or a host-side upper bound of ``k_end - k_start`` (never below it): lets a
+            kernel size its scratch without reading the ranges back from the device, as a
+            CUDA-graph-captured decode needs. It does not change the result.
 
     Returns: [T, topk] int32.
 
@@ -70,7 +78,7 @@ def lightning_indexer(q: torch.Tensor, k: torch.Tensor, weights: torch.Tensor, k
     2048. Engines (vLLM) fold ``scale * Hi^-0.5`` into the weights and pass ``scale = 1``.
     Ties: ReLU makes exact-zero scores common in random models (MODELS.md §9).
     """
-    check_indexer_args(q, k, weights, k_start, k_end, topk)
+    check_indexer_args(q, k, weights, k_start, k_end, topk, max_len=max_len)
     out = torch.full((q.shape[0], topk), -1, dtype=torch.int32, device=q.device)
     for t, (s0, s1) in enumerate(zip(k_start.tolist(), k_end.tolist())):
         if s1 <= s0:

@@ -15,9 +15,10 @@ _LOGITS_BUDGET = 1 << 20  # fp32 elements of one chunk's [rows, Hi, keys] logits
 
 
 def lightning_indexer(q: torch.Tensor, k: torch.Tensor, weights: torch.Tensor, k_start: torch.Tensor,
-                      k_end: torch.Tensor, *, topk: int, scale: float) -> torch.Tensor:
+                      k_end: torch.Tensor, *, topk: int, scale: float,
+                      max_len: int | None = None) -> torch.Tensor:
     """Same contract as the reference: [T, Hi, Di] x [N, Di] -> [T, topk] int32, -1 padded."""
-    check_indexer_args(q, k, weights, k_start, k_end, topk)
+    check_indexer_args(q, k, weights, k_start, k_end, topk, max_len=max_len)
     t_total, heads, dim = q.shape
     out = torch.full((t_total, topk), -1, dtype=torch.int32, device=q.device)
     if t_total == 0:
