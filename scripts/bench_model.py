@@ -135,6 +135,27 @@ def _print_profile(prof, label: str, steps: int, top: int = 30) -> None:
               file=sys.stderr)
 
 
+def _host_profile(engine, steps: int, label: str, top: int = 25) -> None:
+    """cProfile of ``steps`` engine steps: the functions with the most own host time, to stderr."""
+    import cProfile
+    import io
+    import pstats
+
+    prof = cProfile.Profile()
+    t0 = _now()
+    prof.enable()
+    for _ in range(steps):
+        engine.step()
+    prof.disable()
+    wall = (_now() - t0) / steps
+    text = io.StringIO()
+    pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(top)
+    print(f"# host profile {label}: {1e3 * wall:.1f} ms wall/step", file=sys.stderr)
+    for line in text.getvalue().splitlines():
+        if line.strip():
+            print(f"#   {line[:150]}", file=sys.stderr)
+
+
 def profile_steps(model, batch: int, prompt: int, steps: int = 5) -> None:
     """Kernels of one prefill step of ``batch`` x ``prompt`` tokens and of ``steps`` decode steps
     (eager, then replayed from a graph), after a warm-up of the same shapes: count per step and
@@ -146,7 +167,7 @@ def profile_steps(model, batch: int, prompt: int, steps: int = 5) -> None:
         engine = Engine(model, max_num_seqs=batch, max_num_batched_tokens=batch * prompt,
                         num_blocks=batch * -(-(prompt + 64) // bs) + 1, cuda_graphs=graphs)
         for rnd in range(2):  # round 0 compiles and captures; round 1 is profiled
-            reqs = [engine.add_request(p, SamplingParams(max_tokens=steps + 8, temperature=0, ignore_eos=True))
+            reqs = [engine.add_request(p, SamplingParams(max_tokens=2 * steps + 8, temperature=0, ignore_eos=True))
                     for p in _prompts(batch, prompt, model.config["vocab_size"])]
             if rnd and not graphs:
                 with profile(activities=[ProfilerActivity.CUDA]) as prof:
@@ -163,6 +184,8 @@ def profile_steps(model, batch: int, prompt: int, steps: int = 5) -> None:
                         engine.step()
                     torch.cuda.synchronize()
                 _print_profile(prof, f"decode batch {batch} {'graphs' if graphs else 'eager'}", steps)
+                if not graphs:  # where the host's time goes when the GPU waits for it
+                    _host_profile(engine, steps, f"decode batch {batch} eager")
             while engine.has_unfinished():
                 engine.step()
             del reqs

@@ -13,6 +13,8 @@
 #                                         # per kernel / variants / vs fla, Kimi-Linear speed
 #   bash scripts/device_issue6.sh graphs    # host syncs of graph decode, graph tests on the card,
 #                                         # DeepSeek-V4 (4 layers) eager vs CUDA graphs
+#   bash scripts/device_issue6.sh v4        # DeepSeek-V4 syncs, eager host profile, kernels;
+#                                         # Kimi-Linear with graphs vs transformers
 #   bash scripts/device_issue6.sh diagnose  # model oracle + CUDA-graph tests on the GPU, then
 #                                         # the failures again under HWINFER_SHADOW=raise, which
 #                                         # names the first op whose kernel leaves its reference
@@ -94,6 +96,19 @@ elif [ "$phase" = graphs ]; then
   timeout 200 python3 scripts/bench_model.py --preset deepseek-v4-flash --layers 4 --batch 1,32 \
     --prompt 1024 --new 32 --no-hf --csv "$out/model.csv" > "$out/bench_model_dsv4.txt" 2>&1
   grep "^{\|Error\|graphs" "$out/bench_model_dsv4.txt" | tail -10
+elif [ "$phase" = v4 ]; then
+  # DeepSeek-V4 decode: no host syncs left, where eager decode's host time goes (cProfile) and
+  # its kernels eager vs graphs; Kimi-Linear's speed with graphs vs transformers.
+  timeout 120 python3 scripts/find_syncs.py deepseek_v4 > "$out/syncs.txt" 2>&1
+  echo "== find_syncs rc=$?"; grep -v "Warn\|warn" "$out/syncs.txt" | tail -10
+  timeout 200 python3 scripts/bench_model.py --preset deepseek-v4-flash --layers 4 --batch 1 \
+    --prompt 1024 --new 32 --profile --profile-prompt 1024 --no-hf --csv "$out/model.csv" \
+    > "$out/bench_model_dsv4.txt" 2>&1
+  grep "^{\|Error\|# profile\|# host" "$out/bench_model_dsv4.txt" | tail -10
+  grep -A30 "# host profile" "$out/bench_model_dsv4.txt" | cut -c1-170 | head -32
+  timeout 150 python3 scripts/bench_model.py --preset kimi-linear-48b-a3b --layers 4 --batch 1,32 \
+    --prompt 1024 --new 32 --no-eager --csv "$out/model.csv" > "$out/bench_model_kimi.txt" 2>&1
+  grep "^{\|Error" "$out/bench_model_kimi.txt" | tail -8
 elif [ "$phase" = profile ]; then
   # Where the time goes in the models that trail transformers: kernels of one prefill step and of
   # decode steps (eager and graphs) at batch 1 and 32, then the chunked linear attention vs fla.
