@@ -15,6 +15,7 @@
 #                                         # DeepSeek-V4 (4 layers) eager vs CUDA graphs
 #   bash scripts/device_issue6.sh v4        # DeepSeek-V4 syncs, eager host profile, kernels;
 #                                         # Kimi-Linear with graphs vs transformers
+#   bash scripts/device_issue6.sh wy        # chunked GDN / KDA: conformance, per kernel, vs fla
 #   bash scripts/device_issue6.sh diagnose  # model oracle + CUDA-graph tests on the GPU, then
 #                                         # the failures again under HWINFER_SHADOW=raise, which
 #                                         # names the first op whose kernel leaves its reference
@@ -109,6 +110,15 @@ elif [ "$phase" = v4 ]; then
   timeout 150 python3 scripts/bench_model.py --preset kimi-linear-48b-a3b --layers 4 --batch 1,32 \
     --prompt 1024 --new 32 --no-eager --csv "$out/model.csv" > "$out/bench_model_kimi.txt" 2>&1
   grep "^{\|Error" "$out/bench_model_kimi.txt" | tail -8
+elif [ "$phase" = wy ]; then
+  # The chunked kernels after a change: strict conformance on the card, then GDN and KDA per
+  # kernel (registers, spills) and against fla at 1 x 16k, 8 x 2k and 1 x 4k.
+  timeout 100 python3 -m pytest tests/conformance --backend nvidia --strict -q -p no:cacheprovider \
+    -k "chunked" > "$out/conformance_chunked.txt" 2>&1
+  grep -E "passed|failed|FAILED" "$out/conformance_chunked.txt" | tail -8
+  timeout 330 python3 scripts/bench_delta_chunk.py --no-variants --shapes 1x16384,8x2048,1x4096 \
+    --breakdown > "$out/bench_delta_chunk.csv" 2> "$out/bench_delta_chunk.err"
+  echo "== bench_delta_chunk rc=$?"; grep -v "Warn\|warn" "$out/bench_delta_chunk.err" | tail -60
 elif [ "$phase" = profile ]; then
   # Where the time goes in the models that trail transformers: kernels of one prefill step and of
   # decode steps (eager and graphs) at batch 1 and 32, then the chunked linear attention vs fla.
