@@ -297,15 +297,11 @@ def _wy_kernel(q_ptr, k_ptr, v_ptr, g_ptr, b_ptr, w_ptr, u_ptr, a_ptr, kg_ptr, g
     x31 = -tl.dot(x33, t31, input_precision=PREC)
     t30 = tl.dot(a30, x00, input_precision=PREC) + tl.dot(a31, x10, input_precision=PREC)
     x30 = -tl.dot(x33, t30 + tl.dot(a32, x20, input_precision=PREC), input_precision=PREC)
-    # w = X (beta k e^G) and u = X (beta v), block row by block row. The k tiles are read again
-    # (from L2; the same values bit for bit) instead of being kept: holding four 16 x DK fp32
-    # tiles through the inversion spilled registers (255 regs, 194 spilled at DK = 128).
-    y0 = _kb(_qk_rows(k_ptr, tok0, n, i_hk, Hk, 1.0, eps, 0, 16, DK, USE_L2NORM), b0, none, L0, PER_CHANNEL)
-    y1 = _kb(_qk_rows(k_ptr, tok0, n, i_hk, Hk, 1.0, eps, 16, 16, DK, USE_L2NORM), b1, T0, L1, PER_CHANNEL)
-    y2 = _kb(_qk_rows(k_ptr, tok0, n, i_hk, Hk, 1.0, eps, 32, 16, DK, USE_L2NORM), b2, T0 + T1, L2,
-             PER_CHANNEL)
-    y3 = _kb(_qk_rows(k_ptr, tok0, n, i_hk, Hk, 1.0, eps, 48, 16, DK, USE_L2NORM), b3, T0 + T1 + T2, L3,
-             PER_CHANNEL)
+    # w = X (beta k e^G) and u = X (beta v), block row by block row.
+    y0 = _kb(k0, b0, none, L0, PER_CHANNEL)
+    y1 = _kb(k1, b1, T0, L1, PER_CHANNEL)
+    y2 = _kb(k2, b2, T0 + T1, L2, PER_CHANNEL)
+    y3 = _kb(k3, b3, T0 + T1 + T2, L3, PER_CHANNEL)
     _wy_rows(w_ptr, tok0, n, i_h, Hv, x00, x10, x11, x20, x21, x22, x30, x31, x32, x33,
              y0, y1, y2, y3, DK, PREC)
     y0 = _head_rows(v_ptr, tok0, n, i_h, Hv, 0, 0, 16, DV, DV) * b0[:, None]
