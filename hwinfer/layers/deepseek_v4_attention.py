@@ -104,16 +104,8 @@ class Compressor(nn.Module):
 
     def entries(self, x: torch.Tensor, step: StepInfo, cache: dict | None) -> tuple[torch.Tensor, torch.Tensor]:
         """Compress the step's tokens; return every request's entries packed [sum E_i, dim] and
-        each request's first row [N] (from the store when there is a cache). A decode step
-        returns fixed-width slices instead, [N * W, dim] with W = ``entry_rows``' width (rows
-        past a request's count are arbitrary; callers bound reads by the count): no host value
-        but the batch's length bound, so the step can be captured in a CUDA graph."""
+        each request's first row [N] (from the store when there is a cache)."""
         new = self.update(x, step, cache)
-        if cache is not None and step.decode:
-            rows = self.entry_rows(step)
-            store = cache[self.name].flatten(0, 1)
-            keys = store.index_select(0, rows.clamp(min=0).flatten())
-            return keys, torch.arange(rows.shape[0], device=x.device) * rows.shape[1]
         counts = self.counts(step)
         starts = _exclusive_cumsum(counts, x.device)
         if cache is None:
@@ -129,12 +121,15 @@ class Compressor(nn.Module):
         the batch's host-side length bound // ratio and the counts come from the device lengths,
         so nothing here reads the device (under CUDA graphs W is the table's capacity)."""
         b = step.batch
-        counts = b.seq_lens.long() // self.ratio
-        w = torch.arange(b.seq_len_bound // self.ratio, device=counts.device)
-        valid = w[None] < counts[:, None]
-        pos = torch.where(valid, w[None] * self.ratio, 0)
-        reqs = torch.arange(counts.numel(), device=counts.device)[:, None].expand_as(pos)
-        return torch.where(valid, step.batch.rows_for(pos, reqs, self.ratio), -1)
+        key = ("v4_entry_rows", self.ratio)  # the same for every layer of this ratio
+        if key not in b.scratch:
+            counts = b.seq_lens.long() // self.ratio
+            w = torch.arange(b.seq_len_bound // self.ratio, device=counts.device)
+            valid = w[None] < counts[:, None]
+            pos = torch.where(valid, w[None] * self.ratio, 0)
+            reqs = torch.arange(counts.numel(), device=counts.device)[:, None].expand_as(pos)
+            b.scratch[key] = torch.where(valid, b.rows_for(pos, reqs, self.ratio), -1)
+        return b.scratch[key]
 
     def update(self, x: torch.Tensor, step: StepInfo, cache: dict | None) -> torch.Tensor | None:
         """Without a cache: every request's entries, packed. With one: store the new entries and
@@ -219,14 +214,24 @@ class Indexer(nn.Module):
         q = self.ops.apply_rope(self.wq_b(qr).view(t, self.heads, self.dim), cos, sin,
                                 start=self.dim - self.rope.dim, interleaved=True)
         weights = self.weights_proj(x).float() * self.heads ** -0.5
-        keys, starts = self.compressor.entries(x, step, cache)
+        rows = None
+        if cache is not None and step.decode:
+            # Decode scores the entry store in place through every request's entry rows at the
+            # batch's length bound (fixed width, no host value: CUDA graphs); padding rows -> 0.
+            self.compressor.update(x, step, cache)
+            width = step.batch.seq_len_bound // self.ratio
+            rows = self.compressor.entry_rows(step).clamp(min=0).flatten()
+            keys = cache[self.compressor.name].flatten(0, 1)
+            starts = torch.arange(step.batch.num_requests, device=x.device) * width
+        else:
+            keys, starts = self.compressor.entries(x, step, cache)
         base = starts[step.requests]
         end = base + (step.batch.positions + 1) // self.ratio
         # A host-side bound of the visible entries, so kernels size their scratch without a sync.
         bound = step.batch.seq_len_bound // self.ratio
         picks = self.ops.lightning_indexer(q, keys.to(q.dtype), weights, base.to(torch.int32),
                                            end.to(torch.int32), topk=self.topk, scale=self.dim ** -0.5,
-                                           max_len=bound)
+                                           max_len=bound, k_rows=rows)
         return torch.where(picks >= 0, picks.long() - base[:, None], -1)
 
 

@@ -153,6 +153,19 @@ def _context_rows(batch: ForwardBatch) -> tuple[torch.Tensor, torch.Tensor]:
     return batch.rows_for(positions, requests), batch.cu_seqlens_k
 
 
+def _decode_rows(batch: ForwardBatch) -> torch.Tensor:
+    """Decode: [N, W] global cache rows of positions 0..W-1 of every request, 0 past its length;
+    W is the batch's host-side length bound (the graph table's capacity under CUDA graphs), the
+    lengths come from the device. Built once per forward, shared by every indexer layer."""
+    if "mla_decode_rows" not in batch.scratch:
+        pos = torch.arange(batch.seq_len_bound, device=batch.positions.device)
+        valid = pos[None] < batch.seq_lens.long()[:, None]
+        reqs = torch.arange(batch.num_requests, device=pos.device)[:, None]
+        rows = batch.rows_for(torch.where(valid, pos[None], 0), reqs.expand(-1, pos.numel()))
+        batch.scratch["mla_decode_rows"] = torch.where(valid, rows, 0)
+    return batch.scratch["mla_decode_rows"]
+
+
 class MLAttention(nn.Module):
     """MLA self-attention with DSA token selection. x [T, H] -> [T, H].
 
@@ -200,18 +213,26 @@ class MLAttention(nn.Module):
         q = self.indexer.queries(q_latent, cos, sin)
         weights = self.indexer.head_weights(x)
         request = batch.request_of_token()
+        key_rows = None
         if cache is None:
-            rows, cu = None, batch.cu_seqlens
+            rows, start = None, batch.cu_seqlens[:-1].to(torch.int64)[request]
         else:
             store = cache["index_k"].flatten(0, 1)
             store.index_copy_(0, batch.token_rows(), keys.to(store.dtype))
-            rows, cu = _context_rows(batch)
-            keys = store.index_select(0, rows) if batch.has_prefix else keys
-        start = cu[:-1].to(torch.int64)[request]
+            if batch.is_decode:
+                # Score the store in place through fixed-width rows: no host value of the batch
+                # but its length bound, so the step can be captured in a CUDA graph.
+                rows = key_rows = _decode_rows(batch).flatten()
+                keys, start = store, request * batch.seq_len_bound
+            else:
+                rows, cu = _context_rows(batch)
+                keys = store.index_select(0, rows) if batch.has_prefix else keys
+                start = cu[:-1].to(torch.int64)[request]
         k_start = start.to(torch.int32)
         k_end = (start + batch.positions + 1).to(torch.int32)
         picked = self.ops.lightning_indexer(q, keys, weights, k_start, k_end, topk=self.c.index_topk,
-                                            scale=self.c.index_dim ** -0.5)
+                                            scale=self.c.index_dim ** -0.5, max_len=batch.seq_len_bound,
+                                            k_rows=key_rows)
         if rows is None:
             return picked
         return torch.where(picked >= 0, rows[picked.clamp(min=0).long()], -1).to(torch.int32)

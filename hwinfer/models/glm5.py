@@ -118,6 +118,10 @@ def add_layer_entries(layout: Layout, layer: nn.Module, prefix: str, ours: str, 
 
 
 class GlmMoeDsaForCausalLM(CausalLM):
+    # Decode reads no host value of the batch but its length bound: the DSA indexer scores the
+    # key store in place through fixed-width rows (hwinfer.engine.graphs).
+    graph_decode = True
+
     def __init__(self, config: dict[str, Any], ops: OpTable, dtype: torch.dtype) -> None:
         super().__init__()
         config = with_defaults(config, DEFAULTS)

@@ -102,6 +102,10 @@ class DecoderLayer(nn.Module):
 
 
 class HYV4ForCausalLM(CausalLM):
+    # Decode reads no host value of the batch but its length bound: the DSA indexer scores the
+    # key store in place through fixed-width rows (hwinfer.engine.graphs).
+    graph_decode = True
+
     def __init__(self, config: dict[str, Any], ops: OpTable, dtype: torch.dtype) -> None:
         super().__init__()
         _check_variant(config)

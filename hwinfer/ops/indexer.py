@@ -8,7 +8,7 @@ from hwinfer.ops.contract import EXACT, Case, Inputs, Tol, compare_tensor, defin
 
 def check_indexer_args(q: torch.Tensor, k: torch.Tensor, weights: torch.Tensor, k_start: torch.Tensor,
                        k_end: torch.Tensor, topk: int, op: str = "lightning_indexer",
-                       max_len: int | None = None) -> None:
+                       max_len: int | None = None, k_rows: torch.Tensor | None = None) -> None:
     """Validate shapes, dtypes and the key ranges (ValueError naming the problem)."""
     if q.dim() != 3:
         raise ValueError(f"{op}: q must be [T, Hi, Di], got shape {tuple(q.shape)}")
@@ -22,8 +22,15 @@ def check_indexer_args(q: torch.Tensor, k: torch.Tensor, weights: torch.Tensor, 
             raise ValueError(f"{op}: {name} must be an integer [T={t}] tensor, got {x.dtype} {tuple(x.shape)}")
     if not isinstance(topk, int) or topk < 1:
         raise ValueError(f"{op}: topk must be a positive int, not {topk!r}")
-    if t and (bool((k_start < 0).any()) or bool((k_end < k_start).any()) or int(k_end.max()) > k.shape[0]):
-        raise ValueError(f"{op}: key ranges must satisfy 0 <= k_start <= k_end <= N = {k.shape[0]}")
+    n_keys = k.shape[0]
+    if k_rows is not None:
+        if k_rows.dim() != 1 or k_rows.is_floating_point():
+            raise ValueError(f"{op}: k_rows must be a 1-D integer tensor, got {k_rows.dtype} {tuple(k_rows.shape)}")
+        if k_rows.numel() and (bool((k_rows < 0).any()) or int(k_rows.max()) >= k.shape[0]):
+            raise ValueError(f"{op}: k_rows must hold rows of k, 0 <= row < {k.shape[0]} (pad with 0)")
+        n_keys = k_rows.shape[0]
+    if t and (bool((k_start < 0).any()) or bool((k_end < k_start).any()) or int(k_end.max()) > n_keys):
+        raise ValueError(f"{op}: key ranges must satisfy 0 <= k_start <= k_end <= N = {n_keys}")
     if max_len is not None and t and int((k_end - k_start).max()) > max_len:
         raise ValueError(f"{op}: max_len={max_len} is below the widest key range "
                          f"{int((k_end - k_start).max())}")
@@ -40,7 +47,7 @@ def index_scores(q_t: torch.Tensor, keys: torch.Tensor, w_t: torch.Tensor, scale
 
 def lightning_indexer(q: torch.Tensor, k: torch.Tensor, weights: torch.Tensor, k_start: torch.Tensor,
                       k_end: torch.Tensor, *, topk: int, scale: float,
-                      max_len: int | None = None) -> torch.Tensor:
+                      max_len: int | None = None, k_rows: torch.Tensor | None = None) -> torch.Tensor:
     """Top-k keys per query by the lightning-indexer score.
 
     Score of query t against key row s (fp32): ``I[t, s] = sum_h weights[t, h] * ReLU(q[t, h] .
@@ -60,6 +67,11 @@ def lightning_indexer(q: torch.Tensor, k: torch.Tensor, weights: torch.Tensor, k
         max_len: None, or a host-side upper bound of ``k_end - k_start`` (never below it): lets a
             kernel size its scratch without reading the ranges back from the device, as a
             CUDA-graph-captured decode needs. It does not change the result.
+        k_rows: None, or [M] integer rows of ``k``: the keys are then ``k[k_rows]`` (key j is
+            row ``k_rows[j]``), read in place, so a paged cache store serves as ``k`` without a
+            gather. ``k_start`` / ``k_end`` and the returned indices then refer to these M keys.
+            Every entry must be a row of k (pad unused ones with 0: rows outside every query's
+            range are never scored).
 
     Returns: [T, topk] int32.
 
@@ -78,7 +90,9 @@ def lightning_indexer(q: torch.Tensor, k: torch.Tensor, weights: torch.Tensor, k
     2048. Engines (vLLM) fold ``scale * Hi^-0.5`` into the weights and pass ``scale = 1``.
     Ties: ReLU makes exact-zero scores common in random models (MODELS.md §9).
     """
-    check_indexer_args(q, k, weights, k_start, k_end, topk, max_len=max_len)
+    check_indexer_args(q, k, weights, k_start, k_end, topk, max_len=max_len, k_rows=k_rows)
+    if k_rows is not None:
+        k = k.index_select(0, k_rows.long())
     out = torch.full((q.shape[0], topk), -1, dtype=torch.int32, device=q.device)
     for t, (s0, s1) in enumerate(zip(k_start.tolist(), k_end.tolist())):
         if s1 <= s0:
@@ -98,6 +112,8 @@ def compare_index_sets(out: torch.Tensor, ref: torch.Tensor, inputs: Inputs, tol
     if torch.equal(o_sorted, r_sorted):
         return None
     q, k, w = (inputs[n].detach().cpu() for n in ("q", "k", "weights"))
+    if inputs.get("k_rows") is not None:
+        k = k.index_select(0, inputs["k_rows"].detach().cpu().long())
     starts, ends = inputs["k_start"].tolist(), inputs["k_end"].tolist()
     for t in (o_sorted != r_sorted).any(dim=1).nonzero().flatten().tolist():
         s0, s1 = starts[t], ends[t]
@@ -169,12 +185,36 @@ def _decode_case(positions: tuple[int, ...], heads: int, dim: int, topk: int, ra
     return make
 
 
+def _paged_decode_case(positions: tuple[int, ...], heads: int, dim: int, topk: int, ratio: int,
+                       width: int):
+    """Decode reading a paged store in place (``k_rows``): each request's entries lie in
+    scattered store rows, listed at a fixed ``width`` per request (0-padded past its count),
+    as a CUDA-graph decode lays them out."""
+    def make(gen, dtype, device):
+        counts = [(p + 1) // ratio for p in positions]
+        store = 3 * len(positions) * width
+        rows = torch.zeros(len(positions), width, dtype=torch.int64)
+        perm = torch.randperm(store, generator=gen)
+        for i, c in enumerate(counts):
+            rows[i, :c] = perm[i * width:i * width + c]
+        inputs = _qkw(gen, len(positions), store, heads, dim, dtype, device)
+        start = torch.arange(len(positions)) * width
+        inputs.update(k_start=start.to(device, torch.int32),
+                      k_end=(start + torch.tensor(counts)).to(device, torch.int32), topk=topk,
+                      max_len=width, k_rows=rows.flatten().to(device))
+        return inputs
+    return make
+
+
 LIGHTNING_INDEXER = define_op(
     lightning_indexer,
     cases=[
         Case("dsv4_csa_prefill", _dsv4_case((96,), 16, 128, 8)),
         Case("dsv4_csa_two_seqs", _dsv4_case((40, 57), 16, 64, 6)),
         Case("dsv4_decode", _decode_case((3, 17, 64, 130, 255, 9), 16, 128, 16)),
+        Case("paged_decode", _paged_decode_case((3, 17, 64, 130, 255, 9), 16, 128, 16, 4, 72)),
+        # GLM-5 DSA decode over every cached token (ratio 1) of three requests.
+        Case("paged_dsa_decode", _paged_decode_case((40, 199, 7), 32, 128, 64, 1, 208)),
         # 160 rows x 32 heads x 360 keys: large enough that chunked impls split the rows.
         Case("glm_dsa_chunk", _dsa_case(200, 160, 32, 128, 64)),
     ],

@@ -16,9 +16,11 @@ _LOGITS_BUDGET = 1 << 20  # fp32 elements of one chunk's [rows, Hi, keys] logits
 
 def lightning_indexer(q: torch.Tensor, k: torch.Tensor, weights: torch.Tensor, k_start: torch.Tensor,
                       k_end: torch.Tensor, *, topk: int, scale: float,
-                      max_len: int | None = None) -> torch.Tensor:
+                      max_len: int | None = None, k_rows: torch.Tensor | None = None) -> torch.Tensor:
     """Same contract as the reference: [T, Hi, Di] x [N, Di] -> [T, topk] int32, -1 padded."""
-    check_indexer_args(q, k, weights, k_start, k_end, topk, max_len=max_len)
+    check_indexer_args(q, k, weights, k_start, k_end, topk, max_len=max_len, k_rows=k_rows)
+    if k_rows is not None:  # host memory: one gather costs less than scattered reads per chunk
+        k = k.index_select(0, k_rows.long())
     t_total, heads, dim = q.shape
     out = torch.full((t_total, topk), -1, dtype=torch.int32, device=q.device)
     if t_total == 0:

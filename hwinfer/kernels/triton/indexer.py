@@ -27,10 +27,10 @@ import triton.language as tl
 
 
 @triton.jit
-def _index_scores_kernel(q_ptr, k_ptr, w_ptr, ks_ptr, ke_ptr, s_ptr, HI, DI, L, scale,
+def _index_scores_kernel(q_ptr, k_ptr, kr_ptr, w_ptr, ks_ptr, ke_ptr, s_ptr, HI, DI, L, scale,
                          stride_qt, stride_qh, stride_k, stride_wt, stride_st,
                          BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
-                         LOWP: tl.constexpr):
+                         LOWP: tl.constexpr, HAS_ROWS: tl.constexpr):
     nb = tl.program_id(0)
     t = tl.program_id(1).to(tl.int64)
     s0 = tl.load(ks_ptr + t).to(tl.int64)
@@ -44,7 +44,11 @@ def _index_scores_kernel(q_ptr, k_ptr, w_ptr, ks_ptr, ke_ptr, s_ptr, HI, DI, L, 
         ok = offs_n < n_vis
         q = tl.load(q_ptr + t * stride_qt + heads[:, None] * stride_qh + cols[None, :],
                     mask=hm[:, None] & cm[None, :], other=0.0).to(tl.float32)
-        kk = tl.load(k_ptr + (s0 + offs_n)[:, None] * stride_k + cols[None, :],
+        if HAS_ROWS:  # key j lives in row kr[j] of k (a paged store read in place)
+            rows = tl.load(kr_ptr + s0 + offs_n, mask=ok, other=0).to(tl.int64)
+        else:
+            rows = s0 + offs_n
+        kk = tl.load(k_ptr + rows[:, None] * stride_k + cols[None, :],
                      mask=ok[:, None] & cm[None, :], other=0.0).to(tl.float32)
         w = tl.load(w_ptr + t * stride_wt + heads, mask=hm, other=0.0).to(tl.float32)
         if LOWP:  # bf16 / fp16 MMA with fp32 accumulation (q and k are exact in the input type)
@@ -114,12 +118,14 @@ def _index_topk_kernel(s_ptr, ks_ptr, ke_ptr, out_ptr, T, TOPK, stride_st, strid
 
 def lightning_indexer(q: torch.Tensor, k: torch.Tensor, weights: torch.Tensor, k_start: torch.Tensor,
                       k_end: torch.Tensor, *, topk: int, scale: float, max_len: int | None = None,
-                      block_n: int | None = None, num_warps: int | None = None,
-                      topk_warps: int | None = None) -> torch.Tensor:
+                      k_rows: torch.Tensor | None = None, block_n: int | None = None,
+                      num_warps: int | None = None, topk_warps: int | None = None) -> torch.Tensor:
     """Triton lightning indexer: q [T, Hi, Di], k [N, Di], weights [T, Hi], k_start/k_end [T]
-    -> [T, topk] int32 (absolute rows of k, descending score, -1 padded).
+    -> [T, topk] int32 (absolute rows of k, or of k_rows when given; descending score, -1 padded).
 
     max_len: an upper bound on k_end - k_start (None: read from the tensors, one host sync).
+    k_rows: [M] rows of k holding the keys (read in place: the scoring program loads its block's
+    row ids, then those rows).
     Tuning: block_n keys per scoring program, num_warps (scoring), topk_warps (selection).
     """
     t_len, hi, di = q.shape
@@ -134,6 +140,7 @@ def lightning_indexer(q: torch.Tensor, k: torch.Tensor, weights: torch.Tensor, k
     q3 = q if q.stride(-1) == 1 else q.contiguous()
     k2 = k if k.stride(-1) == 1 else k.contiguous()
     w = weights if weights.stride(-1) == 1 else weights.contiguous()
+    kr = k_rows.to(torch.int32).contiguous() if k_rows is not None else ks  # ks: an unread stand-in
     bn = block_n or (128 if interp else 64)  # the interpreter pays per program: few, wide ones
     tb = 32 if interp else 1
     bh, bd = max(16, triton.next_power_of_2(hi)), max(16, triton.next_power_of_2(di))
@@ -144,9 +151,9 @@ def lightning_indexer(q: torch.Tensor, k: torch.Tensor, weights: torch.Tensor, k
     for a in range(0, t_len, rows_per_slice):
         z = min(t_len, a + rows_per_slice)
         _index_scores_kernel[(triton.cdiv(width, bn), z - a)](
-            q3[a:z], k2, w[a:z], ks[a:z], ke[a:z], scores, hi, di, width, scale,
+            q3[a:z], k2, kr, w[a:z], ks[a:z], ke[a:z], scores, hi, di, width, scale,
             q3.stride(0), q3.stride(1), k2.stride(0), w.stride(0), scores.stride(0),
-            BLOCK_H=bh, BLOCK_D=bd, BLOCK_N=bn, LOWP=lowp,
+            BLOCK_H=bh, BLOCK_D=bd, BLOCK_N=bn, LOWP=lowp, HAS_ROWS=k_rows is not None,
             num_warps=num_warps or (4 if bh * bn <= 4096 else 8))
         _index_topk_kernel[(triton.cdiv(z - a, tb),)](
             scores, ks[a:z], ke[a:z], out[a:z], z - a, topk, scores.stride(0), out.stride(0),
@@ -156,7 +163,7 @@ def lightning_indexer(q: torch.Tensor, k: torch.Tensor, weights: torch.Tensor, k
 
 def lightning_indexer_supported(q: torch.Tensor, k: torch.Tensor, weights: torch.Tensor,
                                 k_start: torch.Tensor, k_end: torch.Tensor, *, topk: int,
-                                **_: object) -> str | None:
+                                k_rows: torch.Tensor | None = None, **_: object) -> str | None:
     """Per-call check: top-k up to 2048 (one program's sort buffer), Hi <= 128, Di <= 256."""
     if q.dim() != 3 or k.dim() != 2 or weights.dim() != 2:
         return "expects q [T, Hi, Di], k [N, Di], weights [T, Hi]"
@@ -168,6 +175,8 @@ def lightning_indexer_supported(q: torch.Tensor, k: torch.Tensor, weights: torch
         return f"Hi={q.shape[1]} > 128 or Di={q.shape[2]} > 256"
     if k.shape[0] >= 2 ** 31:
         return "more than 2**31 key rows"
+    if k_rows is not None and (k_rows.dim() != 1 or k_rows.is_floating_point()):
+        return "k_rows must be a 1-D integer tensor"
     return None
 
 
@@ -175,14 +184,16 @@ def _aot_specs():
     from hwinfer.kernels.triton.aot import AotSpec
 
     specs = []
-    for dt, hi in (("bf16", 64), ("bf16", 32), ("fp32", 64)):
-        sig = {"q_ptr": f"*{dt}", "k_ptr": f"*{dt}", "w_ptr": f"*{dt}", "ks_ptr": "*i32",
+    for dt, hi, rows in (("bf16", 64, False), ("bf16", 64, True), ("bf16", 32, True), ("fp32", 64, False)):
+        sig = {"q_ptr": f"*{dt}", "k_ptr": f"*{dt}", "kr_ptr": "*i32", "w_ptr": f"*{dt}", "ks_ptr": "*i32",
                "ke_ptr": "*i32", "s_ptr": "*fp32", "HI": "i32", "DI": "i32", "L": "i32",
                "scale": "fp32", "stride_qt": "i32", "stride_qh": "i32", "stride_k": "i32",
                "stride_wt": "i32", "stride_st": "i32", "BLOCK_H": "constexpr",
-               "BLOCK_D": "constexpr", "BLOCK_N": "constexpr", "LOWP": "constexpr"}
-        specs.append(AotSpec(f"index_scores[{dt},h{hi}]", _index_scores_kernel, sig,
-                             {"BLOCK_H": hi, "BLOCK_D": 128, "BLOCK_N": 64, "LOWP": dt != "fp32"},
+               "BLOCK_D": "constexpr", "BLOCK_N": "constexpr", "LOWP": "constexpr",
+               "HAS_ROWS": "constexpr"}
+        specs.append(AotSpec(f"index_scores[{dt},h{hi}{',rows' if rows else ''}]", _index_scores_kernel, sig,
+                             {"BLOCK_H": hi, "BLOCK_D": 128, "BLOCK_N": 64, "LOWP": dt != "fp32",
+                              "HAS_ROWS": rows},
                              {"num_warps": 4 if hi * 64 <= 4096 else 8}))
     for kp in (512, 2048):
         sig = {"s_ptr": "*fp32", "ks_ptr": "*i32", "ke_ptr": "*i32", "out_ptr": "*i32", "T": "i32",
