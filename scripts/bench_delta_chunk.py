@@ -128,6 +128,9 @@ def main() -> None:
                 impls.append((f"triton_bv{bv}_bvo{bvo}_w{warps}",
                               lambda *a, _f=tri, _b=bv, _o=bvo, _w=warps, **kw:
                               _f(*a, block_v=_b, block_v_out=_o, num_warps=_w, **kw)))
+        if kind == "kda":  # the WY stage's other form of the diagonal blocks (kda_chunked(diag=))
+            impls.append(("triton_diag_product",
+                          lambda *a, _f=tri, **kw: _f(*a, diag="product", **kw)))
         if FLA:
             impls.append(("fla", fla_call(kind)))
         impls.append(("torch", getattr(torch_la, op)))

@@ -16,6 +16,8 @@
 #   bash scripts/device_issue6.sh v4        # DeepSeek-V4 syncs, eager host profile, kernels;
 #                                         # Kimi-Linear with graphs vs transformers
 #   bash scripts/device_issue6.sh wy        # chunked GDN / KDA: conformance, per kernel, vs fla
+#   bash scripts/device_issue6.sh next      # GLM-5 / HY4 graph decode on the card, indexer
+#                                         # k_rows, KDA diag="product" vs "span" vs fla
 #   bash scripts/device_issue6.sh diagnose  # model oracle + CUDA-graph tests on the GPU, then
 #                                         # the failures again under HWINFER_SHADOW=raise, which
 #                                         # names the first op whose kernel leaves its reference
@@ -119,6 +121,20 @@ elif [ "$phase" = wy ]; then
   timeout 330 python3 scripts/bench_delta_chunk.py --no-variants --shapes 1x16384,8x2048,1x4096 \
     --breakdown > "$out/bench_delta_chunk.csv" 2> "$out/bench_delta_chunk.err"
   echo "== bench_delta_chunk rc=$?"; grep -v "Warn\|warn" "$out/bench_delta_chunk.err" | tail -60
+elif [ "$phase" = next ]; then
+  # What the fifth session could not run for lack of device time: the graph decode of GLM-5 /
+  # HY4 (syncs, real capture), the indexer's k_rows form, KDA's product-form diagonal vs fla.
+  timeout 120 python3 scripts/find_syncs.py glm_moe_dsa hy_v4 deepseek_v4 > "$out/syncs.txt" 2>&1
+  echo "== find_syncs rc=$?"; grep -v "Warn\|warn" "$out/syncs.txt" | tail -12
+  HWINFER_TEST_DEVICE=cuda timeout 150 python3 -m pytest tests/engine/test_graphs.py -q -p no:cacheprovider \
+    -rf --tb=short > "$out/graphs_tests.txt" 2>&1
+  grep -E "^FAILED|passed|failed|Error" "$out/graphs_tests.txt" | cut -c1-600 | tail -12
+  timeout 100 python3 -m pytest tests/conformance --backend nvidia --strict -q -p no:cacheprovider \
+    -k "lightning_indexer or chunked" > "$out/conformance.txt" 2>&1
+  grep -E "passed|failed|FAILED" "$out/conformance.txt" | tail -8
+  timeout 200 python3 scripts/bench_delta_chunk.py --no-variants --kinds kda --shapes 1x16384,1x4096 \
+    --breakdown > "$out/bench_delta_chunk.csv" 2> "$out/bench_delta_chunk.err"
+  echo "== bench_delta_chunk rc=$?"; grep -v "Warn\|warn" "$out/bench_delta_chunk.err" | tail -40
 elif [ "$phase" = profile ]; then
   # Where the time goes in the models that trail transformers: kernels of one prefill step and of
   # decode steps (eager and graphs) at batch 1 and 32, then the chunked linear attention vs fla.

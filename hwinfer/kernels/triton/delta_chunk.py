@@ -166,7 +166,7 @@ def _tables(B: int, T: int, bounds: list[int] | None, device: torch.device):
 
 def _run(op: str, q, k, v, g, beta, initial_state, scale, use_qk_l2norm, cu_seqlens,
          per_channel: bool, block_v: int | None, block_v_out: int | None,
-         num_warps: int | None):
+         num_warps: int | None, diag: str = "span"):
     # The one host read of cu_seqlens (prefill is not graph-captured); validate a CPU copy.
     bounds = None if cu_seqlens is None else cu_seqlens.tolist()
     n = check_inputs(op, q, k, v, g, beta, initial_state,
@@ -175,6 +175,8 @@ def _run(op: str, q, k, v, g, beta, initial_state, scale, use_qk_l2norm, cu_seql
     reason = delta_chunk_supported(q, k, v, g, beta, initial_state)
     if reason is not None:
         raise ValueError(f"{op} (triton): {reason}")
+    if diag not in ("span", "product"):
+        raise ValueError(f"{op} (triton): diag must be 'span' or 'product', got {diag!r}")
     B, T, Hk, Dk = k.shape
     Hv, Dv = v.shape[2], v.shape[3]
     q, k, v, g, beta = (t.contiguous() for t in (q, k, v, g, beta))
@@ -216,7 +218,7 @@ def _run(op: str, q, k, v, g, beta, initial_state, scale, use_qk_l2norm, cu_seql
     if nc:
         _wy_kernel[(nc, Hv)](q, k, v, g, beta, w, u, a, kg, ge, chunks, Hk, Hv, scale, L2NORM_EPS,
                              DK=Dk, DV=Dv, PER_CHANNEL=per_channel, USE_L2NORM=l2, PREC=prec,
-                             num_warps=warps_wy)
+                             DIAG_PRODUCT=per_channel and diag == "product", num_warps=warps_wy)
     _state_kernel[(n * Hv, Dv // bv_state)](
         kg, ge, w, u, h0 if h0 is not None else ht, hs, d, ht, seqs, Hv,
         DK=Dk, DV=Dv, BV=bv_state, PER_CHANNEL=per_channel, HAS_H0=h0 is not None, PREC=prec,
@@ -249,11 +251,14 @@ def kda_chunked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tens
                 scale: float | None = None, use_qk_l2norm: bool = True,
                 cu_seqlens: torch.Tensor | None = None, chunk_size: int = 64,
                 block_v: int | None = None, block_v_out: int | None = None,
-                num_warps: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                num_warps: int | None = None, diag: str = "span") -> tuple[torch.Tensor, torch.Tensor]:
     """Triton ``kda_chunked``: as :func:`gdn_chunked` with g [B, T, Hv, Dk] (a log-decay per
-    key channel)."""
+    key channel). ``diag``: how the WY stage forms the decayed 16 x 16 diagonal blocks, "span"
+    (a loop over columns, each with its span's cumulative sum; measured on the H200) or
+    "product" (a loop over rows with a running product of per-token decays; fewer
+    exponentials, exact in the interpreter, not yet timed on a GPU)."""
     return _run("kda_chunked", q, k, v, g, beta, initial_state, scale, use_qk_l2norm,
-                cu_seqlens, True, block_v, block_v_out, num_warps)
+                cu_seqlens, True, block_v, block_v_out, num_warps, diag)
 
 
 def _aot_specs():
@@ -272,9 +277,11 @@ def _aot_specs():
                   "tab_ptr": "*i32", "Hk": "i32",
                   "Hv": "i32", "scale": "fp32", "eps": "fp32", "DK": "constexpr",
                   "DV": "constexpr", "PER_CHANNEL": "constexpr", "USE_L2NORM": "constexpr",
-                  "PREC": "constexpr"}
-            specs.append(AotSpec(f"delta_chunk_wy[{kind},{dtype},{d}]", _wy_kernel, wy, flags,
-                                 {"num_warps": 8 if per_channel else 4}))
+                  "PREC": "constexpr", "DIAG_PRODUCT": "constexpr"}
+            for product in ((False, True) if per_channel else (False,)):
+                specs.append(AotSpec(f"delta_chunk_wy[{kind},{dtype},{d}{',product' if product else ''}]",
+                                     _wy_kernel, wy, {**flags, "DIAG_PRODUCT": product},
+                                     {"num_warps": 8 if per_channel else 4}))
             st = {"kg_ptr": half, "ge_ptr": f32, "w_ptr": half, "u_ptr": f32, "h0_ptr": f32,
                   "hs_ptr": f32, "d_ptr": f32, "ht_ptr": f32, "seq_ptr": "*i32", "Hv": "i32",
                   "DK": "constexpr", "DV": "constexpr", "BV": "constexpr",

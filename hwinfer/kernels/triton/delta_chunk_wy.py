@@ -11,7 +11,8 @@ four 16-row tiles (register tensors cannot be sliced, so each tile is its own va
    (i, j)), never the difference of two cumulative sums, which cancels at strong decay. GDN
    applies the exponent after the matmul; KDA (a decay per channel, which does not factor
    out of the sum) splits it, ``e^{L_i} e^{T_between + S_j}``, for off-diagonal blocks, and
-   loops over the 16 columns of a diagonal block with the span's own cumulative sum;
+   loops over the 16 columns of a diagonal block with the span's own cumulative sum (or, with
+   ``DIAG_PRODUCT``, over its 16 rows with a running product of the per-token decays);
 3. inverts ``I + A`` (unit lower triangular): forward substitution inside each diagonal block,
    then the off-diagonal blocks from ``X_ij = -X_ii sum_{j<=m<i} A_im X_mj``;
 4. writes ``w = X (beta k e^G)`` [64, Dk] and ``u = X (beta v)`` [64, Dv]; the chunk's deltas
@@ -80,10 +81,12 @@ def _g_rows(g_ptr, tok0, n, i_h, Hv, R0: tl.constexpr, NR: tl.constexpr, DK: tl.
 @triton.jit
 def _tile(q_ptr, k_ptr, g_ptr, b_ptr, tok0, n, i_h, i_hk, Hk, Hv, scale, eps,
           R0: tl.constexpr, DK: tl.constexpr, PER_CHANNEL: tl.constexpr,
-          USE_L2NORM: tl.constexpr, PREC: tl.constexpr):
+          USE_L2NORM: tl.constexpr, PREC: tl.constexpr, DIAG_PRODUCT: tl.constexpr):
     """One 16-row tile: q (KDA only, else 0), k, beta; its log-decays as sums of g over spans
     inside the tile, L (rows <= t), S (rows > t) and T (all rows); and its diagonal blocks
-    (k k^T decayed, strictly lower; KDA: q k^T decayed, lower)."""
+    (k k^T decayed, strictly lower; KDA: q k^T decayed, lower). KDA's diagonal blocks come
+    from a loop over columns (a span sum per column) or, with DIAG_PRODUCT, over rows (a
+    running product of per-token decays)."""
     r = R0 + tl.arange(0, 16)
     tok = tok0 + r
     cols = tl.arange(0, DK)
@@ -103,7 +106,11 @@ def _tile(q_ptr, k_ptr, g_ptr, b_ptr, tok0, n, i_h, i_hk, Hk, Hv, scale, eps,
     # end: a sum of its own terms, not T - L, which would cancel.
     gs = _g_rows(g_ptr, tok0 + 1, tl.minimum(n - 1, R0 + 15), i_h, Hv, R0, 16, DK, PER_CHANNEL)
     S = tl.cumsum(gs, axis=0, reverse=True)
-    if PER_CHANNEL:
+    if PER_CHANNEL and DIAG_PRODUCT:
+        q = _qk_rows(q_ptr, tok0, n, i_hk, Hk, scale, eps, R0, 16, DK, USE_L2NORM)
+        akk, aqk = _diag_product(q_ptr, k_ptr, g_ptr, k, rn, tok0, n, i_h, i_hk, Hk, Hv, scale,
+                                 eps, R0, DK, USE_L2NORM)
+    elif PER_CHANNEL:
         q = _qk_rows(q_ptr, tok0, n, i_hk, Hk, scale, eps, R0, 16, DK, USE_L2NORM)
         # Column c of the diagonal blocks: the exponent sum_{c < u <= t} g_u of row t >= c is
         # its own cumulative sum (differences of cumulative sums lose precision at strong
@@ -129,6 +136,36 @@ def _tile(q_ptr, k_ptr, g_ptr, b_ptr, tok0, n, i_h, i_hk, Hk, Hv, scale, eps,
         akk = tl.dot(k, tl.trans(k), input_precision=PREC) * e
         aqk = akk
     return q, k, b, L, S, T, akk, aqk
+
+
+@triton.jit
+def _diag_product(q_ptr, k_ptr, g_ptr, k, rn, tok0, n, i_h, i_hk, Hk, Hv, scale, eps,
+                  R0: tl.constexpr, DK: tl.constexpr, USE_L2NORM: tl.constexpr):
+    """KDA's diagonal 16 x 16 blocks of one tile, row by row: ``dec[s]`` holds
+    ``e^{g_{s+1} + .. + g_t}`` per channel for the rows s <= t seen so far (0 for rows not yet
+    reached), updated by one multiply with ``e^{g_t}`` per row. A product of factors <= 1: no
+    cancellation and no overflow whatever the decay, 16 exponentials of [DK] per tile instead
+    of a [16, DK] cumulative sum and exponential per column. k [16, DK] is the tile's normalised
+    keys, rn their inverse norms. Returns (k k^T decayed, strictly lower; q k^T decayed, lower)."""
+    cols = tl.arange(0, DK)
+    c16 = tl.arange(0, 16)
+    akk = tl.zeros([16, 16], dtype=tl.float32)
+    aqk = tl.zeros([16, 16], dtype=tl.float32)
+    dec = tl.zeros([16, DK], dtype=tl.float32)
+    for t in range(0, tl.minimum(n - R0, 16)):   # rows past the chunk's end stay 0
+        tok = tok0 + R0 + t
+        kt = tl.load(k_ptr + (tok * Hk + i_hk) * DK + cols).to(tl.float32)
+        qt = tl.load(q_ptr + (tok * Hk + i_hk) * DK + cols).to(tl.float32)
+        gt = tl.load(g_ptr + (tok * Hv + i_h) * DK + cols).to(tl.float32)
+        if USE_L2NORM:
+            qt = qt * tl.rsqrt(tl.sum(qt * qt, axis=0) + eps)
+        qt = qt * scale
+        rn_t = tl.sum(tl.where(c16 == t, rn, 0.0), axis=0)
+        dec = dec * tl.exp(gt)[None, :]
+        akk = tl.where(c16[:, None] == t, (tl.sum(dec * k * kt[None, :], axis=1) * rn_t)[None, :], akk)
+        dec = tl.where(c16[:, None] == t, 1.0, dec)
+        aqk = tl.where(c16[:, None] == t, tl.sum(dec * k * qt[None, :], axis=1)[None, :], aqk)
+    return akk, aqk
 
 
 @triton.jit
@@ -209,20 +246,24 @@ def _wy_rows(ptr, tok0, n, i_h, H, x00, x10, x11, x20, x21, x22, x30, x31, x32, 
 @triton.jit
 def _wy_kernel(q_ptr, k_ptr, v_ptr, g_ptr, b_ptr, w_ptr, u_ptr, a_ptr, kg_ptr, ge_ptr, tab_ptr,
                Hk, Hv, scale, eps, DK: tl.constexpr, DV: tl.constexpr, PER_CHANNEL: tl.constexpr,
-               USE_L2NORM: tl.constexpr, PREC: tl.constexpr):
+               USE_L2NORM: tl.constexpr, PREC: tl.constexpr, DIAG_PRODUCT: tl.constexpr = False):
     i_c = tl.program_id(0)
     i_h = tl.program_id(1)
     i_hk = i_h // (Hv // Hk)
     tok0 = tl.load(tab_ptr + 2 * i_c).to(tl.int64)
     n = tl.load(tab_ptr + 2 * i_c + 1)
     q0, k0, b0, L0, S0, T0, a00, p00 = _tile(q_ptr, k_ptr, g_ptr, b_ptr, tok0, n, i_h, i_hk, Hk, Hv,
-                                             scale, eps, 0, DK, PER_CHANNEL, USE_L2NORM, PREC)
+                                             scale, eps, 0, DK, PER_CHANNEL, USE_L2NORM, PREC,
+                                             DIAG_PRODUCT)
     q1, k1, b1, L1, S1, T1, a11, p11 = _tile(q_ptr, k_ptr, g_ptr, b_ptr, tok0, n, i_h, i_hk, Hk, Hv,
-                                             scale, eps, 16, DK, PER_CHANNEL, USE_L2NORM, PREC)
+                                             scale, eps, 16, DK, PER_CHANNEL, USE_L2NORM, PREC,
+                                             DIAG_PRODUCT)
     q2, k2, b2, L2, S2, T2, a22, p22 = _tile(q_ptr, k_ptr, g_ptr, b_ptr, tok0, n, i_h, i_hk, Hk, Hv,
-                                             scale, eps, 32, DK, PER_CHANNEL, USE_L2NORM, PREC)
+                                             scale, eps, 32, DK, PER_CHANNEL, USE_L2NORM, PREC,
+                                             DIAG_PRODUCT)
     q3, k3, b3, L3, S3, T3, a33, p33 = _tile(q_ptr, k_ptr, g_ptr, b_ptr, tok0, n, i_h, i_hk, Hk, Hv,
-                                             scale, eps, 48, DK, PER_CHANNEL, USE_L2NORM, PREC)
+                                             scale, eps, 48, DK, PER_CHANNEL, USE_L2NORM, PREC,
+                                             DIAG_PRODUCT)
     # Every decay below is a sum of g over one span (never a difference of two cumulative sums,
     # which cancels badly when the decay is strong): tile totals T, in-tile L / S.
     none = T0 * 0.0
