@@ -123,18 +123,22 @@ elif [ "$phase" = wy ]; then
   echo "== bench_delta_chunk rc=$?"; grep -v "Warn\|warn" "$out/bench_delta_chunk.err" | tail -60
 elif [ "$phase" = next ]; then
   # What the fifth session could not run for lack of device time: the graph decode of GLM-5 /
-  # HY4 (syncs, real capture), the indexer's k_rows form, KDA's product-form diagonal vs fla.
+  # HY4 (syncs, real capture), the indexer's k_rows form, the compressor step's in-place form
+  # (V4 decode), KDA's product-form diagonal vs fla; then V4 decode speed again.
   timeout 120 python3 scripts/find_syncs.py glm_moe_dsa hy_v4 deepseek_v4 > "$out/syncs.txt" 2>&1
   echo "== find_syncs rc=$?"; grep -v "Warn\|warn" "$out/syncs.txt" | tail -12
   HWINFER_TEST_DEVICE=cuda timeout 150 python3 -m pytest tests/engine/test_graphs.py -q -p no:cacheprovider \
     -rf --tb=short > "$out/graphs_tests.txt" 2>&1
   grep -E "^FAILED|passed|failed|Error" "$out/graphs_tests.txt" | cut -c1-600 | tail -12
   timeout 100 python3 -m pytest tests/conformance --backend nvidia --strict -q -p no:cacheprovider \
-    -k "lightning_indexer or chunked" > "$out/conformance.txt" 2>&1
+    -k "lightning_indexer or chunked or kv_compress_step" > "$out/conformance.txt" 2>&1
   grep -E "passed|failed|FAILED" "$out/conformance.txt" | tail -8
   timeout 200 python3 scripts/bench_delta_chunk.py --no-variants --kinds kda --shapes 1x16384,1x4096 \
     --breakdown > "$out/bench_delta_chunk.csv" 2> "$out/bench_delta_chunk.err"
   echo "== bench_delta_chunk rc=$?"; grep -v "Warn\|warn" "$out/bench_delta_chunk.err" | tail -40
+  timeout 150 python3 scripts/bench_model.py --preset deepseek-v4-flash --layers 4 --batch 1,32 \
+    --prompt 1024 --new 32 --no-hf --no-eager --csv "$out/model.csv" > "$out/bench_model_dsv4.txt" 2>&1
+  grep "^{\|Error" "$out/bench_model_dsv4.txt" | tail -4
 elif [ "$phase" = profile ]; then
   # Where the time goes in the models that trail transformers: kernels of one prefill step and of
   # decode steps (eager and graphs) at batch 1 and 32, then the chunked linear attention vs fla.

@@ -173,23 +173,17 @@ class Compressor(nn.Module):
                                     rope_dim=self.rope.dim)
 
     def _step(self, kv: torch.Tensor, score: torch.Tensor, step: StepInfo, cache: dict) -> None:
-        ring_kv, ring_score = cache[f"{self.name}_kv"], cache[f"{self.name}_score"]
-        b, m, rows = step.batch, self.ratio, ring_kv.shape[1]
-        pos = b.positions
-        start = (pos // m) * m
-        entries, _, new_kv, new_score = self.ops.kv_compress_step(
-            kv, score, pos, ring_kv[b.slots], ring_score[b.slots], self.ape, self.norm.weight, ratio=m,
-            overlap=self.overlap, eps=self.eps, rope=self.rope.tables(self.ops, start), rope_dim=self.rope.dim)
+        """One token per request, in place: the op writes the token's ring row into the pool
+        and, where a window closes, its entry into the store row of the window's first
+        position. Which rows change is decided on the device (CUDA graphs)."""
+        b, m = step.batch, self.ratio
+        start = (b.positions // m) * m
         req = torch.arange(b.num_requests, device=kv.device)
-        ring_kv[b.slots, pos % rows] = new_kv[req, pos % rows]
-        ring_score[b.slots, pos % rows] = new_score[req, pos % rows]
-        # Every request writes its window's entry row; one whose window is still open writes back
-        # what the row holds. A device-side choice: no host value decides which rows change, so
-        # the step is the same kernels whatever the positions (CUDA graphs).
-        closed = ((pos + 1) % m == 0)[:, None]
-        store = cache[self.name].flatten(0, 1)
-        dest = b.rows_for(start, req, m)
-        store[dest] = torch.where(closed, entries.to(store.dtype), store[dest])
+        self.ops.kv_compress_step(
+            kv, score, b.positions, cache[f"{self.name}_kv"], cache[f"{self.name}_score"], self.ape,
+            self.norm.weight, ratio=m, overlap=self.overlap, eps=self.eps,
+            rope=self.rope.tables(self.ops, start), rope_dim=self.rope.dim, state_slots=b.slots,
+            entry_store=cache[self.name].flatten(0, 1), entry_rows=b.rows_for(start, req, m))
 
 
 class Indexer(nn.Module):

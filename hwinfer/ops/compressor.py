@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import torch
 
-from hwinfer.ops.contract import Case, Tol, define_op, randint, randn
+from hwinfer.ops.contract import Case, Tol, define_op, randint, randn, slot_rows
 from hwinfer.ops.rope import DSV4_COMPRESS_YARN, rope_tables
 
 RopeTables = tuple[torch.Tensor, torch.Tensor]
@@ -143,7 +143,9 @@ def kv_compress(kv: torch.Tensor, score: torch.Tensor, ape: torch.Tensor, norm_w
 def kv_compress_step(kv: torch.Tensor, score: torch.Tensor, positions: torch.Tensor,
                      state_kv: torch.Tensor, state_score: torch.Tensor, ape: torch.Tensor,
                      norm_weight: torch.Tensor, *, ratio: int, overlap: bool, eps: float,
-                     rope: RopeTables | None = None, rope_dim: int = 64
+                     rope: RopeTables | None = None, rope_dim: int = 64,
+                     state_slots: torch.Tensor | None = None, entry_store: torch.Tensor | None = None,
+                     entry_rows: torch.Tensor | None = None,
                      ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """One token per request: store it in the request's state ring, emit an entry on window close.
 
@@ -174,14 +176,30 @@ def kv_compress_step(kv: torch.Tensor, score: torch.Tensor, positions: torch.Ten
         rope: (cos, sin) fp32 [B, rope_dim/2] at each request's entry position ``(p // m) * m``,
             or None.
 
+        state_slots: None, or [B] integer: the in-place form of the rings. ``state_kv`` /
+            ``state_score`` are then the engine's pools [S, R, c*D] fp32 (contiguous), request b
+            uses ring ``state_slots[b]``, its one new row is written there in place and the
+            returned states are the pools themselves. A repeated slot (padding rows of a
+            fixed-size batch) gets one of the results.
+        entry_store, entry_rows: None, or the cache write fused in: a contiguous-row store
+            [E, D] (any float dtype) and [B] integer rows; an emitted entry is written to row
+            ``entry_rows[b]`` (cast to the store's dtype) in place, the rows of requests that
+            emit nothing are left as they are. Rows of different requests must differ (padding
+            rows nobody reads excepted).
+
     Returns: ``(entries [B, D] kv.dtype, emitted [B] bool, new_state_kv, new_state_score)``, the
-    states fp32 [B, R, c*D] copies with the one row per request replaced.
+    states fp32 [B, R, c*D] copies with the one row per request replaced (the pools with
+    ``state_slots``).
 
     DeepSeek-V4 use: the decode / chunked-prefill path of every compressor in :func:`kv_compress`
     (transformers keeps ``buffer_kv``/``buffer_gate`` and ``overlap_kv``/``overlap_gate`` in
     ``DeepseekV4HCACache``/``DeepseekV4CSACache`` instead; vLLM and SGLang keep position-indexed
     rings of 8/128 rows, doubled for speculative decoding; ENGINES.md §2.2).
     """
+    if state_slots is not None or entry_store is not None:
+        return step_in_place(kv_compress_step, kv, score, positions, state_kv, state_score, ape,
+                             norm_weight, state_slots, entry_store, entry_rows, ratio=ratio,
+                             overlap=overlap, eps=eps, rope=rope, rope_dim=rope_dim)
     c, d = check_compress_args(kv, score, ape, norm_weight, ratio, overlap, rope, rope_dim,
                                kv.shape[0] if kv.dim() == 2 else -1, "kv_compress_step")
     check_step_state(kv, positions, state_kv, state_score, ratio, c, "kv_compress_step")
@@ -211,6 +229,65 @@ def kv_compress_step(kv: torch.Tensor, score: torch.Tensor, positions: torch.Ten
     return entries.to(kv.dtype), emitted, new_kv, new_score
 
 
+def check_in_place(kv: torch.Tensor, state_kv: torch.Tensor, state_score: torch.Tensor,
+                   state_slots: torch.Tensor | None, entry_store: torch.Tensor | None,
+                   entry_rows: torch.Tensor | None, d: int, op: str = "kv_compress_step") -> None:
+    """Validate the in-place forms' pools, slots, store and rows (shapes only: no host read)."""
+    b = kv.shape[0]
+    if state_slots is not None:
+        if state_slots.dim() != 1 or state_slots.shape[0] != b or state_slots.is_floating_point():
+            raise ValueError(f"{op}: state_slots must be an integer [B={b}] tensor, got "
+                             f"{state_slots.dtype} {tuple(state_slots.shape)}")
+        for name, pool in (("state_kv", state_kv), ("state_score", state_score)):
+            if pool.dim() != 3 or pool.dtype != torch.float32 or not pool.is_contiguous():
+                raise ValueError(f"{op}: with state_slots, {name} must be a contiguous fp32 pool "
+                                 f"[S, R, c*D], got {pool.dtype} {tuple(pool.shape)}")
+        if state_score.shape != state_kv.shape or state_kv.shape[2] != kv.shape[1]:
+            raise ValueError(f"{op}: pools {tuple(state_kv.shape)} / {tuple(state_score.shape)} do not "
+                             f"match each other or c*D = {kv.shape[1]}")
+    if (entry_store is None) != (entry_rows is None):
+        raise ValueError(f"{op}: entry_store and entry_rows go together")
+    if entry_store is not None:
+        if entry_store.dim() != 2 or entry_store.shape[1] != d or entry_store.stride(1) != 1 \
+                or not entry_store.is_floating_point():
+            raise ValueError(f"{op}: entry_store must be a float [E, D={d}] tensor with contiguous "
+                             f"rows, got {entry_store.dtype} {tuple(entry_store.shape)}")
+        if entry_rows.dim() != 1 or entry_rows.shape[0] != b or entry_rows.is_floating_point():
+            raise ValueError(f"{op}: entry_rows must be an integer [B={b}] tensor, got "
+                             f"{entry_rows.dtype} {tuple(entry_rows.shape)}")
+
+
+def step_in_place(fn, kv, score, positions, state_kv, state_score, ape, norm_weight, state_slots,
+                  entry_store, entry_rows, **kw):
+    """The in-place forms of ``kv_compress_step`` through its plain form ``fn``: gather the
+    requests' rings from the pools, run, write the rings back; write each emitted entry into
+    the store by a device-side choice (a request that emits nothing writes its row's own
+    content back), so nothing here reads the device."""
+    d = kv.shape[1] // (2 if kw["overlap"] else 1)
+    check_in_place(kv, state_kv, state_score, state_slots, entry_store, entry_rows, d)
+    if state_slots is not None:
+        rows = slot_rows("kv_compress_step", state_slots, state_kv)
+        entries, emitted, new_kv, new_score = fn(kv, score, positions, state_kv.index_select(0, rows),
+                                                 state_score.index_select(0, rows), ape, norm_weight, **kw)
+        state_kv.index_copy_(0, rows, new_kv)
+        state_score.index_copy_(0, rows, new_score)
+        new_kv, new_score = state_kv, state_score
+    else:
+        entries, emitted, new_kv, new_score = fn(kv, score, positions, state_kv, state_score, ape,
+                                                 norm_weight, **kw)
+    if entry_store is not None:
+        dest = entry_rows.to(device=entry_store.device, dtype=torch.int64)
+        entry_store[dest] = torch.where(emitted[:, None], entries.to(entry_store.dtype), entry_store[dest])
+    return entries, emitted, new_kv, new_score
+
+
+def check_ring_rows(rows: int, c: int, ratio: int, op: str = "kv_compress_step") -> None:
+    """A ring must hold every row an emission reads (>= c*m) and align with windows (% m)."""
+    if rows < c * ratio or rows % ratio:
+        raise ValueError(f"{op}: state ring of {rows} rows is too small or misaligned: it needs >= c*m = "
+                         f"{c * ratio} rows and a multiple of m = {ratio}")
+
+
 def check_step_state(kv: torch.Tensor, positions: torch.Tensor, state_kv: torch.Tensor,
                      state_score: torch.Tensor, ratio: int, c: int, op: str) -> None:
     """Validate the step form's positions and state ring (shapes, dtype, ring size)."""
@@ -225,10 +302,7 @@ def check_step_state(kv: torch.Tensor, positions: torch.Tensor, state_kv: torch.
             raise ValueError(f"{op}: {name} must be fp32, got {s.dtype}")
     if state_score.shape != state_kv.shape:
         raise ValueError(f"{op}: state_score shape {tuple(state_score.shape)} != state_kv {tuple(state_kv.shape)}")
-    rows = state_kv.shape[1]
-    if rows < c * ratio or rows % ratio:
-        raise ValueError(f"{op}: state ring of {rows} rows is too small or misaligned: it needs >= c*m = "
-                         f"{c * ratio} rows and a multiple of m = {ratio}")
+    check_ring_rows(state_kv.shape[1], c, ratio, op)
     if b and int(positions.min()) < 0:
         raise ValueError(f"{op}: positions must be >= 0")
 
@@ -263,7 +337,10 @@ def _whole_case(t: int, d: int, ratio: int, overlap: bool, rope_dim: int | None)
     return make
 
 
-def _step_case(b: int, d: int, ratio: int, overlap: bool, rows: int, rope_dim: int | None):
+def _step_case(b: int, d: int, ratio: int, overlap: bool, rows: int, rope_dim: int | None,
+               in_place: bool = False):
+    """``in_place``: the engine's form, rings in a pool with spare slots (a scattered subset in
+    use) and the emitted entries written into a store at scattered rows."""
     def make(gen, dtype, device):
         c = 2 if overlap else 1
         # Half the requests sit on a window's last slot (they emit), one of them in window 0.
@@ -279,6 +356,13 @@ def _step_case(b: int, d: int, ratio: int, overlap: bool, rows: int, rope_dim: i
         if rope_dim:
             inputs["rope"] = compress_rope((pos // ratio) * ratio, rope_dim, device=device)
             inputs["rope_dim"] = rope_dim
+        if in_place:
+            spare = 3
+            for name in ("state_kv", "state_score"):
+                inputs[name] = randn(gen, b + spare, rows, c * d, dtype=torch.float32, device=device)
+            inputs["state_slots"] = torch.randperm(b + spare, generator=gen)[:b].to(device)
+            inputs["entry_store"] = randn(gen, 4 * b, d, dtype=dtype, device=device)
+            inputs["entry_rows"] = torch.randperm(4 * b, generator=gen)[:b].to(device)
         return inputs
     return make
 
@@ -303,9 +387,14 @@ KV_COMPRESS_STEP = define_op(
         Case("csa_indexer_d128_ring16", _step_case(5, 128, 4, True, 16, 64)),
         Case("hca_m128_d128_ring256", _step_case(4, 128, 128, False, 256, 64)),
         Case("hca_m8_d64_norope", _step_case(5, 64, 8, False, 8, None)),
+        # The engine's decode: rings updated in the pool, entries written into the cache store.
+        Case("csa_m4_d512_in_place", _step_case(6, 512, 4, True, 8, 64, in_place=True)),
+        Case("hca_m8_d64_in_place", _step_case(5, 64, 8, False, 16, None, in_place=True)),
     ],
     tolerance=_TOL,
+    mutates=("state_kv", "state_score", "entry_store"),
 )
 
-__all__ = ["kv_compress", "kv_compress_step", "check_compress_args", "check_step_state", "norm_and_rope",
-           "compress_rope"]
+__all__ = ["kv_compress", "kv_compress_step", "check_compress_args", "check_step_state", "check_in_place",
+           "check_ring_rows",
+           "step_in_place", "norm_and_rope", "compress_rope"]

@@ -181,7 +181,8 @@ def run_item(item: Item, device: torch.device, base_seed: int) -> Outcome:
         reason = check(**inputs)
         if reason is not None:
             return Outcome("skip", f"per-call check refuses this case: {reason}")
-    ref = item.op.reference(**_clone_tensors(inputs))
+    ref_inputs = _clone_tensors(inputs)
+    ref = item.op.reference(**ref_inputs)
     snap = _snapshot(inputs)
     start = time.perf_counter()
     with poisoned_allocations():
@@ -192,6 +193,14 @@ def run_item(item: Item, device: torch.device, base_seed: int) -> Outcome:
         return Outcome("fail", f"impl modified its input(s) {', '.join(changed)}", elapsed)
     tol = item.op.tol(item.dtype)
     msg = item.op.compare(out, ref, inputs, tol) if item.op.compare else compare_outputs(out, ref, tol)
+    # In-place forms: what the impl left in each input it may mutate must match what the
+    # reference left in its own copy (a store written only in place is checked nowhere else).
+    for name in () if msg else item.op.mutates:
+        if isinstance(inputs.get(name), torch.Tensor):
+            bad = compare_outputs(inputs[name], ref_inputs[name], tol)
+            if bad:
+                msg = f"in-place input {name}: {bad}"
+                break
     return Outcome("fail" if msg else "pass", msg or "", elapsed)
 
 

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import torch
 
-from hwinfer.ops.compressor import RopeTables, check_compress_args, check_step_state, norm_and_rope
+from hwinfer.ops.compressor import (
+    RopeTables, check_compress_args, check_step_state, norm_and_rope, step_in_place,
+)
 
 # Windows are pooled in chunks of about this many fp32 elements per operand: large enough to
 # amortise op dispatch, small enough that the temporaries stay in cache and off mmap'd pages
@@ -68,9 +70,16 @@ def kv_compress(kv: torch.Tensor, score: torch.Tensor, ape: torch.Tensor, norm_w
 def kv_compress_step(kv: torch.Tensor, score: torch.Tensor, positions: torch.Tensor,
                      state_kv: torch.Tensor, state_score: torch.Tensor, ape: torch.Tensor,
                      norm_weight: torch.Tensor, *, ratio: int, overlap: bool, eps: float,
-                     rope: RopeTables | None = None, rope_dim: int = 64
+                     rope: RopeTables | None = None, rope_dim: int = 64,
+                     state_slots: torch.Tensor | None = None, entry_store: torch.Tensor | None = None,
+                     entry_rows: torch.Tensor | None = None,
                      ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Same contract as :func:`hwinfer.ops.compressor.kv_compress_step`."""
+    """Same contract as :func:`hwinfer.ops.compressor.kv_compress_step` (the in-place forms
+    through the shared gather / write-back)."""
+    if state_slots is not None or entry_store is not None:
+        return step_in_place(kv_compress_step, kv, score, positions, state_kv, state_score, ape,
+                             norm_weight, state_slots, entry_store, entry_rows, ratio=ratio,
+                             overlap=overlap, eps=eps, rope=rope, rope_dim=rope_dim)
     c, d = check_compress_args(kv, score, ape, norm_weight, ratio, overlap, rope, rope_dim,
                                kv.shape[0] if kv.dim() == 2 else -1, "kv_compress_step")
     check_step_state(kv, positions, state_kv, state_score, ratio, c, "kv_compress_step")

@@ -14,10 +14,11 @@
 Channels are laid out as [D/2, 2] (pairs) so the RoPE partner swap is a tl.split / tl.join in
 registers. Positions are trusted (no host sync: this runs in captured decode graphs).
 
-The contract returns whole-ring copies and the entries; the layer then scatters one ring row
-back and stores the emitted entries. The kernel already touches only one ring row and one entry
-per request, so an in-place form (ring + slot ids, store + destination rows) would only change
-where those two stores go and drop the two ring copies, the dominant traffic here.
+The plain form returns whole-ring copies (the wrapper clones the input rings). The engine's
+decode uses the in-place form: ``state_slots`` points the program at its request's ring in the
+pool (read and written there, one new row), and ``entry_store`` / ``entry_rows`` fuse the cache
+write, a closing window storing its entry into its store row. No ring is copied: per request the
+step reads the window's rows only when it closes and writes one ring row and at most one entry.
 """
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ import torch
 import triton
 import triton.language as tl
 
-from hwinfer.ops.compressor import check_compress_args, check_step_state
+from hwinfer.ops.compressor import check_compress_args, check_in_place, check_ring_rows, check_step_state
 
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32)
 
@@ -33,19 +34,23 @@ _FLOATS = (torch.float16, torch.bfloat16, torch.float32)
 @triton.jit
 def _compress_step_kernel(kv_ptr, score_ptr, pos_ptr, skv_ptr, ssc_ptr, ape_ptr, w_ptr,
                           cos_ptr, sin_ptr, out_ptr, emit_ptr, nkv_ptr, nsc_ptr,
+                          slot_ptr, store_ptr, dest_ptr, stride_store,
                           R, D, RD, ratio, eps,
                           C: tl.constexpr, HALF: tl.constexpr, BS: tl.constexpr,
-                          HAS_ROPE: tl.constexpr):
+                          HAS_ROPE: tl.constexpr, HAS_SLOTS: tl.constexpr, HAS_STORE: tl.constexpr):
     b = tl.program_id(0)
     W = C * D
     p = tl.load(pos_ptr + b).to(tl.int64)
+    # The request's ring: its own [R, W] block of the input / output states, or (in place) the
+    # pool's ring of its slot, read and written through the same pointers.
+    ring = tl.load(slot_ptr + b).to(tl.int64) if HAS_SLOTS else b.to(tl.int64)
     q = tl.arange(0, HALF)
     two = tl.arange(0, 2)
     ch = 2 * q[:, None] + two[None, :]                      # [HALF, 2] channel ids
     cmask = ch < D
     row_in = b.to(tl.int64) * W
     slot = p % ratio
-    ring_row = (b.to(tl.int64) * R + p % R) * W
+    ring_row = (ring * R + p % R) * W
     # 1. the new ring row, all C parts.
     for part in range(0, C):
         v = tl.load(kv_ptr + row_in + part * D + ch, mask=cmask, other=0.0).to(tl.float32)
@@ -75,7 +80,7 @@ def _compress_step_kernel(kv_ptr, score_ptr, pos_ptr, skv_ptr, ssc_ptr, ape_ptr,
             off = tl.where(is_ca, 0, (C - 1) * D)
             ok = (sl < n_slots) & ~(is_ca & (w == 0))
             is_new = tok == p
-            rows = (b.to(tl.int64) * R + tl.where(ok, tok, 0) % R) * W + off
+            rows = (ring * R + tl.where(ok, tok, 0) % R) * W + off
             ptr = rows[:, None, None] + ch[None, :, :]
             m3 = ok[:, None, None] & ~is_new[:, None, None] & cmask[None, :, :]
             v = tl.load(skv_ptr + ptr, mask=m3, other=0.0)
@@ -101,38 +106,58 @@ def _compress_step_kernel(kv_ptr, score_ptr, pos_ptr, skv_ptr, ssc_ptr, ape_ptr,
             c = tl.load(cos_ptr + b * (RD // 2) + i, mask=rot, other=1.0).to(tl.float32)
             sn = tl.load(sin_ptr + b * (RD // 2) + i, mask=rot, other=0.0).to(tl.float32)
             y = tl.join(x0 * c - x1 * sn, x1 * c + x0 * sn)
+        if HAS_STORE:  # the cache write, fused: only a closing window writes its entry row
+            dest = tl.load(dest_ptr + b).to(tl.int64)
+            tl.store(store_ptr + dest * stride_store + ch, y.to(store_ptr.dtype.element_ty), mask=cmask)
     tl.store(out_ptr + b.to(tl.int64) * D + ch, y.to(out_ptr.dtype.element_ty), mask=cmask)
     tl.store(emit_ptr + b, closes)
 
 
 def kv_compress_step(kv, score, positions, state_kv, state_score, ape, norm_weight, *, ratio: int,
-                     overlap: bool, eps: float, rope=None, rope_dim: int = 64):
+                     overlap: bool, eps: float, rope=None, rope_dim: int = 64, state_slots=None,
+                     entry_store=None, entry_rows=None):
     """Same contract as :func:`hwinfer.ops.compressor.kv_compress_step`: returns
     ``(entries [B, D] kv.dtype, emitted [B] bool, new_state_kv, new_state_score)`` (fp32
-    [B, R, c*D] copies with one row per request replaced)."""
+    [B, R, c*D] copies with one row per request replaced, or the pools themselves, updated in
+    place, with ``state_slots``; ``entry_store`` / ``entry_rows``: emitted entries written in
+    place by the kernel)."""
     c, d = check_compress_args(kv, score, ape, norm_weight, ratio, overlap, rope, rope_dim,
                                kv.shape[0] if kv.dim() == 2 else -1, "kv_compress_step")
+    check_in_place(kv, state_kv, state_score, state_slots, entry_store, entry_rows, d)
     b = kv.shape[0]
+    in_place = state_slots is not None
     if b == 0:
         return (kv.new_zeros(0, d), torch.zeros(0, dtype=torch.bool, device=kv.device),
-                state_kv.clone(), state_score.clone())
+                state_kv if in_place else state_kv.clone(), state_score if in_place else state_score.clone())
     # Shape checks only: check_step_state's positions >= 0 test would sync with the host.
     rows = state_kv.shape[1]
-    if positions.shape != (b,) or state_kv.shape != (b, rows, c * d) \
-            or state_score.shape != state_kv.shape or rows < c * ratio or rows % ratio:
+    if positions.shape != (b,) or positions.is_floating_point():
+        raise ValueError(f"kv_compress_step: positions must be an integer [B={b}] tensor, got "
+                         f"{positions.dtype} {tuple(positions.shape)}")
+    if not in_place and (state_kv.shape != (b, rows, c * d) or state_score.shape != state_kv.shape):
         check_step_state(kv, positions, state_kv, state_score, ratio, c, "kv_compress_step")
-    new_kv = state_kv.contiguous().clone()
-    new_score = state_score.contiguous().clone()
+    check_ring_rows(rows, c, ratio)
+    if in_place:  # the kernel reads the window's rows and writes the new one in the same ring
+        new_kv, new_score = state_kv, state_score
+    else:
+        new_kv = state_kv.contiguous().clone()
+        new_score = state_score.contiguous().clone()
     entries = torch.empty(b, d, dtype=kv.dtype, device=kv.device)
     emitted = torch.empty(b, dtype=torch.bool, device=kv.device)
     cos, sin = (rope[0].contiguous(), rope[1].contiguous()) if rope is not None else (kv, kv)
     half = triton.next_power_of_2(d) // 2
     bs = max(1, min(triton.next_power_of_2(c * ratio), max(1, 4096 // (2 * half))))
+    slots = state_slots.contiguous() if in_place else positions         # positions: unread stand-ins
+    store = entry_store if entry_store is not None else entries
+    dest = entry_rows.contiguous() if entry_rows is not None else positions
     _compress_step_kernel[(b,)](
-        kv.contiguous(), score.contiguous(), positions.contiguous(), state_kv.contiguous(),
-        state_score.contiguous(), ape.contiguous(), norm_weight.contiguous(), cos, sin, entries,
-        emitted, new_kv, new_score, rows, d, rope_dim if rope is not None else 0, ratio, eps,
-        C=c, HALF=half, BS=bs, HAS_ROPE=rope is not None, num_warps=4 if d <= 256 else 8)
+        kv.contiguous(), score.contiguous(), positions.contiguous(),
+        new_kv if in_place else state_kv.contiguous(), new_score if in_place else state_score.contiguous(),
+        ape.contiguous(), norm_weight.contiguous(), cos, sin, entries,
+        emitted, new_kv, new_score, slots, store, dest, store.stride(0),
+        rows, d, rope_dim if rope is not None else 0, ratio, eps,
+        C=c, HALF=half, BS=bs, HAS_ROPE=rope is not None, HAS_SLOTS=in_place,
+        HAS_STORE=entry_store is not None, num_warps=4 if d <= 256 else 8)
     return entries, emitted, new_kv, new_score
 
 
@@ -159,13 +184,17 @@ def _aot_specs():
             sig = {"kv_ptr": f"*{dtype}", "score_ptr": f"*{dtype}", "pos_ptr": "*i64",
                    "skv_ptr": "*fp32", "ssc_ptr": "*fp32", "ape_ptr": "*fp32", "w_ptr": "*fp32",
                    "cos_ptr": "*fp32", "sin_ptr": "*fp32", "out_ptr": f"*{dtype}",
-                   "emit_ptr": "*i1", "nkv_ptr": "*fp32", "nsc_ptr": "*fp32", "R": "i32",
+                   "emit_ptr": "*i1", "nkv_ptr": "*fp32", "nsc_ptr": "*fp32", "slot_ptr": "*i64",
+                   "store_ptr": f"*{dtype}", "dest_ptr": "*i64", "stride_store": "i64", "R": "i32",
                    "D": "i32", "RD": "i32", "ratio": "i32", "eps": "fp32",
                    "C": "constexpr", "HALF": "constexpr", "BS": "constexpr",
-                   "HAS_ROPE": "constexpr"}
-            specs.append(AotSpec(f"compress_step[{dtype},c{c},D{d}]", _compress_step_kernel, sig,
-                                 {"C": c, "HALF": d // 2, "BS": bs, "HAS_ROPE": True},
-                                 {"num_warps": 8 if d > 256 else 4}))
+                   "HAS_ROPE": "constexpr", "HAS_SLOTS": "constexpr", "HAS_STORE": "constexpr"}
+            for fused in (False, True):  # fused: the decode's in-place rings + entry store write
+                specs.append(AotSpec(f"compress_step[{dtype},c{c},D{d}{',in_place' if fused else ''}]",
+                                     _compress_step_kernel, sig,
+                                     {"C": c, "HALF": d // 2, "BS": bs, "HAS_ROPE": True,
+                                      "HAS_SLOTS": fused, "HAS_STORE": fused},
+                                     {"num_warps": 8 if d > 256 else 4}))
     return specs
 
 
