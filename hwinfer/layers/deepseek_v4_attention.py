@@ -105,8 +105,7 @@ class Compressor(nn.Module):
     def entries(self, x: torch.Tensor, step: StepInfo, cache: dict | None) -> tuple[torch.Tensor, torch.Tensor]:
         """Compress the step's tokens; return every request's entries packed [sum E_i, dim] and
         each request's first row [N] (from the store when there is a cache)."""
-        new = self.update(x, step, cache)
-        counts = self.counts(step)
+        new, counts = self.update(x, step, cache), self.counts(step)
         starts = _exclusive_cumsum(counts, x.device)
         if cache is None:
             return new, starts
