@@ -151,11 +151,14 @@ def chunked_core(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Ten
         bc = beta[:, seg].transpose(1, 2)                                  # [B, H, c]
         c = kc.shape[2]
         G = gc.cumsum(dim=2)
-        # Pairwise decays e^{G_t - G_s} for s <= t; the exponent is masked to -inf above the
-        # diagonal *before* exp, where G_t - G_s > 0 could overflow.
+        # Pairwise decays e^{G_t - G_s} for s <= t, the exponent a sum of g over (s, t] (a
+        # cumulative sum over t of g_u [u > s]), not G_t - G_s: under strong decay |G| reaches
+        # thousands in a chunk and the difference would lose eps * |G|. It is masked to -inf
+        # above the diagonal *before* exp.
         causal = torch.ones(c, c, dtype=torch.bool, device=k.device).tril()
-        diff = G[:, :, :, None, :] - G[:, :, None, :, :]                    # [B, H, t, s, Dk or 1]
-        decay = diff.masked_fill(~causal[:, :, None], float("-inf")).exp()
+        span = gc[:, :, :, None, :].expand(-1, -1, -1, c, -1)               # [B, H, u, s, Dk or 1]
+        span = span.masked_fill(~causal.tril(-1)[:, :, None], 0.0).cumsum(dim=2)
+        decay = span.masked_fill(~causal[:, :, None], float("-inf")).exp()
         if G.shape[-1] == 1:  # GDN: the decay factors out of the sum over key channels
             a_kk = (kc @ kc.transpose(-1, -2)) * decay[..., 0]
             a_qk = (qc @ kc.transpose(-1, -2)) * decay[..., 0]             # includes s == t
@@ -168,7 +171,8 @@ def chunked_core(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Ten
         u = u0 - w @ s                                                       # deltas [B, H, c, Dv]
         o[:, seg] = ((qc * G.exp()) @ s + a_qk @ u).transpose(1, 2)
         g_end = G[:, :, -1:, :]                                              # [B, H, 1, Dk]
-        s = s * g_end.transpose(-1, -2).exp() + (kc * (g_end - G).exp()).transpose(-1, -2) @ u
+        after = span[:, :, -1]                                               # G_end - G_s, [B, H, s, Dk]
+        s = s * g_end.transpose(-1, -2).exp() + (kc * after.exp()).transpose(-1, -2) @ u
     return o, s
 
 

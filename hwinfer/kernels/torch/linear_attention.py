@@ -83,31 +83,43 @@ def _intra_gdn(q, k, v, g, beta):
     return uw, p, q * G.exp()[..., None], kd, g_end.exp()[..., None]   # decay of S: [..., 1, 1]
 
 
+def _suffix(x: torch.Tensor, dim: int) -> torch.Tensor:
+    """Exclusive suffix sums along ``dim``: out[i] = sum_{j > i} x[j], each a sum of its own
+    terms (never a total minus a prefix, which cancels when the terms are large)."""
+    shifted = torch.cat([x.narrow(dim, 1, x.shape[dim] - 1), torch.zeros_like(x.narrow(dim, 0, 1))], dim=dim)
+    return shifted.flip(dim).cumsum(dim).flip(dim)
+
+
 def _intra_kda(q, k, v, g, beta, sub):
     """Intra-chunk terms for a per-channel decay. Inputs [..., c, D] / [..., c]; ``sub``
     divides c. Inside sub-blocks of ``sub`` tokens the decays are pairwise (exact, masked before
     exp); across sub-blocks, for s in block j < i and t in block i, ``e^{G_t - G_s} =
     e^{G_t - E_{i-1}} e^{E_{i-1} - E_j} e^{E_j - G_s}`` (E_j: G at the end of block j) with every
     factor <= 1, so the product is exact up to rounding and never overflows, unlike
-    ``e^{G_t} e^{-G_s}``, and the cross-block sums become matmuls."""
+    ``e^{G_t} e^{-G_s}``, and the cross-block sums become matmuls. Every exponent is a sum of g
+    over its own span (in-block prefix / suffix sums, sums of block totals), never a difference
+    of cumulative sums: under strong decay |G| reaches thousands within a chunk and such a
+    difference would lose eps * |G|."""
     *lead, c, _ = k.shape
     nb = c // sub
     G = g.cumsum(dim=-2)
-    Gb, kb, qb = (x.unflatten(-2, (nb, sub)) for x in (G, k, q))           # [..., nb, sub, Dk]
+    gb, kb, qb = (x.unflatten(-2, (nb, sub)) for x in (g, k, q))           # [..., nb, sub, Dk]
     tril = torch.ones(sub, sub, dtype=torch.bool, device=k.device).tril()
-    diff = Gb[..., :, None, :] - Gb[..., None, :, :]                      # [..., nb, t, s, Dk]
-    decay = diff.masked_fill(~tril[:, :, None], float("-inf")).exp()
+    # seg[t, s] = sum_{s < u <= t} g_u inside a block: a cumulative sum over t of g_u [u > s].
+    seg = gb[..., :, None, :].expand(*gb.shape[:-2], sub, sub, gb.shape[-1])
+    seg = seg.masked_fill(~tril.tril(-1)[:, :, None], 0.0).cumsum(dim=-3)  # [..., nb, t, s, Dk]
+    decay = seg.masked_fill(~tril[:, :, None], float("-inf")).exp()
     diag = (kb[..., None, :, :] * decay) @ torch.stack([kb, qb], dim=-1)   # [..., nb, t, s, 2]
     a = k.new_zeros(*lead, c, c)
     p = k.new_zeros(*lead, c, c)
     for m, x in ((a, diag[..., 0]), (p, diag[..., 1])):
         torch.diagonal(m.view(*lead, nb, sub, nb, sub), dim1=-4, dim2=-2).copy_(x.movedim(-3, -1))
-    ends = Gb[..., -1, :]                                                   # E_j [..., nb, Dk]
-    right = kb * (ends[..., None, :] - Gb).exp()                            # k_s e^{E_j - G_s}
-    into = (Gb[..., 1:, :, :] - ends[..., :-1, None, :]).exp()             # e^{G_t - E_{i-1}}
+    totals = gb.sum(dim=-2)                                                 # [..., nb, Dk]
+    right = kb * _suffix(gb, -2).exp()                                      # k_s e^{E_j - G_s}
+    into = gb[..., 1:, :, :].cumsum(dim=-2).exp()                           # e^{G_t - E_{i-1}}
     left = torch.cat([kb[..., 1:, :, :] * into, qb[..., 1:, :, :] * into], dim=-2)
     for i in range(1, nb):
-        between = (ends[..., i - 1:i, :] - ends[..., :i, :]).exp()          # e^{E_{i-1} - E_j}
+        between = _suffix(totals[..., :i, :], -2).exp()                     # e^{E_{i-1} - E_j}
         r = (right[..., :i, :, :] * between[..., None, :]).flatten(-3, -2)  # [..., i*sub, Dk]
         both = left[..., i - 1, :, :] @ r.transpose(-1, -2)                 # [..., 2 sub, i*sub]
         a[..., i * sub:(i + 1) * sub, :i * sub] = both[..., :sub, :]
@@ -116,7 +128,7 @@ def _intra_kda(q, k, v, g, beta, sub):
     uw = torch.linalg.solve_triangular(a, _rhs(v, k, beta[..., None], beta[..., None] * G.exp()),
                                        upper=False, unitriangular=True)
     g_end = G[..., -1:, :]
-    kd = k * (g_end - G).exp()
+    kd = k * _suffix(g, -2).exp()                                           # e^{G_end - G_s}
     return uw, p, q * G.exp(), kd, g_end.transpose(-1, -2).exp()       # decay of S: [..., Dk, 1]
 
 
