@@ -115,21 +115,6 @@ class Compressor(nn.Module):
         rows = step.batch.rows_for(pos, reqs, m)
         return cache[self.name].flatten(0, 1).index_select(0, rows), starts
 
-    def entry_rows(self, step: StepInfo) -> torch.Tensor:
-        """Decode: [N, W] global rows of every request's entries in the store, -1 padded. W is
-        the batch's host-side length bound // ratio and the counts come from the device lengths,
-        so nothing here reads the device (under CUDA graphs W is the table's capacity)."""
-        b = step.batch
-        key = ("v4_entry_rows", self.ratio)  # the same for every layer of this ratio
-        if key not in b.scratch:
-            counts = b.seq_lens.long() // self.ratio
-            w = torch.arange(b.seq_len_bound // self.ratio, device=counts.device)
-            valid = w[None] < counts[:, None]
-            pos = torch.where(valid, w[None] * self.ratio, 0)
-            reqs = torch.arange(counts.numel(), device=counts.device)[:, None].expand_as(pos)
-            b.scratch[key] = torch.where(valid, b.rows_for(pos, reqs, self.ratio), -1)
-        return b.scratch[key]
-
     def update(self, x: torch.Tensor, step: StepInfo, cache: dict | None) -> torch.Tensor | None:
         """Without a cache: every request's entries, packed. With one: store the new entries and
         the ring state; returns None."""
@@ -213,7 +198,7 @@ class Indexer(nn.Module):
             # batch's length bound (fixed width, no host value: CUDA graphs); padding rows -> 0.
             self.compressor.update(x, step, cache)
             width = step.batch.seq_len_bound // self.ratio
-            rows = self.compressor.entry_rows(step).clamp(min=0).flatten()
+            rows = step.batch.entry_rows(self.ratio).clamp(min=0).flatten()
             keys = cache[self.compressor.name].flatten(0, 1)
             starts = torch.arange(step.batch.num_requests, device=x.device) * width
         else:
@@ -347,7 +332,7 @@ class DeepseekV4Attention(nn.Module):
                 reqs = step.requests[:, None].expand_as(picks)
                 extra_idx = torch.where(picks >= 0, b.rows_for(picks.clamp(min=0) * self.ratio, reqs, self.ratio), -1)
             else:
-                extra_idx = self.compressor.entry_rows(step)
+                extra_idx = b.entry_rows(self.ratio)
             extra_idx = extra_idx[:, None]
         cos, sin = step.tables[self.rope_key]
         out = self.ops.sparse_mla_decode(q[:, None], ring, idx[:, None], self.attn_sink, scale=self.head_dim ** -0.5,

@@ -153,19 +153,6 @@ def _context_rows(batch: ForwardBatch) -> tuple[torch.Tensor, torch.Tensor]:
     return batch.rows_for(positions, requests), batch.cu_seqlens_k
 
 
-def _decode_rows(batch: ForwardBatch) -> torch.Tensor:
-    """Decode: [N, W] global cache rows of positions 0..W-1 of every request, 0 past its length;
-    W is the batch's host-side length bound (the graph table's capacity under CUDA graphs), the
-    lengths come from the device. Built once per forward, shared by every indexer layer."""
-    if "mla_decode_rows" not in batch.scratch:
-        pos = torch.arange(batch.seq_len_bound, device=batch.positions.device)
-        valid = pos[None] < batch.seq_lens.long()[:, None]
-        reqs = torch.arange(batch.num_requests, device=pos.device)[:, None]
-        rows = batch.rows_for(torch.where(valid, pos[None], 0), reqs.expand(-1, pos.numel()))
-        batch.scratch["mla_decode_rows"] = torch.where(valid, rows, 0)
-    return batch.scratch["mla_decode_rows"]
-
-
 class MLAttention(nn.Module):
     """MLA self-attention with DSA token selection. x [T, H] -> [T, H].
 
@@ -222,7 +209,7 @@ class MLAttention(nn.Module):
             if batch.is_decode:
                 # Score the store in place through fixed-width rows: no host value of the batch
                 # but its length bound, so the step can be captured in a CUDA graph.
-                rows = key_rows = _decode_rows(batch).flatten()
+                rows = key_rows = batch.entry_rows().clamp(min=0).flatten()  # -1 -> any row
                 keys, start = store, request * batch.seq_len_bound
             else:
                 rows, cu = _context_rows(batch)

@@ -396,5 +396,4 @@ KV_COMPRESS_STEP = define_op(
 )
 
 __all__ = ["kv_compress", "kv_compress_step", "check_compress_args", "check_step_state", "check_in_place",
-           "check_ring_rows",
-           "step_in_place", "norm_and_rope", "compress_rope"]
+           "check_ring_rows", "step_in_place", "norm_and_rope", "compress_rope"]

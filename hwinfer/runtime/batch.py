@@ -80,6 +80,23 @@ class ForwardBatch:
             self.scratch[key] = self.rows_for(self.positions, self.request_of_token(), ratio)
         return self.scratch[key]
 
+    def entry_rows(self, ratio: int = 1) -> torch.Tensor:
+        """[N, seq_len_bound // ratio] global rows of every request's entries 0, 1, ... in a
+        paged ``per="token"`` tensor with ``ratio`` (the positions 0, ratio, 2 * ratio, ...),
+        -1 past the request's completed ones (``seq_lens // ratio``). The width is the host-side
+        length bound and the counts come from the device, so nothing reads the device (under
+        CUDA graphs the width is the block table's capacity). Computed once per forward and
+        ratio: every layer reading that tensor shares it."""
+        key = ("entry_rows", ratio)
+        if key not in self.scratch:
+            counts = self.seq_lens.long() // ratio
+            w = torch.arange(self.seq_len_bound // ratio, device=counts.device)
+            valid = w[None] < counts[:, None]
+            reqs = torch.arange(counts.numel(), device=counts.device)[:, None].expand(-1, w.numel())
+            rows = self.rows_for(torch.where(valid, w[None] * ratio, 0), reqs, ratio)
+            self.scratch[key] = torch.where(valid, rows, -1)
+        return self.scratch[key]
+
     def request_of_token(self) -> torch.Tensor:
         """[T] int64: which request each packed token belongs to (computed once per batch)."""
         if self.token_requests is None:

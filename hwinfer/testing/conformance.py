@@ -195,12 +195,12 @@ def run_item(item: Item, device: torch.device, base_seed: int) -> Outcome:
     msg = item.op.compare(out, ref, inputs, tol) if item.op.compare else compare_outputs(out, ref, tol)
     # In-place forms: what the impl left in each input it may mutate must match what the
     # reference left in its own copy (a store written only in place is checked nowhere else).
-    for name in () if msg else item.op.mutates:
-        if isinstance(inputs.get(name), torch.Tensor):
-            bad = compare_outputs(inputs[name], ref_inputs[name], tol)
-            if bad:
-                msg = f"in-place input {name}: {bad}"
-                break
+    mutated = [n for n in item.op.mutates if isinstance(inputs.get(n), torch.Tensor)]
+    for name in mutated if not msg else []:
+        bad = compare_outputs(inputs[name], ref_inputs[name], tol)
+        if bad:
+            msg = f"in-place input {name}: {bad}"
+            break
     return Outcome("fail" if msg else "pass", msg or "", elapsed)
 
 

@@ -20,11 +20,12 @@ state stage is bound by the bytes each program streams per chunk, and these two 
 them. Measured under the interpreter on the conformance cases (relative RMSE against the fp32
 token loop): bf16 ``w`` / keys leave it at 3.3e-3, as all-fp32; bf16 deltas, chunk states or
 Aqk (fla stores all of them in the input dtype) raise it to 6-9e-3, past the 5e-3 contract.
-Every exponent is <= 0 (the
-decay from s to t, or from t to the chunk's end), so unbounded softplus gates cannot overflow,
-and every exponent is a sum of g over its own span, never a difference of two cumulative sums:
-at strong decay (g ~ -100 per token) such a difference loses ~|G| * 6e-8 of absolute
-precision, which measured 1e-4 relative error on the outputs before this was done.
+
+Every exponent is <= 0 (the decay from s to t, or from t to the chunk's end), so unbounded
+softplus gates cannot overflow, and every exponent is a sum of g over its own span, never a
+difference of two cumulative sums: at strong decay (g ~ -100 per token) such a difference loses
+~|G| * 6e-8 of absolute precision, which measured 1e-4 relative error on the outputs before
+this was done.
 
 Varlen: the chunk table (first token and length of every chunk) is built on the host, which
 needs one read of ``cu_seqlens`` (a device sync). That is acceptable here because prefill is
