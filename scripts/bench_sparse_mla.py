@@ -4,6 +4,7 @@ Decode: DeepSeek-V4-Flash shapes (H=64, D=512, bf16, sinks, inverse RoPE on the 
 channels): the sliding-window ring (128 rows, ``kv_cache``) plus compressed entries
 (``extra_kv_cache``): CSA-like K = 128 + 512 indexer picks, HCA-like K = 128 + 8192 entries (1M
 context at ratio 128); and GLM-5 absorbed MLA (D=576, v_dim=512, top-2048, no sinks). S=1.
+The Triton decode is timed in CUDA graph replays (the engine's decode path), the rest eagerly.
 Bytes = gathered KV rows (every index valid: K * D * 2 per token, counted once) + q + o, against
 the H200's 4,270 GB/s. Prefill: V4 CSA (K = 128 + 512) and GLM-5 (K = 2048) over T tokens,
 FLOPs = 2 * T * H * K * (D + v_dim), against 780 TFLOP/s bf16.
@@ -11,9 +12,10 @@ FLOPs = 2 * T * H * K * (D + v_dim), against 780 TFLOP/s bf16.
 stdout: one CSV line per measurement (op,impl,shape,us,gbps_or_tflops,unit,pct_of_peak);
 stderr: a readable table with max |diff| against the torch impl.
 
-    python3 scripts/bench_sparse_mla.py [--quick] [--sweep] [--reference] [--only SUBSTR]
+    python3 scripts/bench_sparse_mla.py [--quick] [--sweep | --sweep-focused] [--reference] [--only SUBSTR]
 
-``--sweep`` times the Triton tilings (block_v x block_h x num_warps x block_k x num_splits) on
+``--sweep`` (``--sweep-focused``: 16 tilings around the default, then each variant's registers
+and spills) times the Triton tilings (block_v x block_h x num_warps x block_k x num_splits) on
 the B=32 / B=128 decode shapes; pick the best and edit DECODE_TUNING in
 hwinfer/kernels/triton/sparse_mla.py.
 """
@@ -100,7 +102,12 @@ def measure(op: str, shape: str, impls: list, inputs: dict, work: float, unit: s
         try:
             out = fn(**inputs, **kw)
             err = (out.float() - base.float()).abs().max().item()
-            ms = triton.testing.do_bench(lambda: fn(**inputs, **kw), warmup=10, rep=50)
+            if op == "sparse_mla_decode" and name.startswith("triton"):
+                # replayed in a CUDA graph, as the engine runs decode: without it a B=1 call
+                # times the host launch (two kernels, ~80 us), not the GPU
+                ms = triton.testing.do_bench_cudagraph(lambda: fn(**inputs, **kw), rep=50)
+            else:
+                ms = triton.testing.do_bench(lambda: fn(**inputs, **kw), warmup=10, rep=50)
         except Exception as exc:  # a sweep tiling that does not fit (shared memory, registers)
             print(f"{op} {shape:<28} {name:<34} failed: {type(exc).__name__}: {str(exc)[:100]}",
                   file=sys.stderr)
@@ -112,24 +119,45 @@ def measure(op: str, shape: str, impls: list, inputs: dict, work: float, unit: s
               f"({100 * rate / peak:5.1f}%)  max|diff| {err:.2e}", file=sys.stderr, flush=True)
 
 
-def sweep_configs():
-    for bv, bh in ((512, 64), (512, 32), (256, 64), (128, 64), (256, 32)):
-        for warps, bk in ((4, 32), (8, 32), (8, 16), (8, 64), (16, 32)):
-            for splits in (None, 1, 4):
-                yield f"triton v{bv} h{bh} w{warps} k{bk} s{splits}", dict(
-                    block_v=bv, block_h=bh, num_warps=warps, block_k=bk, num_splits=splits)
+def sweep_configs(focused: bool):
+    """The tilings to time: the full grid (75), or a focused set (16) around the default."""
+    if focused:
+        grid = [(bv, bh, w, bk, None) for bv, bh in ((512, 64), (256, 64), (128, 64))
+                for w, bk in ((4, 16), (8, 16), (8, 32), (8, 64))]
+        grid += [(256, 32, 4, 32, None), (256, 64, 8, 32, 8), (512, 64, 8, 32, 8),
+                 (128, 64, 4, 32, None)]
+    else:
+        grid = [(bv, bh, w, bk, s) for bv, bh in ((512, 64), (512, 32), (256, 64), (128, 64), (256, 32))
+                for w, bk in ((4, 32), (8, 32), (8, 16), (8, 64), (16, 32)) for s in (None, 1, 4)]
+    for bv, bh, warps, bk, splits in grid:
+        yield f"triton v{bv} h{bh} w{warps} k{bk} s{splits}", dict(
+            block_v=bv, block_h=bh, num_warps=warps, block_k=bk, num_splits=splits)
+
+
+def compiled_stats() -> None:
+    """Registers / spills / shared memory of every compiled split-kernel variant (to stderr)."""
+    from hwinfer.kernels.triton.sparse_mla_kernels import _sparse_mla_split_kernel as kernel
+
+    for entry in getattr(kernel, "device_caches", {}).values():
+        cache = entry[0] if isinstance(entry, tuple) else entry
+        for key, compiled in cache.items():
+            meta = getattr(compiled, "metadata", None)
+            print(f"#   regs {getattr(compiled, 'n_regs', '?')} spills {getattr(compiled, 'n_spills', '?')} "
+                  f"warps {getattr(meta, 'num_warps', '?')} shared {getattr(meta, 'shared', '?')} "
+                  f"{str(key)[-160:]}", file=sys.stderr)
 
 
 def main() -> None:
     argv = sys.argv[1:]
-    quick, sweep, with_ref = "--quick" in argv, "--sweep" in argv, "--reference" in argv
+    quick, with_ref = "--quick" in argv, "--reference" in argv
+    sweep, focused = "--sweep" in argv or "--sweep-focused" in argv, "--sweep-focused" in argv
     only = argv[argv.index("--only") + 1] if "--only" in argv else ""
     dev = resolve_device("cuda")
     table = select(dev)
     print(f"device: {dev.describe()}; chosen: decode {table.chosen('sparse_mla_decode')}, "
           f"prefill {table.chosen('sparse_mla_prefill')}", file=sys.stderr)
     print("op,impl,shape,us,gbps_or_tflops,unit,pct_of_peak")
-    batches = (32, 128) if quick or sweep else (1, 32, 128)
+    batches = (32, 128) if quick or (sweep and not focused) else (1, 32, 128)
     for batch in batches:
         for label, make in ((f"dsv4_csa_K128+512_B{batch}", lambda: dsv4_inputs(batch, 512)),
                             (f"dsv4_hca_K128+8192_B{batch}", lambda: dsv4_inputs(batch, None)),
@@ -141,12 +169,13 @@ def main() -> None:
             if with_ref and batch <= 32:
                 impls.append(("reference", ref_decode, {}))
             if sweep:
-                impls += [(name, triton_decode, kw) for name, kw in sweep_configs()]
+                impls += [(name, triton_decode, kw) for name, kw in sweep_configs(focused)]
             out = impls[1][1](**inputs)
             measure("sparse_mla_decode", label, impls, inputs, decode_bytes(inputs, out), "GB/s")
             del inputs
             torch.cuda.empty_cache()
     if sweep:
+        compiled_stats()
         return
     for tokens, kind in itertools.product((1024,) if quick else (1024, 8192), ("dsv4", "glm5")):
         label = f"{kind}_prefill_T{tokens}"
@@ -155,8 +184,10 @@ def main() -> None:
         inputs = prefill_inputs(tokens, kind)
         impls = [("torch", torch_prefill, {}), ("triton", triton_prefill, {})]
         if not quick:
-            impls += [(f"triton v{bv} h{bh} w{w}", triton_prefill, dict(block_v=bv, block_h=bh, num_warps=w))
-                      for bv, bh, w in ((512, 64, 8), (128, 64, 4), (256, 64, 4), (256, 32, 4))]
+            impls += [(f"triton v{bv} h{bh} w{w} k{bk}", triton_prefill,
+                       dict(block_v=bv, block_h=bh, num_warps=w, block_k=bk))
+                      for bv, bh, w, bk in ((512, 64, 8, 64), (512, 64, 8, 32), (256, 64, 4, 16),
+                                            (256, 64, 8, 32), (128, 64, 4, 32))]
         out = triton_prefill(**inputs)
         measure("sparse_mla_prefill", label, impls, inputs, prefill_flops(inputs, out), "TFLOP/s")
         del inputs

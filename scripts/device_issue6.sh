@@ -18,6 +18,7 @@
 #   bash scripts/device_issue6.sh wy        # chunked GDN / KDA: conformance, per kernel, vs fla
 #   bash scripts/device_issue6.sh next      # GLM-5 / HY4 graph decode on the card, indexer
 #                                         # k_rows, KDA diag="product" vs "span" vs fla
+#   bash scripts/device_issue6.sh mla       # sparse MLA decode: 16 tilings on every shape
 #   bash scripts/device_issue6.sh diagnose  # model oracle + CUDA-graph tests on the GPU, then
 #                                         # the failures again under HWINFER_SHADOW=raise, which
 #                                         # names the first op whose kernel leaves its reference
@@ -139,6 +140,25 @@ elif [ "$phase" = next ]; then
   timeout 150 python3 scripts/bench_model.py --preset deepseek-v4-flash --layers 4 --batch 1,32 \
     --prompt 1024 --new 32 --no-hf --no-eager --csv "$out/model.csv" > "$out/bench_model_dsv4.txt" 2>&1
   grep "^{\|Error" "$out/bench_model_dsv4.txt" | tail -4
+elif [ "$phase" = mla ]; then
+  # Sparse MLA decode tilings (16 around the default) on every decode shape, with each compiled
+  # variant's registers and spills; then the default on every shape.
+  timeout 330 python3 scripts/bench_sparse_mla.py --sweep-focused > "$out/bench_sparse_mla_sweep.csv" \
+    2> "$out/bench_sparse_mla_sweep.err"
+  echo "== sweep rc=$?"; grep "^#" "$out/bench_sparse_mla_sweep.err" | cut -c1-150 | tail -40
+  python3 - "$out/bench_sparse_mla_sweep.csv" <<'PY'
+import csv, sys
+best = {}
+for r in csv.DictReader(open(sys.argv[1])):
+    if r["impl"] != "torch":
+        k = r["shape"]
+        if k not in best or float(r["us"]) < float(best[k]["us"]):
+            best[k] = r
+        if r["impl"] == "triton":
+            print(f"default {k:<28} {r['us']:>9} us {r['pct_of_peak']:>5}%")
+for k, r in best.items():
+    print(f"best    {k:<28} {r['us']:>9} us {r['pct_of_peak']:>5}%  {r['impl']}")
+PY
 elif [ "$phase" = profile ]; then
   # Where the time goes in the models that trail transformers: kernels of one prefill step and of
   # decode steps (eager and graphs) at batch 1 and 32, then the chunked linear attention vs fla.

@@ -47,14 +47,18 @@ _LOG2E = 1.4426950408889634
 # acc_budget caps block_h * block_v (the fp32 accumulator); waves: target programs / SMs when
 # picking the number of splits; min_rows: fewest index rows per split (a split writes an
 # [H, dv] fp32 partial, so short splits cost more than they gain).
+# "cuda" is the H200 sweep's best (scripts/bench_sparse_mla.py --sweep-focused, docs/kernels.md):
+# all 64 heads x all 512 channels per program (each gathered row read once, QK not recomputed),
+# 64-row chunks (222 KB of shared memory: Hopper's 227 KB fits it, smaller parts need block_k
+# 32), about two programs per SM. "hip" is untuned (never run on AMD hardware).
 DECODE_TUNING = {
-    "cuda": dict(block_v=256, block_k=32, acc_budget=16384, num_warps=8, num_stages=2, waves=1.0,
-                 min_rows=256),
+    "cuda": dict(block_v=512, block_k=64, acc_budget=32768, num_warps=8, num_stages=2, waves=2.0,
+                 min_rows=128),
     "hip": dict(block_v=256, block_k=32, acc_budget=16384, num_warps=8, num_stages=2, waves=1.0,
                 min_rows=256),
 }
 PREFILL_TUNING = {
-    "cuda": dict(block_v=256, block_k=32, acc_budget=16384, num_warps=8, num_stages=2),
+    "cuda": dict(block_v=512, block_k=64, acc_budget=32768, num_warps=8, num_stages=2),
     "hip": dict(block_v=256, block_k=32, acc_budget=16384, num_warps=8, num_stages=2),
 }
 
@@ -81,11 +85,12 @@ def _launch(q3, kv, stride_kv, idx, kv2, stride_kv2, idx2, k2, sinks, out_rope, 
     k1 = idx.shape[1]
     interp = q3.device.type == "cpu"
     bd1, bd2, tail = _dims(d)
-    bk = tune["block_k"] if not interp else 16
+    wide = 2 if q3.dtype == torch.float32 else 1  # fp32 operands: twice the bytes per element
+    bk = max(16, tune["block_k"] // wide) if not interp else 16
     bv = max(16, min(tune["block_v"] or 1 << 30, triton.next_power_of_2(dv)))
     nv = triton.cdiv(dv, bv)
-    # fp32 accumulator [BH, BV] capped at acc_budget (halved for fp32 operands: twice the bytes)
-    budget = tune["acc_budget"] // (2 if q3.dtype == torch.float32 else 1)
+    # fp32 accumulator [BH, BV] capped at acc_budget (halved with fp32 operands, as block_k is)
+    budget = tune["acc_budget"] // wide
     bh = tune.get("block_h") or max(16, min(triton.next_power_of_2(h), budget // bv))
     n_hb = triton.cdiv(h, bh)
     rows = k1 + k2

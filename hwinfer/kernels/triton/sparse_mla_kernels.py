@@ -203,18 +203,19 @@ def _aot_specs():
     from hwinfer.kernels.triton.aot import AotSpec
 
     specs = []
-    # DeepSeek-V4 (D 512, sinks, rope; 64 heads x 256 channels, split and single; one value
-    # tile of 512 (NV = 1)), GLM-5 absorbed (D 576 = 512 + 64, v 512), fp32.
-    for name, dt, d, bh, bv, nv1, single, rope_sink in (
-            ("dsv4", "bf16", 512, 64, 256, False, False, True),
-            ("dsv4_single", "bf16", 512, 64, 256, False, True, True),
-            ("dsv4_nv1", "bf16", 512, 32, 512, True, False, True),
-            ("glm5", "bf16", 576, 64, 256, False, False, False),
-            ("dsv4_fp32", "fp32", 512, 32, 256, False, True, True)):
+    # DeepSeek-V4 (D 512, sinks, rope): the CUDA default (64 heads x one value tile of 512,
+    # NV = 1, 64-row chunks), split and single, and 64 heads x 256 channels (NV = 2, the AMD
+    # default); GLM-5 absorbed (D 576 = 512 + 64, v 512); fp32.
+    for name, dt, d, bh, bv, bk, nv1, single, rope_sink in (
+            ("dsv4", "bf16", 512, 64, 512, 64, True, False, True),
+            ("dsv4_single", "bf16", 512, 64, 512, 64, True, True, True),
+            ("dsv4_nv2", "bf16", 512, 64, 256, 32, False, False, True),
+            ("glm5", "bf16", 576, 64, 512, 64, True, False, False),
+            ("dsv4_fp32", "fp32", 512, 32, 512, 32, True, True, True)):
         bd1, bd2, tail = _dims(d)
         sig = _sig(_sparse_mla_split_kernel, {"q_ptr": f"*{dt}", "kv_ptr": f"*{dt}", "kv2_ptr": f"*{dt}",
                                               "out_ptr": f"*{dt}", "idx_ptr": "*i32", "idx2_ptr": "*i32"})
-        const = {"BLOCK_H": bh, "BLOCK_K": 32, "BD1": bd1, "BD2": bd2, "BLOCK_V": bv,
+        const = {"BLOCK_H": bh, "BLOCK_K": bk, "BD1": bd1, "BD2": bd2, "BLOCK_V": bv,
                  "HAS_TAIL": tail, "V_IS_K": nv1, "SINGLE": single, "HAS_SINK": rope_sink,
                  "HAS_ROPE": rope_sink, "LOWP": dt != "fp32"}
         specs.append(AotSpec(f"sparse_mla_split[{name}]", _sparse_mla_split_kernel, sig, const,
