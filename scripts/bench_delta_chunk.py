@@ -95,7 +95,8 @@ def compiled_stats() -> None:
     as Triton keeps it), to stderr: spills are the first suspect of a slow Triton kernel."""
     from hwinfer.kernels.triton import delta_chunk_wy
 
-    for kernel in (delta_chunk_wy._wy_kernel, triton_la._state_kernel, triton_la._out_kernel):
+    for kernel in (delta_chunk_wy._wy_kernel, delta_chunk_wy._kda_diag_kernel,
+                   triton_la._state_kernel, triton_la._out_kernel):
         for entry in getattr(kernel, "device_caches", {}).values():
             cache = entry[0] if isinstance(entry, tuple) else entry
             for compiled in cache.values():
@@ -128,9 +129,10 @@ def main() -> None:
                 impls.append((f"triton_bv{bv}_bvo{bvo}_w{warps}",
                               lambda *a, _f=tri, _b=bv, _o=bvo, _w=warps, **kw:
                               _f(*a, block_v=_b, block_v_out=_o, num_warps=_w, **kw)))
-        if kind == "kda":  # the WY stage's other form of the diagonal blocks (kda_chunked(diag=))
-            impls.append(("triton_diag_product",
-                          lambda *a, _f=tri, **kw: _f(*a, diag="product", **kw)))
+        if kind == "kda":  # the WY stage's other forms of the diagonal blocks (kda_chunked(diag=))
+            for form in ("span", "product", "split"):
+                impls.append((f"triton_diag_{form}",
+                              lambda *a, _f=tri, _d=form, **kw: _f(*a, diag=_d, **kw)))
         if FLA:
             impls.append(("fla", fla_call(kind)))
         impls.append(("torch", getattr(torch_la, op)))
@@ -157,6 +159,8 @@ def main() -> None:
                       f"{err}", file=sys.stderr)
             if args.breakdown:
                 breakdown(f"{op} {shape}", lambda: tri(**inputs))
+                if kind == "kda":
+                    breakdown(f"{op} {shape} split", lambda: tri(**inputs, diag="split"))
             if shape == "1x4096" and not args.quick:   # the reference, once
                 ms = triton.testing.do_bench(lambda: getattr(ref_la, op)(**inputs), warmup=1,
                                              rep=1)

@@ -2,8 +2,9 @@
 interpreted: several chunks per sequence with a partial last one, packed sequences (one empty,
 one crossing two chunk boundaries), GQA (Hv = 2 Hk), Dk != Dv, q/k as strided views of one
 projection, no initial state, value blocks split over programs (``block_v=16``,
-``block_v_out=16``), and KDA's two forms of the diagonal blocks (``diag``) at strong decay. Checked against the token-loop reference and the fused recurrent Triton
-kernel. ``TRITON_INTERPRET`` is read when a kernel is decorated: a fresh interpreter process.
+``block_v_out=16``), and KDA's three forms of the diagonal blocks (``diag``: varlen with
+partial and empty tiles for "split", strong decay for all). Checked against the token-loop
+reference and the fused recurrent Triton kernel. ``TRITON_INTERPRET`` is read when a kernel is decorated: a fresh interpreter process.
 """
 from __future__ import annotations
 
@@ -36,13 +37,15 @@ for per_channel in (False, True):
     for kw in (dict(cu_seqlens=cu, initial_state=torch.randn(3, Hv, Dk, Dv)),
                dict(use_qk_l2norm=False, scale=0.3)):
         kk = k * 0.3 if "scale" in kw else k   # keep beta |k|^2 < 2 without the norm
-        o1, s1 = f_c(q, kk, v, g, beta, block_v=16, block_v_out=16, **kw)
         o2, s2 = f_r(q, kk, v, g, beta, **kw)
         o3, s3 = f_t(q, kk, v, g, beta, **kw)
-        assert o1.shape == o2.shape and s1.shape == s2.shape and s1.dtype == torch.float32
-        assert rel(o1, o2) < 1e-5 and rel(s1, s2) < 1e-5, (name, list(kw), rel(o1, o2))
-        assert rel(o1, o3) < 1e-5 and rel(s1, s3) < 1e-5, (name, list(kw), rel(o1, o3))
-# KDA's two forms of the diagonal blocks, at ordinary and at strong decay (g down to -100 per
+        for form in (("span", "split") if per_channel else ({},)):
+            diag = dict(diag=form) if per_channel else {}
+            o1, s1 = f_c(q, kk, v, g, beta, block_v=16, block_v_out=16, **kw, **diag)
+            assert o1.shape == o2.shape and s1.shape == s2.shape and s1.dtype == torch.float32
+            assert rel(o1, o2) < 1e-5 and rel(s1, s2) < 1e-5, (name, list(kw), diag, rel(o1, o2))
+            assert rel(o1, o3) < 1e-5 and rel(s1, s3) < 1e-5, (name, list(kw), diag, rel(o1, o3))
+# KDA's three forms of the diagonal blocks, at ordinary and at strong decay (g down to -100 per
 # token and channel, where differences of cumulative sums would cancel), fp32: both within
 # 2e-6 of the token loop.
 B, T, H, D = 1, 70, 2, 16
@@ -51,7 +54,7 @@ v, beta = torch.randn(B, T, H, D), torch.rand(B, T, H)
 s0 = torch.randn(1, H, D, D)
 for g in (-torch.rand(B, T, H, D), -100 * torch.rand(B, T, H, D)):
     o2, s2 = ref.kda_recurrent(q, k, v, g, beta, s0)
-    for diag in ("span", "product"):
+    for diag in ("span", "product", "split"):
         o1, s1 = tc.kda_chunked(q, k, v, g, beta, s0, diag=diag)
         assert rel(o1, o2) < 2e-6 and rel(s1, s2) < 2e-6, (diag, rel(o1, o2), rel(s1, s2))
 print("ok")

@@ -81,12 +81,14 @@ def _g_rows(g_ptr, tok0, n, i_h, Hv, R0: tl.constexpr, NR: tl.constexpr, DK: tl.
 @triton.jit
 def _tile(q_ptr, k_ptr, g_ptr, b_ptr, tok0, n, i_h, i_hk, Hk, Hv, scale, eps,
           R0: tl.constexpr, DK: tl.constexpr, PER_CHANNEL: tl.constexpr,
-          USE_L2NORM: tl.constexpr, PREC: tl.constexpr, DIAG_PRODUCT: tl.constexpr):
+          USE_L2NORM: tl.constexpr, PREC: tl.constexpr, DIAG_PRODUCT: tl.constexpr,
+          DIAG_IN: tl.constexpr):
     """One 16-row tile: q (KDA only, else 0), k, beta; its log-decays as sums of g over spans
     inside the tile, L (rows <= t), S (rows > t) and T (all rows); and its diagonal blocks
     (k k^T decayed, strictly lower; KDA: q k^T decayed, lower). KDA's diagonal blocks come
     from a loop over columns (a span sum per column) or, with DIAG_PRODUCT, over rows (a
-    running product of per-token decays)."""
+    running product of per-token decays); with DIAG_IN they come from ``_kda_diag_kernel``
+    (zeros here, unused)."""
     r = R0 + tl.arange(0, 16)
     tok = tok0 + r
     cols = tl.arange(0, DK)
@@ -106,7 +108,11 @@ def _tile(q_ptr, k_ptr, g_ptr, b_ptr, tok0, n, i_h, i_hk, Hk, Hv, scale, eps,
     # end: a sum of its own terms, not T - L, which would cancel.
     gs = _g_rows(g_ptr, tok0 + 1, tl.minimum(n - 1, R0 + 15), i_h, Hv, R0, 16, DK, PER_CHANNEL)
     S = tl.cumsum(gs, axis=0, reverse=True)
-    if PER_CHANNEL and DIAG_PRODUCT:
+    if PER_CHANNEL and DIAG_IN:
+        q = _qk_rows(q_ptr, tok0, n, i_hk, Hk, scale, eps, R0, 16, DK, USE_L2NORM)
+        akk = tl.zeros([16, 16], dtype=tl.float32)
+        aqk = akk
+    elif PER_CHANNEL and DIAG_PRODUCT:
         q = _qk_rows(q_ptr, tok0, n, i_hk, Hk, scale, eps, R0, 16, DK, USE_L2NORM)
         akk, aqk = _diag_product(q_ptr, k_ptr, g_ptr, k, rn, tok0, n, i_h, i_hk, Hk, Hv, scale,
                                  eps, R0, DK, USE_L2NORM)
@@ -209,6 +215,49 @@ def _inv16(a, live):
 
 
 @triton.jit
+def _kda_diag_kernel(q_ptr, k_ptr, g_ptr, b_ptr, a_ptr, xd_ptr, tab_ptr, Hk, Hv, scale, eps,
+                     DK: tl.constexpr, USE_L2NORM: tl.constexpr):
+    """KDA's diagonal blocks apart from the WY kernel, one program per (16-row tile, value head):
+    the decayed q k^T block (lower), written into Aqk at the tile's columns, and
+    ``(I + beta k k^T decayed)^-1`` of the tile, written to ``xd`` [tokens, Hv, 16] fp32 for the
+    WY kernel (``DIAG_IN``). Both come from the row loop of ``_diag_product``, whose dependent
+    per-row loads stall a WY program (one per SM at 8 warps); here each program is small (2
+    warps) and many run per SM, so their latencies overlap."""
+    i_c = tl.program_id(0) // 4
+    r0 = (tl.program_id(0) % 4) * 16
+    i_h = tl.program_id(1)
+    i_hk = i_h // (Hv // Hk)
+    tok0 = tl.load(tab_ptr + 2 * i_c).to(tl.int64) + r0
+    live = tl.load(tab_ptr + 2 * i_c + 1) - r0
+    if live > 0:
+        r = tl.arange(0, 16)
+        cols = tl.arange(0, DK)
+        rows = ((tok0 + r) * Hk + i_hk)[:, None] * DK + cols[None, :]
+        k = tl.load(k_ptr + rows, mask=(r < live)[:, None], other=0.0).to(tl.float32)
+        if USE_L2NORM:
+            rn = tl.rsqrt(tl.sum(k * k, axis=1) + eps)
+        else:
+            rn = tl.full([16], 1.0, tl.float32)
+        k = k * rn[:, None]
+        b = tl.load(b_ptr + (tok0 + r) * Hv + i_h, mask=r < live, other=0.0).to(tl.float32)
+        akk, aqk = _diag_product(q_ptr, k_ptr, g_ptr, k, rn, tok0, live, i_h, i_hk, Hk, Hv,
+                                 scale, eps, 0, DK, USE_L2NORM)
+        x = _inv16(akk * b[:, None], live)
+        out = ((tok0 + r) * Hv + i_h)[:, None]
+        tl.store(xd_ptr + out * 16 + r[None, :], x, mask=(r < live)[:, None])
+        tl.store(a_ptr + out * 64 + r0 + r[None, :], aqk, mask=(r < live)[:, None])
+
+
+@triton.jit
+def _x_rows(xd_ptr, tok0, n, i_h, Hv, R0: tl.constexpr):
+    """A tile's (I + A_ii)^-1 from ``_kda_diag_kernel``; the identity for rows past n."""
+    r = tl.arange(0, 16)
+    x = tl.load(xd_ptr + ((tok0 + R0 + r) * Hv + i_h)[:, None] * 16 + r[None, :],
+                mask=(R0 + r < n)[:, None], other=0.0)
+    return tl.where((R0 + r >= n)[:, None] & (r[:, None] == r[None, :]), 1.0, x)
+
+
+@triton.jit
 def _kb(k, b, R, L, PER_CHANNEL: tl.constexpr):
     """beta k e^G (the right-hand side of w), G = R + L from the chunk's start, exponent <= 0."""
     if PER_CHANNEL:
@@ -245,8 +294,9 @@ def _wy_rows(ptr, tok0, n, i_h, H, x00, x10, x11, x20, x21, x22, x30, x31, x32, 
 
 @triton.jit
 def _wy_kernel(q_ptr, k_ptr, v_ptr, g_ptr, b_ptr, w_ptr, u_ptr, a_ptr, kg_ptr, ge_ptr, tab_ptr,
-               Hk, Hv, scale, eps, DK: tl.constexpr, DV: tl.constexpr, PER_CHANNEL: tl.constexpr,
-               USE_L2NORM: tl.constexpr, PREC: tl.constexpr, DIAG_PRODUCT: tl.constexpr = False):
+               xd_ptr, Hk, Hv, scale, eps, DK: tl.constexpr, DV: tl.constexpr,
+               PER_CHANNEL: tl.constexpr, USE_L2NORM: tl.constexpr, PREC: tl.constexpr,
+               DIAG_PRODUCT: tl.constexpr = False, DIAG_IN: tl.constexpr = False):
     i_c = tl.program_id(0)
     i_h = tl.program_id(1)
     i_hk = i_h // (Hv // Hk)
@@ -254,16 +304,16 @@ def _wy_kernel(q_ptr, k_ptr, v_ptr, g_ptr, b_ptr, w_ptr, u_ptr, a_ptr, kg_ptr, g
     n = tl.load(tab_ptr + 2 * i_c + 1)
     q0, k0, b0, L0, S0, T0, a00, p00 = _tile(q_ptr, k_ptr, g_ptr, b_ptr, tok0, n, i_h, i_hk, Hk, Hv,
                                              scale, eps, 0, DK, PER_CHANNEL, USE_L2NORM, PREC,
-                                             DIAG_PRODUCT)
+                                             DIAG_PRODUCT, DIAG_IN)
     q1, k1, b1, L1, S1, T1, a11, p11 = _tile(q_ptr, k_ptr, g_ptr, b_ptr, tok0, n, i_h, i_hk, Hk, Hv,
                                              scale, eps, 16, DK, PER_CHANNEL, USE_L2NORM, PREC,
-                                             DIAG_PRODUCT)
+                                             DIAG_PRODUCT, DIAG_IN)
     q2, k2, b2, L2, S2, T2, a22, p22 = _tile(q_ptr, k_ptr, g_ptr, b_ptr, tok0, n, i_h, i_hk, Hk, Hv,
                                              scale, eps, 32, DK, PER_CHANNEL, USE_L2NORM, PREC,
-                                             DIAG_PRODUCT)
+                                             DIAG_PRODUCT, DIAG_IN)
     q3, k3, b3, L3, S3, T3, a33, p33 = _tile(q_ptr, k_ptr, g_ptr, b_ptr, tok0, n, i_h, i_hk, Hk, Hv,
                                              scale, eps, 48, DK, PER_CHANNEL, USE_L2NORM, PREC,
-                                             DIAG_PRODUCT)
+                                             DIAG_PRODUCT, DIAG_IN)
     # Every decay below is a sum of g over one span (never a difference of two cumulative sums,
     # which cancels badly when the decay is strong): tile totals T, in-tile L / S.
     none = T0 * 0.0
@@ -307,21 +357,28 @@ def _wy_kernel(q_ptr, k_ptr, v_ptr, g_ptr, b_ptr, w_ptr, u_ptr, a_ptr, kg_ptr, g
         p30 = tl.dot(lq3, tl.trans(r30), input_precision=PREC)
         p31 = tl.dot(lq3, tl.trans(r31), input_precision=PREC)
         p32 = tl.dot(lq3, tl.trans(r32), input_precision=PREC)
-        _store_rows(a_ptr, p00, tok0, n, i_h, Hv, 0, 0, 16, 64, 16)
         _store_rows(a_ptr, p10, tok0, n, i_h, Hv, 0, 16, 16, 64, 16)
-        _store_rows(a_ptr, p11, tok0, n, i_h, Hv, 16, 16, 16, 64, 16)
         _store_rows(a_ptr, p20, tok0, n, i_h, Hv, 0, 32, 16, 64, 16)
         _store_rows(a_ptr, p21, tok0, n, i_h, Hv, 16, 32, 16, 64, 16)
-        _store_rows(a_ptr, p22, tok0, n, i_h, Hv, 32, 32, 16, 64, 16)
         _store_rows(a_ptr, p30, tok0, n, i_h, Hv, 0, 48, 16, 64, 16)
         _store_rows(a_ptr, p31, tok0, n, i_h, Hv, 16, 48, 16, 64, 16)
         _store_rows(a_ptr, p32, tok0, n, i_h, Hv, 32, 48, 16, 64, 16)
-        _store_rows(a_ptr, p33, tok0, n, i_h, Hv, 48, 48, 16, 64, 16)
+        if not DIAG_IN:  # else _kda_diag_kernel wrote the diagonal blocks
+            _store_rows(a_ptr, p00, tok0, n, i_h, Hv, 0, 0, 16, 64, 16)
+            _store_rows(a_ptr, p11, tok0, n, i_h, Hv, 16, 16, 16, 64, 16)
+            _store_rows(a_ptr, p22, tok0, n, i_h, Hv, 32, 32, 16, 64, 16)
+            _store_rows(a_ptr, p33, tok0, n, i_h, Hv, 48, 48, 16, 64, 16)
     # beta scales the rows of A (the written strength of token t).
-    x00 = _inv16(a00 * b0[:, None], n - 0)
-    x11 = _inv16(a11 * b1[:, None], n - 16)
-    x22 = _inv16(a22 * b2[:, None], n - 32)
-    x33 = _inv16(a33 * b3[:, None], n - 48)
+    if DIAG_IN:
+        x00 = _x_rows(xd_ptr, tok0, n, i_h, Hv, 0)
+        x11 = _x_rows(xd_ptr, tok0, n, i_h, Hv, 16)
+        x22 = _x_rows(xd_ptr, tok0, n, i_h, Hv, 32)
+        x33 = _x_rows(xd_ptr, tok0, n, i_h, Hv, 48)
+    else:
+        x00 = _inv16(a00 * b0[:, None], n - 0)
+        x11 = _inv16(a11 * b1[:, None], n - 16)
+        x22 = _inv16(a22 * b2[:, None], n - 32)
+        x33 = _inv16(a33 * b3[:, None], n - 48)
     a10 = a10 * b1[:, None]
     a20 = a20 * b2[:, None]
     a21 = a21 * b2[:, None]
