@@ -113,6 +113,7 @@ def main() -> None:
                         help="skip the block-size variants of the Triton kernels")
     parser.add_argument("--shapes", default=None, help="e.g. 1x16384,8x2048 (default: all)")
     parser.add_argument("--kinds", default="gdn,kda")
+    parser.add_argument("--no-torch", action="store_true", help="skip the portable torch impl")
     parser.add_argument("--breakdown", action="store_true",
                         help="GPU time of each kernel of the Triton impl (torch profiler)")
     args = parser.parse_args()
@@ -129,13 +130,13 @@ def main() -> None:
                 impls.append((f"triton_bv{bv}_bvo{bvo}_w{warps}",
                               lambda *a, _f=tri, _b=bv, _o=bvo, _w=warps, **kw:
                               _f(*a, block_v=_b, block_v_out=_o, num_warps=_w, **kw)))
-        if kind == "kda":  # the WY stage's other forms of the diagonal blocks (kda_chunked(diag=))
-            for form in ("span", "product", "split"):
-                impls.append((f"triton_diag_{form}",
-                              lambda *a, _f=tri, _d=form, **kw: _f(*a, diag=_d, **kw)))
+        if kind == "kda":  # the diagonal-block kernel's other row source
+            impls.append(("triton_diag_from_tiles",
+                          lambda *a, _f=tri, **kw: _f(*a, diag_from_tiles=True, **kw)))
         if FLA:
             impls.append(("fla", fla_call(kind)))
-        impls.append(("torch", getattr(torch_la, op)))
+        if not args.no_torch:
+            impls.append(("torch", getattr(torch_la, op)))
         for nseq, seqlen in shapes:
             inputs, flops, T = make(kind, nseq, seqlen)
             shape = f"{nseq}x{seqlen}"
@@ -160,7 +161,7 @@ def main() -> None:
             if args.breakdown:
                 breakdown(f"{op} {shape}", lambda: tri(**inputs))
                 if kind == "kda":
-                    breakdown(f"{op} {shape} split", lambda: tri(**inputs, diag="split"))
+                    breakdown(f"{op} {shape} from_tiles", lambda: tri(**inputs, diag_from_tiles=True))
             if shape == "1x4096" and not args.quick:   # the reference, once
                 ms = triton.testing.do_bench(lambda: getattr(ref_la, op)(**inputs), warmup=1,
                                              rep=1)

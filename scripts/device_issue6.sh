@@ -20,7 +20,9 @@
 #                                         # k_rows, KDA diag="product" vs "span" vs fla
 #   bash scripts/device_issue6.sh mla       # sparse MLA decode tilings on every shape, prefill
 #                                         # tilings, DeepSeek-V4 speed
-#   bash scripts/device_issue6.sh split     # KDA diag="split": conformance, models, vs fla
+#   bash scripts/device_issue6.sh split     # KDA diag="split" (since removed: the only form now)
+#   bash scripts/device_issue6.sh diag      # KDA's diagonal-block kernel: conformance, vs fla,
+#                                         # Kimi-Linear tests and speed
 #   bash scripts/device_issue6.sh diagnose  # model oracle + CUDA-graph tests on the GPU, then
 #                                         # the failures again under HWINFER_SHADOW=raise, which
 #                                         # names the first op whose kernel leaves its reference
@@ -196,6 +198,21 @@ PY
   timeout 200 python3 scripts/bench_delta_chunk.py --no-variants --kinds kda --shapes 1x16384,1x4096,8x2048 \
     --breakdown > "$out/bench_delta_chunk.csv" 2> "$out/bench_delta_chunk.err"
   echo "== bench_delta_chunk rc=$?"; grep -v "Warn\|warn" "$out/bench_delta_chunk.err" | grep -v "at::native" | tail -40
+elif [ "$phase" = diag ]; then
+  # KDA's diagonal-block kernel, now always used: conformance of the chunked kernels, KDA and
+  # GDN per kernel against fla, Kimi-Linear's oracle tests and speed.
+  timeout 100 python3 -m pytest tests/conformance --backend nvidia --strict -q -p no:cacheprovider \
+    -k "kda_chunked or gdn_chunked" > "$out/conformance.txt" 2>&1
+  grep -E "passed|failed|FAILED" "$out/conformance.txt" | tail -6
+  timeout 150 python3 scripts/bench_delta_chunk.py --no-variants --no-torch --shapes 1x4096,1x16384,8x2048 \
+    --breakdown > "$out/bench_delta_chunk.csv" 2> "$out/bench_delta_chunk.err"
+  echo "== bench_delta_chunk rc=$?"; grep -v "Warn\|warn\|at::native\|Memcpy" "$out/bench_delta_chunk.err" | tail -44
+  HWINFER_TEST_DEVICE=cuda timeout 80 python3 -m pytest tests/models -q -p no:cacheprovider -k "kimi" \
+    > "$out/models.txt" 2>&1
+  grep -E "^FAILED|passed|failed" "$out/models.txt" | cut -c1-300 | tail -6
+  timeout 100 python3 scripts/bench_model.py --preset kimi-linear-48b-a3b --layers 4 --batch 1,32 \
+    --prompt 1024 --new 32 --no-eager --no-hf --csv "$out/model.csv" > "$out/bench_model_kimi.txt" 2>&1
+  grep "^{\|Error" "$out/bench_model_kimi.txt" | tail -4
 elif [ "$phase" = profile ]; then
   # Where the time goes in the models that trail transformers: kernels of one prefill step and of
   # decode steps (eager and graphs) at batch 1 and 32, then the chunked linear attention vs fla.

@@ -2,8 +2,12 @@
 :func:`hwinfer.ops.linear_attention.gdn_chunked`,
 :func:`~hwinfer.ops.linear_attention.kda_chunked`).
 
-Chunks of 64 tokens (never crossing a sequence boundary), three launches:
+Chunks of 64 tokens (never crossing a sequence boundary), three launches (four for KDA):
 
+0. KDA only, ``_kda_diag_kernel`` (:mod:`.delta_chunk_wy`), one small program per (16-row
+   tile, value head): the diagonal 16 x 16 blocks, whose per-channel decay needs a sequential
+   loop over rows (on the H200 this made KDA 1.8x faster than the same loop inside the WY
+   kernel);
 1. ``_wy_kernel`` (:mod:`.delta_chunk_wy`), one program per (chunk, value head), all chunks in
    parallel: ``w``, ``u`` of the WY form (the chunk's deltas are ``u - w S0``), the decayed
    keys ``k e^{G_end - G}`` and ``G_end`` and, for KDA, the causal decayed ``q k^T`` block;
@@ -52,7 +56,6 @@ from hwinfer.ops.linear_attention_chunked import L2NORM_EPS, check_inputs
 _INTERPRET = INTERPRET
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32)
 BT = 64  # chunk length (the WY kernel is written for four 16-row tiles)
-_DIAG_FORMS = ("span", "product", "split")  # kda_chunked(diag=)
 
 
 @triton.jit
@@ -168,7 +171,7 @@ def _tables(B: int, T: int, bounds: list[int] | None, device: torch.device):
 
 def _run(op: str, q, k, v, g, beta, initial_state, scale, use_qk_l2norm, cu_seqlens,
          per_channel: bool, block_v: int | None, block_v_out: int | None,
-         num_warps: int | None, diag: str = "span"):
+         num_warps: int | None, diag_from_tiles: bool = False):
     # The one host read of cu_seqlens (prefill is not graph-captured); validate a CPU copy.
     bounds = None if cu_seqlens is None else cu_seqlens.tolist()
     n = check_inputs(op, q, k, v, g, beta, initial_state,
@@ -177,8 +180,6 @@ def _run(op: str, q, k, v, g, beta, initial_state, scale, use_qk_l2norm, cu_seql
     reason = delta_chunk_supported(q, k, v, g, beta, initial_state)
     if reason is not None:
         raise ValueError(f"{op} (triton): {reason}")
-    if diag not in _DIAG_FORMS:
-        raise ValueError(f"{op} (triton): diag must be one of {_DIAG_FORMS}, got {diag!r}")
     B, T, Hk, Dk = k.shape
     Hv, Dv = v.shape[2], v.shape[3]
     q, k, v, g, beta = (t.contiguous() for t in (q, k, v, g, beta))
@@ -217,16 +218,15 @@ def _run(op: str, q, k, v, g, beta, initial_state, scale, use_qk_l2norm, cu_seql
     # tf32 matmuls for 16-bit inputs on NVIDIA (their own rounding is coarser); exact fp32
     # ("ieee") for fp32 inputs, and on AMD, where tf32 is not available on every chip.
     prec = "ieee" if v.dtype == torch.float32 or torch.version.hip else "tf32"
-    split = per_channel and diag == "split"
-    xd = torch.empty(B * T, Hv, 16, **f32) if split else u   # the diagonal blocks' inverses
-    if nc and split:
+    xd = torch.empty(B * T, Hv, 16, **f32) if per_channel else u  # KDA's diagonal inverses
+    if nc and per_channel:
         _kda_diag_kernel[(4 * nc, Hv)](q, k, g, beta, a, xd, chunks, Hk, Hv, scale, L2NORM_EPS,
-                                       DK=Dk, USE_L2NORM=l2, num_warps=2)
+                                       DK=Dk, USE_L2NORM=l2, ROWS_FROM_TILES=diag_from_tiles,
+                                       num_warps=2)
     if nc:
         _wy_kernel[(nc, Hv)](q, k, v, g, beta, w, u, a, kg, ge, chunks, xd, Hk, Hv, scale,
                              L2NORM_EPS, DK=Dk, DV=Dv, PER_CHANNEL=per_channel, USE_L2NORM=l2,
-                             PREC=prec, DIAG_PRODUCT=per_channel and diag == "product",
-                             DIAG_IN=split, num_warps=warps_wy)
+                             PREC=prec, num_warps=warps_wy)
     _state_kernel[(n * Hv, Dv // bv_state)](
         kg, ge, w, u, h0 if h0 is not None else ht, hs, d, ht, seqs, Hv,
         DK=Dk, DV=Dv, BV=bv_state, PER_CHANNEL=per_channel, HAS_H0=h0 is not None, PREC=prec,
@@ -259,15 +259,13 @@ def kda_chunked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tens
                 scale: float | None = None, use_qk_l2norm: bool = True,
                 cu_seqlens: torch.Tensor | None = None, chunk_size: int = 64,
                 block_v: int | None = None, block_v_out: int | None = None,
-                num_warps: int | None = None, diag: str = "span") -> tuple[torch.Tensor, torch.Tensor]:
+                num_warps: int | None = None,
+                diag_from_tiles: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """Triton ``kda_chunked``: as :func:`gdn_chunked` with g [B, T, Hv, Dk] (a log-decay per
-    key channel). ``diag``: how the WY stage forms the decayed 16 x 16 diagonal blocks: "span"
-    (in the WY kernel, a loop over columns, each with its span's cumulative sum), "product" (in
-    the WY kernel, a loop over rows with a running product of per-token decays: 1.45x faster
-    than "span" on the H200) or "split" (the product form and the blocks' inverses in a
-    separate kernel of small programs, ``_kda_diag_kernel``)."""
+    key channel). ``diag_from_tiles`` (tuning): the diagonal-block kernel takes each row from
+    its loaded tiles instead of re-reading it."""
     return _run("kda_chunked", q, k, v, g, beta, initial_state, scale, use_qk_l2norm,
-                cu_seqlens, True, block_v, block_v_out, num_warps, diag)
+                cu_seqlens, True, block_v, block_v_out, num_warps, diag_from_tiles)
 
 
 def _aot_specs():
@@ -286,18 +284,19 @@ def _aot_specs():
                   "tab_ptr": "*i32", "xd_ptr": f32, "Hk": "i32",
                   "Hv": "i32", "scale": "fp32", "eps": "fp32", "DK": "constexpr",
                   "DV": "constexpr", "PER_CHANNEL": "constexpr", "USE_L2NORM": "constexpr",
-                  "PREC": "constexpr", "DIAG_PRODUCT": "constexpr", "DIAG_IN": "constexpr"}
-            for form in (_DIAG_FORMS if per_channel else ("span",)):
-                specs.append(AotSpec(f"delta_chunk_wy[{kind},{dtype},{d},{form}]", _wy_kernel, wy,
-                                     {**flags, "DIAG_PRODUCT": form == "product",
-                                      "DIAG_IN": form == "split"},
-                                     {"num_warps": 8 if per_channel else 4}))
+                  "PREC": "constexpr"}
+            specs.append(AotSpec(f"delta_chunk_wy[{kind},{dtype},{d}]", _wy_kernel, wy, flags,
+                                 {"num_warps": 8 if per_channel else 4}))
             if per_channel:
                 dg = {"q_ptr": ptr, "k_ptr": ptr, "g_ptr": f32, "b_ptr": f32, "a_ptr": f32,
                       "xd_ptr": f32, "tab_ptr": "*i32", "Hk": "i32", "Hv": "i32",
-                      "scale": "fp32", "eps": "fp32", "DK": "constexpr", "USE_L2NORM": "constexpr"}
-                specs.append(AotSpec(f"kda_diag[{dtype},{d}]", _kda_diag_kernel, dg,
-                                     {"DK": d, "USE_L2NORM": True}, {"num_warps": 2}))
+                      "scale": "fp32", "eps": "fp32", "DK": "constexpr",
+                      "USE_L2NORM": "constexpr", "ROWS_FROM_TILES": "constexpr"}
+                for tiles in (False, True):
+                    specs.append(AotSpec(f"kda_diag[{dtype},{d}{',tiles' if tiles else ''}]",
+                                         _kda_diag_kernel, dg,
+                                         {"DK": d, "USE_L2NORM": True, "ROWS_FROM_TILES": tiles},
+                                         {"num_warps": 2}))
             st = {"kg_ptr": half, "ge_ptr": f32, "w_ptr": half, "u_ptr": f32, "h0_ptr": f32,
                   "hs_ptr": f32, "d_ptr": f32, "ht_ptr": f32, "seq_ptr": "*i32", "Hv": "i32",
                   "DK": "constexpr", "DV": "constexpr", "BV": "constexpr",

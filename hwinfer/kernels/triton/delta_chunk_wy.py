@@ -1,7 +1,8 @@
 """Intra-chunk stage of the Triton chunked gated delta rule (driver: :mod:`.delta_chunk`).
 
-One program owns one chunk of up to 64 tokens of one sequence and one value head. It works on
-four 16-row tiles (register tensors cannot be sliced, so each tile is its own variable) and:
+``_wy_kernel``: one program owns one chunk of up to 64 tokens of one sequence and one value
+head. It works on four 16-row tiles (register tensors cannot be sliced, so each tile is its own
+variable) and:
 
 1. loads k (and q for KDA), L2-normalises them, scales q, and forms per tile the log-decay
    sums over spans inside it: ``L`` (rows up to t), ``S`` (rows after t), ``T`` (the tile);
@@ -10,16 +11,17 @@ four 16-row tiles (register tensors cannot be sliced, so each tile is its own va
    the decay, and each is a sum of g over its span (``L_i + T_between + S_j`` for block
    (i, j)), never the difference of two cumulative sums, which cancels at strong decay. GDN
    applies the exponent after the matmul; KDA (a decay per channel, which does not factor
-   out of the sum) splits it, ``e^{L_i} e^{T_between + S_j}``, for off-diagonal blocks, and
-   loops over the 16 columns of a diagonal block with the span's own cumulative sum (or, with
-   ``DIAG_PRODUCT``, over its 16 rows with a running product of the per-token decays);
-3. inverts ``I + A`` (unit lower triangular): forward substitution inside each diagonal block,
-   then the off-diagonal blocks from ``X_ij = -X_ii sum_{j<=m<i} A_im X_mj``;
+   out of the sum) splits it, ``e^{L_i} e^{T_between + S_j}``, for off-diagonal blocks; its
+   diagonal blocks need a sequential loop over rows, done by ``_kda_diag_kernel`` beforehand;
+3. inverts ``I + A`` (unit lower triangular): forward substitution inside each diagonal block
+   (for KDA, read back from ``_kda_diag_kernel``), then the off-diagonal blocks from
+   ``X_ij = -X_ii sum_{j<=m<i} A_im X_mj``;
 4. writes ``w = X (beta k e^G)`` [64, Dk] and ``u = X (beta v)`` [64, Dv]; the chunk's deltas
    are then ``u - w S0`` for its start state S0 (the recurrence kernel does that), and what
    that kernel needs to step the state: ``k e^{G_end - G}`` and ``G_end``. KDA also
    writes the causal ``Aqk[t, s] = sum_d q_t[d] k_s[d] e^{G_t[d] - G_s[d]}`` (s <= t) for
-   the output kernel; GDN's output kernel rebuilds it with one matmul instead.
+   the output kernel (its diagonal blocks written by ``_kda_diag_kernel``); GDN's output
+   kernel rebuilds it with one matmul instead.
 
 Tensors are addressed as ``[tokens, heads, D]`` rows; ``tab`` gives each chunk's first flat
 token and its length, so a chunk never crosses a sequence boundary. All math is fp32 (the
@@ -81,13 +83,10 @@ def _g_rows(g_ptr, tok0, n, i_h, Hv, R0: tl.constexpr, NR: tl.constexpr, DK: tl.
 @triton.jit
 def _tile(q_ptr, k_ptr, g_ptr, b_ptr, tok0, n, i_h, i_hk, Hk, Hv, scale, eps,
           R0: tl.constexpr, DK: tl.constexpr, PER_CHANNEL: tl.constexpr,
-          USE_L2NORM: tl.constexpr, PREC: tl.constexpr, DIAG_PRODUCT: tl.constexpr,
-          DIAG_IN: tl.constexpr):
+          USE_L2NORM: tl.constexpr, PREC: tl.constexpr):
     """One 16-row tile: q (KDA only, else 0), k, beta; its log-decays as sums of g over spans
-    inside the tile, L (rows <= t), S (rows > t) and T (all rows); and its diagonal blocks
-    (k k^T decayed, strictly lower; KDA: q k^T decayed, lower). KDA's diagonal blocks come
-    from a loop over columns (a span sum per column) or, with DIAG_PRODUCT, over rows (a
-    running product of per-token decays); with DIAG_IN they come from ``_kda_diag_kernel``
+    inside the tile, L (rows <= t), S (rows > t) and T (all rows); and, for GDN, its diagonal
+    block (k k^T decayed, strictly lower). KDA's diagonal blocks come from ``_kda_diag_kernel``
     (zeros here, unused)."""
     r = R0 + tl.arange(0, 16)
     tok = tok0 + r
@@ -96,10 +95,7 @@ def _tile(q_ptr, k_ptr, g_ptr, b_ptr, tok0, n, i_h, i_hk, Hk, Hv, scale, eps,
     k = tl.load(k_ptr + (tok * Hk + i_hk)[:, None] * DK + cols[None, :],
                 mask=(r < n)[:, None], other=0.0).to(tl.float32)
     if USE_L2NORM:
-        rn = tl.rsqrt(tl.sum(k * k, axis=1) + eps)
-    else:
-        rn = tl.full([16], 1.0, tl.float32)
-    k = k * rn[:, None]
+        k = k * tl.rsqrt(tl.sum(k * k, axis=1) + eps)[:, None]
     b = tl.load(b_ptr + tok * Hv + i_h, mask=r < n, other=0.0).to(tl.float32)
     g = _g_rows(g_ptr, tok0, n, i_h, Hv, R0, 16, DK, PER_CHANNEL)
     L = tl.cumsum(g, axis=0)
@@ -108,70 +104,15 @@ def _tile(q_ptr, k_ptr, g_ptr, b_ptr, tok0, n, i_h, i_hk, Hk, Hv, scale, eps,
     # end: a sum of its own terms, not T - L, which would cancel.
     gs = _g_rows(g_ptr, tok0 + 1, tl.minimum(n - 1, R0 + 15), i_h, Hv, R0, 16, DK, PER_CHANNEL)
     S = tl.cumsum(gs, axis=0, reverse=True)
-    if PER_CHANNEL and DIAG_IN:
+    if PER_CHANNEL:
         q = _qk_rows(q_ptr, tok0, n, i_hk, Hk, scale, eps, R0, 16, DK, USE_L2NORM)
         akk = tl.zeros([16, 16], dtype=tl.float32)
-        aqk = akk
-    elif PER_CHANNEL and DIAG_PRODUCT:
-        q = _qk_rows(q_ptr, tok0, n, i_hk, Hk, scale, eps, R0, 16, DK, USE_L2NORM)
-        akk, aqk = _diag_product(q_ptr, k_ptr, g_ptr, k, rn, tok0, n, i_h, i_hk, Hk, Hv, scale,
-                                 eps, R0, DK, USE_L2NORM)
-    elif PER_CHANNEL:
-        q = _qk_rows(q_ptr, tok0, n, i_hk, Hk, scale, eps, R0, 16, DK, USE_L2NORM)
-        # Column c of the diagonal blocks: the exponent sum_{c < u <= t} g_u of row t >= c is
-        # its own cumulative sum (differences of cumulative sums lose precision at strong
-        # decay). Row c of k is re-read from memory (cached) rather than extracted from the
-        # register tile; the columns get k_c's norm afterwards.
-        akk = tl.zeros([16, 16], dtype=tl.float32)
-        aqk = tl.zeros([16, 16], dtype=tl.float32)
-        for c in range(0, tl.minimum(n - R0, 16)):   # columns past the chunk's end stay 0
-            live = (cols < DK) & (R0 + c < n)
-            kc = tl.load(k_ptr + ((tok0 + R0 + c) * Hk + i_hk) * DK + cols, mask=live,
-                         other=0.0).to(tl.float32)
-            span = tl.cumsum(tl.where(c16[:, None] > c, g, 0.0), axis=0)
-            e = tl.exp(tl.where(c16[:, None] >= c, span, float("-inf"))) * kc[None, :]
-            akk = tl.where((c16[None, :] == c) & (c16[:, None] > c),
-                           tl.sum(k * e, axis=1)[:, None], akk)
-            aqk = tl.where(c16[None, :] == c, tl.sum(q * e, axis=1)[:, None], aqk)
-        akk = akk * rn[None, :]
-        aqk = aqk * rn[None, :]
     else:
         q = k * 0.0
         span = tl.cumsum(tl.where(c16[:, None] > c16[None, :], g[:, None], 0.0), axis=0)
         e = tl.exp(tl.where(c16[:, None] > c16[None, :], span, float("-inf")))
         akk = tl.dot(k, tl.trans(k), input_precision=PREC) * e
-        aqk = akk
-    return q, k, b, L, S, T, akk, aqk
-
-
-@triton.jit
-def _diag_product(q_ptr, k_ptr, g_ptr, k, rn, tok0, n, i_h, i_hk, Hk, Hv, scale, eps,
-                  R0: tl.constexpr, DK: tl.constexpr, USE_L2NORM: tl.constexpr):
-    """KDA's diagonal 16 x 16 blocks of one tile, row by row: ``dec[s]`` holds
-    ``e^{g_{s+1} + .. + g_t}`` per channel for the rows s <= t seen so far (0 for rows not yet
-    reached), updated by one multiply with ``e^{g_t}`` per row. A product of factors <= 1: no
-    cancellation and no overflow whatever the decay, 16 exponentials of [DK] per tile instead
-    of a [16, DK] cumulative sum and exponential per column. k [16, DK] is the tile's normalised
-    keys, rn their inverse norms. Returns (k k^T decayed, strictly lower; q k^T decayed, lower)."""
-    cols = tl.arange(0, DK)
-    c16 = tl.arange(0, 16)
-    akk = tl.zeros([16, 16], dtype=tl.float32)
-    aqk = tl.zeros([16, 16], dtype=tl.float32)
-    dec = tl.zeros([16, DK], dtype=tl.float32)
-    for t in range(0, tl.minimum(n - R0, 16)):   # rows past the chunk's end stay 0
-        tok = tok0 + R0 + t
-        kt = tl.load(k_ptr + (tok * Hk + i_hk) * DK + cols).to(tl.float32)
-        qt = tl.load(q_ptr + (tok * Hk + i_hk) * DK + cols).to(tl.float32)
-        gt = tl.load(g_ptr + (tok * Hv + i_h) * DK + cols).to(tl.float32)
-        if USE_L2NORM:
-            qt = qt * tl.rsqrt(tl.sum(qt * qt, axis=0) + eps)
-        qt = qt * scale
-        rn_t = tl.sum(tl.where(c16 == t, rn, 0.0), axis=0)
-        dec = dec * tl.exp(gt)[None, :]
-        akk = tl.where(c16[:, None] == t, (tl.sum(dec * k * kt[None, :], axis=1) * rn_t)[None, :], akk)
-        dec = tl.where(c16[:, None] == t, 1.0, dec)
-        aqk = tl.where(c16[:, None] == t, tl.sum(dec * k * qt[None, :], axis=1)[None, :], aqk)
-    return akk, aqk
+    return q, k, b, L, S, T, akk
 
 
 @triton.jit
@@ -216,13 +157,19 @@ def _inv16(a, live):
 
 @triton.jit
 def _kda_diag_kernel(q_ptr, k_ptr, g_ptr, b_ptr, a_ptr, xd_ptr, tab_ptr, Hk, Hv, scale, eps,
-                     DK: tl.constexpr, USE_L2NORM: tl.constexpr):
-    """KDA's diagonal blocks apart from the WY kernel, one program per (16-row tile, value head):
-    the decayed q k^T block (lower), written into Aqk at the tile's columns, and
-    ``(I + beta k k^T decayed)^-1`` of the tile, written to ``xd`` [tokens, Hv, 16] fp32 for the
-    WY kernel (``DIAG_IN``). Both come from the row loop of ``_diag_product``, whose dependent
-    per-row loads stall a WY program (one per SM at 8 warps); here each program is small (2
-    warps) and many run per SM, so their latencies overlap."""
+                     DK: tl.constexpr, USE_L2NORM: tl.constexpr, ROWS_FROM_TILES: tl.constexpr):
+    """KDA's diagonal 16 x 16 blocks, one program per (16-row tile, value head): the decayed
+    q k^T block (lower), written into Aqk at the tile's columns, and ``(I + beta A)^-1`` with
+    ``A`` the decayed k k^T block (strictly lower), written to ``xd`` [tokens, Hv, 16] fp32 for
+    the WY kernel.
+
+    Row by row: ``dec[s]`` holds ``e^{g_{s+1} + .. + g_t}`` per channel for the rows s <= t seen
+    so far (0 for rows not yet reached), updated by one multiply with ``e^{g_t}`` per row: a
+    product of factors <= 1, so no cancellation (unlike ``e^{G_t - G_s}``) and no overflow
+    however strong the decay. Row t's k, q, e^g come from the loaded tiles
+    (``ROWS_FROM_TILES``, a masked reduction) or are re-read (an L1 hit, but a dependent load
+    per row). The loop is sequential, so it lives here, in small programs (2 warps) of which
+    many run per SM, not in the WY kernel (one 8-warp program per SM, stalled on each row)."""
     i_c = tl.program_id(0) // 4
     r0 = (tl.program_id(0) % 4) * 16
     i_h = tl.program_id(1)
@@ -232,20 +179,40 @@ def _kda_diag_kernel(q_ptr, k_ptr, g_ptr, b_ptr, a_ptr, xd_ptr, tab_ptr, Hk, Hv,
     if live > 0:
         r = tl.arange(0, 16)
         cols = tl.arange(0, DK)
-        rows = ((tok0 + r) * Hk + i_hk)[:, None] * DK + cols[None, :]
-        k = tl.load(k_ptr + rows, mask=(r < live)[:, None], other=0.0).to(tl.float32)
-        if USE_L2NORM:
-            rn = tl.rsqrt(tl.sum(k * k, axis=1) + eps)
-        else:
-            rn = tl.full([16], 1.0, tl.float32)
-        k = k * rn[:, None]
+        k = _qk_rows(k_ptr, tok0, live, i_hk, Hk, 1.0, eps, 0, 16, DK, USE_L2NORM)
+        q = _qk_rows(q_ptr, tok0, live, i_hk, Hk, scale, eps, 0, 16, DK, USE_L2NORM)
+        eg = tl.exp(_g_rows(g_ptr, tok0, live, i_h, Hv, 0, 16, DK, True))
         b = tl.load(b_ptr + (tok0 + r) * Hv + i_h, mask=r < live, other=0.0).to(tl.float32)
-        akk, aqk = _diag_product(q_ptr, k_ptr, g_ptr, k, rn, tok0, live, i_h, i_hk, Hk, Hv,
-                                 scale, eps, 0, DK, USE_L2NORM)
+        akk = tl.zeros([16, 16], dtype=tl.float32)
+        aqk = tl.zeros([16, 16], dtype=tl.float32)
+        dec = tl.zeros([16, DK], dtype=tl.float32)
+        for t in range(0, tl.minimum(live, 16)):
+            row = r[:, None] == t
+            if ROWS_FROM_TILES:
+                kt = tl.sum(tl.where(row, k, 0.0), axis=0)
+                qt = tl.sum(tl.where(row, q, 0.0), axis=0)
+                et = tl.sum(tl.where(row, eg, 0.0), axis=0)
+            else:
+                kt = _qk_row(k_ptr, tok0 + t, i_hk, Hk, 1.0, eps, DK, USE_L2NORM)
+                qt = _qk_row(q_ptr, tok0 + t, i_hk, Hk, scale, eps, DK, USE_L2NORM)
+                et = tl.exp(tl.load(g_ptr + ((tok0 + t) * Hv + i_h) * DK + cols).to(tl.float32))
+            dec = dec * et[None, :]
+            akk = tl.where(row, tl.sum(dec * k * kt[None, :], axis=1)[None, :], akk)
+            dec = tl.where(row, 1.0, dec)
+            aqk = tl.where(row, tl.sum(dec * k * qt[None, :], axis=1)[None, :], aqk)
         x = _inv16(akk * b[:, None], live)
         out = ((tok0 + r) * Hv + i_h)[:, None]
         tl.store(xd_ptr + out * 16 + r[None, :], x, mask=(r < live)[:, None])
         tl.store(a_ptr + out * 64 + r0 + r[None, :], aqk, mask=(r < live)[:, None])
+
+
+@triton.jit
+def _qk_row(ptr, tok, i_hk, Hk, scale, eps, DK: tl.constexpr, USE_L2NORM: tl.constexpr):
+    """One row of q or k: [DK] fp32, normalised and scaled."""
+    x = tl.load(ptr + (tok * Hk + i_hk) * DK + tl.arange(0, DK)).to(tl.float32)
+    if USE_L2NORM:
+        x = x * tl.rsqrt(tl.sum(x * x, axis=0) + eps)
+    return x * scale
 
 
 @triton.jit
@@ -295,25 +262,20 @@ def _wy_rows(ptr, tok0, n, i_h, H, x00, x10, x11, x20, x21, x22, x30, x31, x32, 
 @triton.jit
 def _wy_kernel(q_ptr, k_ptr, v_ptr, g_ptr, b_ptr, w_ptr, u_ptr, a_ptr, kg_ptr, ge_ptr, tab_ptr,
                xd_ptr, Hk, Hv, scale, eps, DK: tl.constexpr, DV: tl.constexpr,
-               PER_CHANNEL: tl.constexpr, USE_L2NORM: tl.constexpr, PREC: tl.constexpr,
-               DIAG_PRODUCT: tl.constexpr = False, DIAG_IN: tl.constexpr = False):
+               PER_CHANNEL: tl.constexpr, USE_L2NORM: tl.constexpr, PREC: tl.constexpr):
     i_c = tl.program_id(0)
     i_h = tl.program_id(1)
     i_hk = i_h // (Hv // Hk)
     tok0 = tl.load(tab_ptr + 2 * i_c).to(tl.int64)
     n = tl.load(tab_ptr + 2 * i_c + 1)
-    q0, k0, b0, L0, S0, T0, a00, p00 = _tile(q_ptr, k_ptr, g_ptr, b_ptr, tok0, n, i_h, i_hk, Hk, Hv,
-                                             scale, eps, 0, DK, PER_CHANNEL, USE_L2NORM, PREC,
-                                             DIAG_PRODUCT, DIAG_IN)
-    q1, k1, b1, L1, S1, T1, a11, p11 = _tile(q_ptr, k_ptr, g_ptr, b_ptr, tok0, n, i_h, i_hk, Hk, Hv,
-                                             scale, eps, 16, DK, PER_CHANNEL, USE_L2NORM, PREC,
-                                             DIAG_PRODUCT, DIAG_IN)
-    q2, k2, b2, L2, S2, T2, a22, p22 = _tile(q_ptr, k_ptr, g_ptr, b_ptr, tok0, n, i_h, i_hk, Hk, Hv,
-                                             scale, eps, 32, DK, PER_CHANNEL, USE_L2NORM, PREC,
-                                             DIAG_PRODUCT, DIAG_IN)
-    q3, k3, b3, L3, S3, T3, a33, p33 = _tile(q_ptr, k_ptr, g_ptr, b_ptr, tok0, n, i_h, i_hk, Hk, Hv,
-                                             scale, eps, 48, DK, PER_CHANNEL, USE_L2NORM, PREC,
-                                             DIAG_PRODUCT, DIAG_IN)
+    q0, k0, b0, L0, S0, T0, a00 = _tile(q_ptr, k_ptr, g_ptr, b_ptr, tok0, n, i_h, i_hk, Hk, Hv,
+                                        scale, eps, 0, DK, PER_CHANNEL, USE_L2NORM, PREC)
+    q1, k1, b1, L1, S1, T1, a11 = _tile(q_ptr, k_ptr, g_ptr, b_ptr, tok0, n, i_h, i_hk, Hk, Hv,
+                                        scale, eps, 16, DK, PER_CHANNEL, USE_L2NORM, PREC)
+    q2, k2, b2, L2, S2, T2, a22 = _tile(q_ptr, k_ptr, g_ptr, b_ptr, tok0, n, i_h, i_hk, Hk, Hv,
+                                        scale, eps, 32, DK, PER_CHANNEL, USE_L2NORM, PREC)
+    q3, k3, b3, L3, S3, T3, a33 = _tile(q_ptr, k_ptr, g_ptr, b_ptr, tok0, n, i_h, i_hk, Hk, Hv,
+                                        scale, eps, 48, DK, PER_CHANNEL, USE_L2NORM, PREC)
     # Every decay below is a sum of g over one span (never a difference of two cumulative sums,
     # which cancels badly when the decay is strong): tile totals T, in-tile L / S.
     none = T0 * 0.0
@@ -363,13 +325,9 @@ def _wy_kernel(q_ptr, k_ptr, v_ptr, g_ptr, b_ptr, w_ptr, u_ptr, a_ptr, kg_ptr, g
         _store_rows(a_ptr, p30, tok0, n, i_h, Hv, 0, 48, 16, 64, 16)
         _store_rows(a_ptr, p31, tok0, n, i_h, Hv, 16, 48, 16, 64, 16)
         _store_rows(a_ptr, p32, tok0, n, i_h, Hv, 32, 48, 16, 64, 16)
-        if not DIAG_IN:  # else _kda_diag_kernel wrote the diagonal blocks
-            _store_rows(a_ptr, p00, tok0, n, i_h, Hv, 0, 0, 16, 64, 16)
-            _store_rows(a_ptr, p11, tok0, n, i_h, Hv, 16, 16, 16, 64, 16)
-            _store_rows(a_ptr, p22, tok0, n, i_h, Hv, 32, 32, 16, 64, 16)
-            _store_rows(a_ptr, p33, tok0, n, i_h, Hv, 48, 48, 16, 64, 16)
-    # beta scales the rows of A (the written strength of token t).
-    if DIAG_IN:
+        # (the diagonal blocks come from _kda_diag_kernel)
+    # The diagonal blocks' inverses; beta scales the rows of A (the written strength of token t).
+    if PER_CHANNEL:
         x00 = _x_rows(xd_ptr, tok0, n, i_h, Hv, 0)
         x11 = _x_rows(xd_ptr, tok0, n, i_h, Hv, 16)
         x22 = _x_rows(xd_ptr, tok0, n, i_h, Hv, 32)

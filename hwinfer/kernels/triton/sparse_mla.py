@@ -50,10 +50,12 @@ _LOG2E = 1.4426950408889634
 # "cuda" is the H200 sweep's best (scripts/bench_sparse_mla.py --sweep-focused, docs/kernels.md):
 # all 64 heads x all 512 channels per program (each gathered row read once, QK not recomputed),
 # 64-row chunks (222 KB of shared memory: Hopper's 227 KB fits it, smaller parts need block_k
-# 32), about two programs per SM. "hip" is untuned (never run on AMD hardware).
+# 32), up to two programs per SM but at least 256 rows a split (fewer, longer splits won at
+# B = 32 and 128; only a B = 1 CSA call, 640 rows, lost: 31 us against 19 with 128-row splits).
+# "hip" is untuned (never run on AMD hardware).
 DECODE_TUNING = {
     "cuda": dict(block_v=512, block_k=64, acc_budget=32768, num_warps=8, num_stages=2, waves=2.0,
-                 min_rows=128),
+                 min_rows=256),
     "hip": dict(block_v=256, block_k=32, acc_budget=16384, num_warps=8, num_stages=2, waves=1.0,
                 min_rows=256),
 }
