@@ -130,9 +130,6 @@ def main() -> None:
                 impls.append((f"triton_bv{bv}_bvo{bvo}_w{warps}",
                               lambda *a, _f=tri, _b=bv, _o=bvo, _w=warps, **kw:
                               _f(*a, block_v=_b, block_v_out=_o, num_warps=_w, **kw)))
-        if kind == "kda":  # the diagonal-block kernel's other row source
-            impls.append(("triton_diag_from_tiles",
-                          lambda *a, _f=tri, **kw: _f(*a, diag_from_tiles=True, **kw)))
         if FLA:
             impls.append(("fla", fla_call(kind)))
         if not args.no_torch:
@@ -160,8 +157,6 @@ def main() -> None:
                       f"{err}", file=sys.stderr)
             if args.breakdown:
                 breakdown(f"{op} {shape}", lambda: tri(**inputs))
-                if kind == "kda":
-                    breakdown(f"{op} {shape} from_tiles", lambda: tri(**inputs, diag_from_tiles=True))
             if shape == "1x4096" and not args.quick:   # the reference, once
                 ms = triton.testing.do_bench(lambda: getattr(ref_la, op)(**inputs), warmup=1,
                                              rep=1)

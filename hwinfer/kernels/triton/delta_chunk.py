@@ -171,7 +171,7 @@ def _tables(B: int, T: int, bounds: list[int] | None, device: torch.device):
 
 def _run(op: str, q, k, v, g, beta, initial_state, scale, use_qk_l2norm, cu_seqlens,
          per_channel: bool, block_v: int | None, block_v_out: int | None,
-         num_warps: int | None, diag_from_tiles: bool = False):
+         num_warps: int | None):
     # The one host read of cu_seqlens (prefill is not graph-captured); validate a CPU copy.
     bounds = None if cu_seqlens is None else cu_seqlens.tolist()
     n = check_inputs(op, q, k, v, g, beta, initial_state,
@@ -221,8 +221,7 @@ def _run(op: str, q, k, v, g, beta, initial_state, scale, use_qk_l2norm, cu_seql
     xd = torch.empty(B * T, Hv, 16, **f32) if per_channel else u  # KDA's diagonal inverses
     if nc and per_channel:
         _kda_diag_kernel[(4 * nc, Hv)](q, k, g, beta, a, xd, chunks, Hk, Hv, scale, L2NORM_EPS,
-                                       DK=Dk, USE_L2NORM=l2, ROWS_FROM_TILES=diag_from_tiles,
-                                       num_warps=2)
+                                       DK=Dk, USE_L2NORM=l2, num_warps=2)
     if nc:
         _wy_kernel[(nc, Hv)](q, k, v, g, beta, w, u, a, kg, ge, chunks, xd, Hk, Hv, scale,
                              L2NORM_EPS, DK=Dk, DV=Dv, PER_CHANNEL=per_channel, USE_L2NORM=l2,
@@ -259,13 +258,11 @@ def kda_chunked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tens
                 scale: float | None = None, use_qk_l2norm: bool = True,
                 cu_seqlens: torch.Tensor | None = None, chunk_size: int = 64,
                 block_v: int | None = None, block_v_out: int | None = None,
-                num_warps: int | None = None,
-                diag_from_tiles: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+                num_warps: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Triton ``kda_chunked``: as :func:`gdn_chunked` with g [B, T, Hv, Dk] (a log-decay per
-    key channel). ``diag_from_tiles`` (tuning): the diagonal-block kernel takes each row from
-    its loaded tiles instead of re-reading it."""
+    key channel)."""
     return _run("kda_chunked", q, k, v, g, beta, initial_state, scale, use_qk_l2norm,
-                cu_seqlens, True, block_v, block_v_out, num_warps, diag_from_tiles)
+                cu_seqlens, True, block_v, block_v_out, num_warps)
 
 
 def _aot_specs():
@@ -291,12 +288,9 @@ def _aot_specs():
                 dg = {"q_ptr": ptr, "k_ptr": ptr, "g_ptr": f32, "b_ptr": f32, "a_ptr": f32,
                       "xd_ptr": f32, "tab_ptr": "*i32", "Hk": "i32", "Hv": "i32",
                       "scale": "fp32", "eps": "fp32", "DK": "constexpr",
-                      "USE_L2NORM": "constexpr", "ROWS_FROM_TILES": "constexpr"}
-                for tiles in (False, True):
-                    specs.append(AotSpec(f"kda_diag[{dtype},{d}{',tiles' if tiles else ''}]",
-                                         _kda_diag_kernel, dg,
-                                         {"DK": d, "USE_L2NORM": True, "ROWS_FROM_TILES": tiles},
-                                         {"num_warps": 2}))
+                      "USE_L2NORM": "constexpr"}
+                specs.append(AotSpec(f"kda_diag[{dtype},{d}]", _kda_diag_kernel, dg,
+                                     {"DK": d, "USE_L2NORM": True}, {"num_warps": 2}))
             st = {"kg_ptr": half, "ge_ptr": f32, "w_ptr": half, "u_ptr": f32, "h0_ptr": f32,
                   "hs_ptr": f32, "d_ptr": f32, "ht_ptr": f32, "seq_ptr": "*i32", "Hv": "i32",
                   "DK": "constexpr", "DV": "constexpr", "BV": "constexpr",
