@@ -167,9 +167,10 @@ def _kda_diag_kernel(q_ptr, k_ptr, g_ptr, b_ptr, a_ptr, xd_ptr, tab_ptr, Hk, Hv,
     so far (0 for rows not yet reached), updated by one multiply with ``e^{g_t}`` per row: a
     product of factors <= 1, so no cancellation (unlike ``e^{G_t - G_s}``) and no overflow
     however strong the decay. Row t's k, q, g are re-read (cache hits): taking them from the
-    loaded tiles by masked reductions was 22% slower on the H200 (KDA 1 x 4k: 2,003 against 1,647 us).
-    The loop is sequential, so it lives here, in small programs (2 warps) of which many run per
-    SM, not in the WY kernel (one 8-warp program per SM, stalled on each row's loads)."""
+    loaded tiles by masked reductions was 22% slower on the H200 (KDA 1 x 4k: 2,003 against
+    1,647 us). The loop is sequential, so it lives here, in small programs (2 warps) of which
+    many run per SM, not in the WY kernel (one 8-warp program per SM, stalled on each row's
+    loads)."""
     i_c = tl.program_id(0) // 4
     r0 = (tl.program_id(0) % 4) * 16
     i_h = tl.program_id(1)
