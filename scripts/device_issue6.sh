@@ -23,6 +23,7 @@
 #   bash scripts/device_issue6.sh split     # KDA diag="split" (since removed: the only form now)
 #   bash scripts/device_issue6.sh diag      # KDA's diagonal-block kernel: conformance, vs fla,
 #                                         # Kimi-Linear tests and speed
+#   bash scripts/device_issue6.sh minimax   # MiniMax-M3 graph decode: syncs, conformance, tests
 #   bash scripts/device_issue6.sh diagnose  # model oracle + CUDA-graph tests on the GPU, then
 #                                         # the failures again under HWINFER_SHADOW=raise, which
 #                                         # names the first op whose kernel leaves its reference
@@ -213,6 +214,17 @@ elif [ "$phase" = diag ]; then
   timeout 100 python3 scripts/bench_model.py --preset kimi-linear-48b-a3b --layers 4 --batch 1,32 \
     --prompt 1024 --new 32 --no-eager --no-hf --csv "$out/model.csv" > "$out/bench_model_kimi.txt" 2>&1
   grep "^{\|Error" "$out/bench_model_kimi.txt" | tail -4
+elif [ "$phase" = minimax ]; then
+  # MiniMax-M3's graph-safe decode (block_sparse_decode), written after the sixth session's
+  # device time: syncs, conformance, graph and oracle tests on the card.
+  timeout 120 python3 scripts/find_syncs.py minimax_m3 > "$out/syncs.txt" 2>&1
+  echo "== find_syncs rc=$?"; grep -v "Warn\|warn" "$out/syncs.txt" | tail -6
+  timeout 100 python3 -m pytest tests/conformance --backend nvidia --strict -q -p no:cacheprovider \
+    -k "block_sparse" > "$out/conformance.txt" 2>&1
+  grep -E "passed|failed|FAILED" "$out/conformance.txt" | tail -6
+  HWINFER_TEST_DEVICE=cuda timeout 200 python3 -m pytest tests/engine/test_graphs.py tests/models/test_minimax_m3.py \
+    -q -p no:cacheprovider -k "minimax" -rf --tb=short > "$out/tests.txt" 2>&1
+  grep -E "^FAILED|passed|failed" "$out/tests.txt" | cut -c1-300 | tail -8
 elif [ "$phase" = profile ]; then
   # Where the time goes in the models that trail transformers: kernels of one prefill step and of
   # decode steps (eager and graphs) at batch 1 and 32, then the chunked linear attention vs fla.

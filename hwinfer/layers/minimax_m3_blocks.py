@@ -7,6 +7,8 @@ KV heads query heads and one key head of ``index_head_dim``, both through zero-c
 the same RoPE) whose block selection (:func:`block_sparse_indexer`) restricts the attention
 (:func:`block_sparse_attention`) to ``index_topk_blocks`` blocks of ``index_block_size`` keys,
 the query's own block always among them. Index keys are cached per token next to K and V.
+Decode over the paged cache is one op, :func:`block_sparse_decode` (selection and attention at
+the batch's fixed-width entry rows, no host lengths: CUDA-graph safe).
 
 MLPs use SwiGLU-OAI: ``(clamp(up, ±limit) + 1) * g * sigmoid(alpha * g)`` with
 ``g = min(gate, limit)``; dense layers use ``dense_intermediate_size``, MoE layers a sigmoid
@@ -144,6 +146,12 @@ class MiniMaxM3Attention(nn.Module):
             for name, new in (("k", k), ("v", v), ("index_k", ik)):
                 store = cache[name].flatten(0, 1)
                 store.index_copy_(0, rows, new.to(store.dtype))
+            if batch.is_decode:  # the paged form: no host lengths, so CUDA graphs can replay it
+                o = ops.block_sparse_decode(
+                    q, iq, cache["k"].flatten(0, 1), cache["v"].flatten(0, 1),
+                    cache["index_k"].flatten(0, 1), batch.entry_rows(), block_size=self.block_size,
+                    topk_blocks=self.topk_blocks, local_blocks=self.local_blocks, scale=scale)
+                return self.o_proj(o.reshape(t, -1))
             if batch.has_prefix:  # attend over every cached position of each request
                 k, v, ik = (gather_sequences(cache[n], batch).to(q.dtype) for n in ("k", "v", "index_k"))
                 cu_k = batch.cu_seqlens_k

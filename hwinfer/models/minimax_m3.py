@@ -74,6 +74,10 @@ def normalize_config(raw: dict[str, Any]) -> dict[str, Any]:
 
 
 class MiniMaxM3ForCausalLM(CausalLM):
+    # Decode reads no host-side batch value (sparse layers: ``block_sparse_decode`` over the
+    # batch's fixed-width entry rows; full layers: paged attention), so CUDA graphs replay it.
+    graph_decode = True
+
     def __init__(self, config: dict[str, Any], ops: OpTable, dtype: torch.dtype) -> None:
         super().__init__()
         self.config, self.ops, self.dtype = config, ops, dtype

@@ -216,8 +216,8 @@ def block_sparse_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     Model usage (``minimax_m3_vl_text``, ``minimax_m3_sparse`` layers): Hq = 64, Hkv = 4,
     D = ``head_dim`` 128, scale = 128**-0.5, block_size = ``index_block_size`` 128, block_indices
     from :func:`block_sparse_indexer` (n_sel = 16); q, k after q_norm/k_norm and partial RoPE.
-    Decode against a paged cache is not part of this contract (a separate op will take a block
-    table); here k, v are the contiguous keys of each sequence.
+    Decode against a paged cache is :func:`block_sparse_decode`; here k, v are the contiguous
+    keys of each sequence.
     """
     hq, hkv = check_attention_args(q, k, v, block_indices, block_size)
     out = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
@@ -238,6 +238,86 @@ def block_sparse_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
             probs = torch.softmax(logits, dim=-1).nan_to_num(0.0)               # empty rows -> 0
             out[q0:q1, h] = probs @ v[k0:k1, g].float()
     return out.to(q.dtype)
+
+
+def check_decode_args(q: torch.Tensor, index_q: torch.Tensor, k_cache: torch.Tensor,
+                      v_cache: torch.Tensor, index_k_cache: torch.Tensor, rows: torch.Tensor,
+                      block_size: int, topk_blocks: int, local_blocks: int) -> None:
+    """Shape / option checks of :func:`block_sparse_decode` (no device reads)."""
+    op = "block_sparse_decode"
+    if q.dim() != 3 or k_cache.dim() != 3 or v_cache.shape != k_cache.shape or \
+            k_cache.shape[2] != q.shape[2]:
+        raise ValueError(f"{op}: expected q [N, Hq, D] and k_cache, v_cache [R, Hkv, D], got "
+                         f"{tuple(q.shape)}, {tuple(k_cache.shape)}, {tuple(v_cache.shape)}")
+    n, hq, hkv = q.shape[0], q.shape[1], k_cache.shape[1]
+    if hkv == 0 or hq % hkv:
+        raise ValueError(f"{op}: Hq={hq} is not a multiple of Hkv={hkv}")
+    if index_q.dim() != 3 or tuple(index_q.shape[:2]) != (n, hkv):
+        raise ValueError(f"{op}: index_q must be [N={n}, Hkv={hkv}, Di], got {tuple(index_q.shape)}")
+    if index_k_cache.dim() != 2 or index_k_cache.shape != (k_cache.shape[0], index_q.shape[2]):
+        raise ValueError(f"{op}: index_k_cache must be [R={k_cache.shape[0]}, Di={index_q.shape[2]}], "
+                         f"got {tuple(index_k_cache.shape)}")
+    if rows.dim() != 2 or rows.shape[0] != n or rows.dtype not in (torch.int32, torch.int64):
+        raise ValueError(f"{op}: rows must be an int32/int64 [N={n}, W] tensor, got {rows.dtype} "
+                         f"shape {tuple(rows.shape)}")
+    if not all(t.is_floating_point() for t in (q, index_q, k_cache, v_cache, index_k_cache)):
+        raise ValueError(f"{op}: q, index_q and the caches must be float tensors")
+    if block_size < 1 or topk_blocks < 1 or not 0 <= local_blocks <= topk_blocks:
+        raise ValueError(f"{op}: need block_size >= 1 and 0 <= local_blocks <= topk_blocks >= 1, "
+                         f"got {block_size}, {local_blocks}, {topk_blocks}")
+
+
+def block_sparse_decode(q: torch.Tensor, index_q: torch.Tensor, k_cache: torch.Tensor,
+                        v_cache: torch.Tensor, index_k_cache: torch.Tensor, rows: torch.Tensor, *,
+                        block_size: int, topk_blocks: int, local_blocks: int = 1,
+                        scale: float) -> torch.Tensor:
+    """One decode step of a MiniMax-M3 sparse layer over a paged cache: block selection by the
+    indexer, then attention over the selected blocks, for one new token per request.
+
+    Request n has L_n = the number of entries >= 0 of ``rows[n]`` cached positions (its new
+    token's keys already written), stored at rows ``rows[n, 0 .. L_n-1]`` of the caches
+    (``rows[n, j]`` = the cache row of position j; -1 from L_n on, so valid entries are
+    left-packed and L_n >= 1). With k_n, v_n, ik_n those rows of ``k_cache``, ``v_cache``,
+    ``index_k_cache``, the result for request n is
+
+        blocks = block_sparse_indexer(index_q[n:n+1], ik_n, [0, 1], [0, L_n], block_size=,
+                                      topk_blocks=, local_blocks=)
+        out[n] = block_sparse_attention(q[n:n+1], k_n, v_n, blocks, [0, 1], [0, L_n],
+                                        block_size=, scale=)
+
+    i.e. the query sits at position L_n - 1 and block b holds positions b*block_size .. +
+    block_size-1 of its own request. Nothing here depends on a host-side length: ``rows`` has a
+    fixed width W (any bound >= every L_n; a CUDA-graph decode uses its block table's capacity),
+    so an impl can run without reading the device.
+
+    Shapes / dtypes: q [N, Hq, D]; index_q [N, Hkv, Di] (one index head per KV head, q_norm-ed
+    and roped); k_cache, v_cache [R, Hkv, D] and index_k_cache [R, Di] (the per-token stores with
+    their block axes flattened, any float dtype; fp32 math); rows [N, W] int32. Returns
+    [N, Hq, D] in q.dtype.
+
+    Model usage: MiniMax-M3 ``minimax_m3_sparse`` layers in decode, with ``rows =
+    ForwardBatch.entry_rows()`` and the caches' ``k``, ``v``, ``index_k`` (Hq 64, Hkv 4, D 128,
+    Di 128, block_size 128, topk_blocks 16, local_blocks 1).
+    """
+    check_decode_args(q, index_q, k_cache, v_cache, index_k_cache, rows, block_size,
+                      topk_blocks, local_blocks)
+    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    one = torch.tensor([0, 1], dtype=torch.int32, device=q.device)
+    for n in range(q.shape[0]):
+        valid = rows[n] >= 0
+        length = int(valid.sum())
+        if length == 0 or not bool(valid[:length].all()):
+            raise ValueError(f"block_sparse_decode: rows[{n}] must hold L >= 1 cache rows "
+                             "followed only by -1")
+        r = rows[n, :length].long()
+        cu_k = torch.tensor([0, length], dtype=torch.int32, device=q.device)
+        k_n, v_n = k_cache[r].float(), v_cache[r].float()
+        blocks = block_sparse_indexer(index_q[n:n + 1].float(), index_k_cache[r].float(), one, cu_k,
+                                      block_size=block_size, topk_blocks=topk_blocks,
+                                      local_blocks=local_blocks)
+        out[n] = block_sparse_attention(q[n:n + 1].float(), k_n, v_n, blocks, one, cu_k,
+                                        block_size=block_size, scale=scale)[0].to(q.dtype)
+    return out
 
 
 # ----------------------------------------------------------------------------------------------
@@ -315,6 +395,40 @@ BLOCK_SPARSE_ATTENTION = define_op(
         Case("varlen_gqa", _attention_case([(40, 40), (20, 90), (1, 65)], 8, 2, 64, 16, 4)),
         Case("long_keys_few_blocks", _attention_case([(2, 600), (1, 301)], 8, 2, 64, 16, 4)),
         Case("m3_like_d128", _attention_case([(64, 256)], 16, 4, 128, 32, 4)),
+    ],
+    tolerance=_TOL,
+)
+
+
+def _decode_case(lens: list[int], width: int, hq: int, hkv: int, dim: int, idim: int,
+                 block_size: int, topk: int, local: int, store_rows: int):
+    """Requests of the given cached lengths (new token included) at random distinct rows of a
+    store (paging shuffles them), rows padded with -1 to ``width``."""
+    def make(gen, dtype, device):
+        perm = torch.randperm(store_rows, generator=gen)
+        rows = torch.full((len(lens), width), -1, dtype=torch.int32)
+        start = 0
+        for n, length in enumerate(lens):
+            rows[n, :length] = perm[start:start + length].to(torch.int32)
+            start += length
+        return {
+            "q": randn(gen, len(lens), hq, dim, dtype=dtype, device=device),
+            "index_q": randn(gen, len(lens), hkv, idim, dtype=dtype, device=device),
+            "k_cache": randn(gen, store_rows, hkv, dim, dtype=dtype, device=device),
+            "v_cache": randn(gen, store_rows, hkv, dim, dtype=dtype, device=device),
+            "index_k_cache": randn(gen, store_rows, idim, dtype=dtype, device=device),
+            "rows": rows.to(device), "block_size": block_size, "topk_blocks": topk,
+            "local_blocks": local, "scale": dim ** -0.5,
+        }
+    return make
+
+
+BLOCK_SPARSE_DECODE = define_op(
+    block_sparse_decode,
+    cases=[
+        Case("gqa_varlen_paged", _decode_case([1, 37, 70], 80, 8, 2, 32, 16, 8, 4, 1, 200)),
+        Case("local2_topk_over_blocks", _decode_case([5, 16, 61], 64, 4, 2, 16, 16, 4, 8, 2, 128)),
+        Case("m3_like_d128", _decode_case([300, 129], 320, 16, 4, 128, 128, 32, 6, 1, 512)),
     ],
     tolerance=_TOL,
 )

@@ -14,7 +14,7 @@ from hwinfer.engine.graphs import capture_sizes
 from hwinfer.testing.checkpoints import write_checkpoint
 from tests.models.oracle import DEVICE, DTYPE
 
-ARCHS = ["qwen3_5", "gemma4", "kimi_linear", "deepseek_v4", "glm_moe_dsa", "hy_v4"]
+ARCHS = ["qwen3_5", "gemma4", "kimi_linear", "deepseek_v4", "glm_moe_dsa", "hy_v4", "minimax_m3"]
 GREEDY = SamplingParams(max_tokens=12, temperature=0, ignore_eos=True)
 SAMPLED = SamplingParams(max_tokens=12, temperature=0.8, top_p=0.9, seed=3, ignore_eos=True)
 
@@ -82,6 +82,9 @@ def test_capture_sizes():
 
 
 def test_models_without_a_graph_safe_decode_are_refused(tmp_path):
-    model = load_model(write_checkpoint("minimax_m3", tmp_path), device=DEVICE, dtype=DTYPE)
+    # Every architecture declares a graph-safe decode now; a model that does not (as the
+    # tensor-parallel proxies do) is refused rather than replayed wrongly.
+    model = load_model(write_checkpoint("qwen3_5", tmp_path), device=DEVICE, dtype=DTYPE)
+    model.graph_decode = False
     with pytest.raises(ValueError, match="graph_decode"):
         Engine(model, max_num_seqs=2, num_blocks=16, cuda_graphs=True)

@@ -14,6 +14,7 @@ KERNELS: dict[str, tuple[str, str | None]] = {
     "sparse_mla_decode": (f"{_P}.sparse_mla:sparse_mla_decode", None),
     "block_sparse_indexer": (f"{_P}.block_sparse:block_sparse_indexer", None),
     "block_sparse_attention": (f"{_P}.block_sparse:block_sparse_attention", None),
+    "block_sparse_decode": (f"{_P}.block_sparse:block_sparse_decode", None),
     "kv_compress": (f"{_P}.compressor:kv_compress", None),
     "kv_compress_step": (f"{_P}.compressor:kv_compress_step", None),
     "lightning_indexer": (f"{_P}.indexer:lightning_indexer", None),

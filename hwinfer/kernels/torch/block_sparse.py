@@ -4,6 +4,10 @@ Both work on chunks of queries of one sequence; a chunk never looks at keys afte
 query's position, so a causal prefill scores about half the keys the references do.
 
 * Indexer: one matmul per chunk for all heads, causal fill, max-pool by a view, top-k.
+* Decode (``block_sparse_decode``): fixed-shape tensor ops only, no host read of a length, so
+  it runs inside a CUDA graph: the indexer scores all W rows of every request (W = the rows'
+  width, the graph table's capacity under graphs), then each KV head gathers its topk_blocks x
+  block_size keys.
 * Attention: per chunk of up to 32 queries, the union of the blocks the chunk selected (per
   KV head) is gathered once and attended with one batched matmul per KV head, each query
   masked to its own blocks. Decode (one query) thus touches only its n_sel blocks, and a
@@ -14,7 +18,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from hwinfer.ops.block_sparse import check_attention_args, check_indexer_args, checked_blocks, seq_ranges
+from hwinfer.ops.block_sparse import (
+    check_attention_args, check_decode_args, check_indexer_args, checked_blocks, seq_ranges,
+)
 
 _CHUNK_ELEMS = 1 << 21
 _MAX_Q_CHUNK = 32
@@ -134,3 +140,37 @@ def block_sparse_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
             o = _union_chunk(q_c, k[k0:k1], v[k0:k1], sel[a:b], pos, block_size, n_blocks, scale)
             out[q0 + a:q0 + b] = o.reshape(b - a, hq, d)
     return out.to(q.dtype)
+
+
+def block_sparse_decode(q: torch.Tensor, index_q: torch.Tensor, k_cache: torch.Tensor,
+                        v_cache: torch.Tensor, index_k_cache: torch.Tensor, rows: torch.Tensor, *,
+                        block_size: int, topk_blocks: int, local_blocks: int = 1,
+                        scale: float) -> torch.Tensor:
+    """Same contract as :func:`hwinfer.ops.block_sparse.block_sparse_decode`; graph-safe."""
+    check_decode_args(q, index_q, k_cache, v_cache, index_k_cache, rows, block_size,
+                      topk_blocks, local_blocks)
+    n, width = rows.shape
+    hq, hkv, d = q.shape[1], k_cache.shape[1], q.shape[2]
+    valid = rows >= 0
+    length = valid.sum(dim=1)                                         # [N] on the device
+    safe = rows.clamp(min=0).long()
+    # Block scores: max over each block's visible keys; the query's own local blocks forced.
+    n_blocks = -(-width // block_size)
+    scores = torch.einsum("nhd,nwd->nhw", index_q.float(), index_k_cache[safe].float())
+    scores = scores.masked_fill_(~valid[:, None, :], float("-inf"))
+    scores = F.pad(scores, (0, n_blocks * block_size - width), value=float("-inf"))
+    blocks = scores.view(n, hkv, n_blocks, block_size).amax(dim=-1)     # [N, Hkv, n_blocks]
+    own = (length - 1) // block_size
+    for back in range(local_blocks):
+        blocks.scatter_(-1, (own - back).clamp(min=0)[:, None, None].expand(-1, hkv, 1), float("inf"))
+    top, sel = blocks.topk(min(topk_blocks, n_blocks), dim=-1)          # distinct blocks
+    # Keys of the selected blocks: positions <= the query's (length - 1), blocks with a score.
+    pos = (sel[..., None] * block_size + torch.arange(block_size, device=q.device)).flatten(2)
+    usable = (top > float("-inf")).repeat_interleave(block_size, dim=-1) & (pos < length[:, None, None])
+    key_rows = safe.gather(1, pos.clamp(max=width - 1).flatten(1)).view(n, hkv, -1)
+    head = torch.arange(hkv, device=q.device)[None, :, None]
+    k = k_cache[key_rows, head].float()                                 # [N, Hkv, K, D]
+    v = v_cache[key_rows, head].float()
+    logits = torch.einsum("nhgd,nhkd->nhgk", q.float().view(n, hkv, hq // hkv, d), k) * scale
+    probs = _masked_softmax(logits, usable[:, :, None, :])
+    return torch.einsum("nhgk,nhkd->nhgd", probs, v).reshape(n, hq, d).to(q.dtype)
