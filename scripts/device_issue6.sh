@@ -20,7 +20,6 @@
 #                                         # k_rows, KDA diag="product" vs "span" vs fla
 #   bash scripts/device_issue6.sh mla       # sparse MLA decode tilings on every shape, prefill
 #                                         # tilings, DeepSeek-V4 speed
-#   bash scripts/device_issue6.sh split     # KDA diag="split" (since removed: the only form now)
 #   bash scripts/device_issue6.sh diag      # KDA's diagonal-block kernel: conformance, vs fla,
 #                                         # Kimi-Linear tests and speed
 #   bash scripts/device_issue6.sh minimax   # MiniMax-M3 graph decode: syncs, conformance, tests
@@ -170,35 +169,6 @@ PY
   timeout 150 python3 scripts/bench_model.py --preset deepseek-v4-flash --layers 4 --batch 1,32 \
     --prompt 1024 --new 32 --no-hf --no-eager --csv "$out/model.csv" > "$out/bench_model_dsv4.txt" 2>&1
   grep "^{\|Error" "$out/bench_model_dsv4.txt" | tail -4
-elif [ "$phase" = split ]; then
-  # KDA's diagonal blocks in their own kernel (kda_chunked(diag="split")) and the new sparse MLA
-  # defaults: conformance, the MLA / linear-attention models on the card, KDA forms vs fla.
-  timeout 150 python3 -m pytest tests/conformance --backend nvidia --strict -q -p no:cacheprovider \
-    -k "sparse_mla or chunked or recurrent" > "$out/conformance.txt" 2>&1
-  grep -E "passed|failed|FAILED" "$out/conformance.txt" | tail -8
-  HWINFER_TEST_DEVICE=cuda timeout 150 python3 -m pytest tests/models -q -p no:cacheprovider \
-    -k "deepseek or glm or hy_v4 or kimi" > "$out/models.txt" 2>&1
-  grep -E "^FAILED|passed|failed" "$out/models.txt" | cut -c1-300 | tail -8
-  timeout 60 python3 - <<'PY' 2>&1 | grep -v "Warn\|warn"
-# every diagonal form on fresh inputs against the recurrent kernel, ordinary and strong decay
-import torch
-from hwinfer.kernels.triton.delta_chunk import kda_chunked
-from hwinfer.kernels.triton.delta_rule import kda_recurrent
-for seed, gs in ((1, 1.0), (2, 30.0)):
-    torch.manual_seed(seed)
-    B, T, H, D = 2, 1000, 4, 128
-    q, k, v = (torch.randn(B, T, H, D, device="cuda", dtype=torch.bfloat16) for _ in range(3))
-    g = -gs * torch.rand(B, T, H, D, device="cuda")
-    beta = torch.rand(B, T, H, device="cuda")
-    o_r, s_r = kda_recurrent(q, k, v, g, beta)
-    for form in ("span", "product", "split"):
-        o, s = kda_chunked(q, k, v, g, beta, diag=form)
-        e = lambda a, b: ((a.float() - b.float()).norm() / b.float().norm()).item()
-        print(f"kda diag={form:<8} g*{gs:<5} o {e(o, o_r):.1e} S {e(s, s_r):.1e} finite {bool(o.isfinite().all())}")
-PY
-  timeout 200 python3 scripts/bench_delta_chunk.py --no-variants --kinds kda --shapes 1x16384,1x4096,8x2048 \
-    --breakdown > "$out/bench_delta_chunk.csv" 2> "$out/bench_delta_chunk.err"
-  echo "== bench_delta_chunk rc=$?"; grep -v "Warn\|warn" "$out/bench_delta_chunk.err" | grep -v "at::native" | tail -40
 elif [ "$phase" = diag ]; then
   # KDA's diagonal-block kernel, now always used: conformance of the chunked kernels, KDA and
   # GDN per kernel against fla, Kimi-Linear's oracle tests and speed.
