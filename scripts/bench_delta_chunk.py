@@ -96,7 +96,7 @@ def compiled_stats() -> None:
     from hwinfer.kernels.triton import delta_chunk_wy
 
     for kernel in (delta_chunk_wy._wy_kernel, delta_chunk_wy._kda_diag_kernel,
-                   triton_la._state_kernel, triton_la._out_kernel):
+                   triton_la._wy_blocked_kernel, triton_la._state_kernel, triton_la._out_kernel):
         for entry in getattr(kernel, "device_caches", {}).values():
             cache = entry[0] if isinstance(entry, tuple) else entry
             for compiled in cache.values():
@@ -130,6 +130,9 @@ def main() -> None:
                 impls.append((f"triton_bv{bv}_bvo{bvo}_w{warps}",
                               lambda *a, _f=tri, _b=bv, _o=bvo, _w=warps, **kw:
                               _f(*a, block_v=_b, block_v_out=_o, num_warps=_w, **kw)))
+        # the WY stage with its key channels in blocks (not yet timed when this was written)
+        for bk in (32, 64):
+            impls.append((f"triton_block_k{bk}", lambda *a, _f=tri, _b=bk, **kw: _f(*a, block_k=_b, **kw)))
         if FLA:
             impls.append(("fla", fla_call(kind)))
         if not args.no_torch:
@@ -157,6 +160,7 @@ def main() -> None:
                       f"{err}", file=sys.stderr)
             if args.breakdown:
                 breakdown(f"{op} {shape}", lambda: tri(**inputs))
+                breakdown(f"{op} {shape} block_k32", lambda: tri(**inputs, block_k=32))
             if shape == "1x4096" and not args.quick:   # the reference, once
                 ms = triton.testing.do_bench(lambda: getattr(ref_la, op)(**inputs), warmup=1,
                                              rep=1)

@@ -22,7 +22,8 @@
 #                                         # tilings, DeepSeek-V4 speed
 #   bash scripts/device_issue6.sh diag      # KDA's diagonal-block kernel: conformance, vs fla,
 #                                         # Kimi-Linear tests and speed
-#   bash scripts/device_issue6.sh minimax   # MiniMax-M3 graph decode: syncs, conformance, tests
+#   bash scripts/device_issue6.sh todo      # MiniMax-M3 graph decode on the card; the WY stage
+#                                         # in key-channel blocks vs the whole-tile one vs fla
 #   bash scripts/device_issue6.sh diagnose  # model oracle + CUDA-graph tests on the GPU, then
 #                                         # the failures again under HWINFER_SHADOW=raise, which
 #                                         # names the first op whose kernel leaves its reference
@@ -184,17 +185,23 @@ elif [ "$phase" = diag ]; then
   timeout 100 python3 scripts/bench_model.py --preset kimi-linear-48b-a3b --layers 4 --batch 1,32 \
     --prompt 1024 --new 32 --no-eager --no-hf --csv "$out/model.csv" > "$out/bench_model_kimi.txt" 2>&1
   grep "^{\|Error" "$out/bench_model_kimi.txt" | tail -4
-elif [ "$phase" = minimax ]; then
-  # MiniMax-M3's graph-safe decode (block_sparse_decode), written after the sixth session's
-  # device time: syncs, conformance, graph and oracle tests on the card.
+elif [ "$phase" = todo ]; then
+  # What the sixth session wrote after its device time: MiniMax-M3's graph-safe decode
+  # (block_sparse_decode: syncs, conformance, graph and oracle tests on the card) and the WY
+  # stage in key-channel blocks (block_k 32 / 64 against the whole-tile kernel and fla).
   timeout 120 python3 scripts/find_syncs.py minimax_m3 > "$out/syncs.txt" 2>&1
   echo "== find_syncs rc=$?"; grep -v "Warn\|warn" "$out/syncs.txt" | tail -6
   timeout 100 python3 -m pytest tests/conformance --backend nvidia --strict -q -p no:cacheprovider \
-    -k "block_sparse" > "$out/conformance.txt" 2>&1
+    -k "block_sparse or chunked" > "$out/conformance.txt" 2>&1
   grep -E "passed|failed|FAILED" "$out/conformance.txt" | tail -6
   HWINFER_TEST_DEVICE=cuda timeout 200 python3 -m pytest tests/engine/test_graphs.py tests/models/test_minimax_m3.py \
     -q -p no:cacheprovider -k "minimax" -rf --tb=short > "$out/tests.txt" 2>&1
   grep -E "^FAILED|passed|failed" "$out/tests.txt" | cut -c1-300 | tail -8
+  timeout 120 python3 -m pytest tests/kernels/test_delta_chunk.py -q -p no:cacheprovider > "$out/delta_chunk_tests.txt" 2>&1
+  grep -E "passed|failed" "$out/delta_chunk_tests.txt" | tail -2
+  timeout 200 python3 scripts/bench_delta_chunk.py --no-variants --no-torch --shapes 1x16384,8x2048 \
+    --breakdown > "$out/bench_delta_chunk.csv" 2> "$out/bench_delta_chunk.err"
+  echo "== bench_delta_chunk rc=$?"; grep -v "Warn\|warn\|at::native\|Memcpy" "$out/bench_delta_chunk.err" | tail -50
 elif [ "$phase" = profile ]; then
   # Where the time goes in the models that trail transformers: kernels of one prefill step and of
   # decode steps (eager and graphs) at batch 1 and 32, then the chunked linear attention vs fla.

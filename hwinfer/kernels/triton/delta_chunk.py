@@ -51,6 +51,7 @@ from hwinfer.kernels.triton import INTERPRET
 from hwinfer.kernels.triton.delta_chunk_wy import (
     _g_rows, _head_rows, _kda_diag_kernel, _qk_rows, _store_rows, _wy_kernel,
 )
+from hwinfer.kernels.triton.delta_chunk_wy_blocked import _wy_blocked_kernel, block_k_ok
 from hwinfer.ops.linear_attention_chunked import L2NORM_EPS, check_inputs
 
 _INTERPRET = INTERPRET
@@ -171,7 +172,7 @@ def _tables(B: int, T: int, bounds: list[int] | None, device: torch.device):
 
 def _run(op: str, q, k, v, g, beta, initial_state, scale, use_qk_l2norm, cu_seqlens,
          per_channel: bool, block_v: int | None, block_v_out: int | None,
-         num_warps: int | None):
+         num_warps: int | None, block_k: int | None = None):
     # The one host read of cu_seqlens (prefill is not graph-captured); validate a CPU copy.
     bounds = None if cu_seqlens is None else cu_seqlens.tolist()
     n = check_inputs(op, q, k, v, g, beta, initial_state,
@@ -209,6 +210,9 @@ def _run(op: str, q, k, v, g, beta, initial_state, scale, use_qk_l2norm, cu_seql
     if bv_state & (bv_state - 1) or bv_out & (bv_out - 1) or min(bv_state, bv_out) < 16:
         raise ValueError(f"{op} (triton): block_v={block_v}, block_v_out={block_v_out} must be "
                          "powers of two >= 16")
+    if block_k is not None and not block_k_ok(block_k, Dk, Dv):
+        raise ValueError(f"{op} (triton): block_k={block_k} must be a power of two >= 16 dividing "
+                         f"Dk={Dk} and Dv={Dv}")
     # Warps from ptxas's spill report for sm_90 (D = 128): fp32 [64, 128] tiles need 8 warps
     # in the state and output kernels; KDA's WY kernel (q, k, G tiles) also wants 8. The state
     # kernel's loads pipelined 3 deep need 240 KB of shared memory (> 227 KB): 2 stages.
@@ -222,10 +226,14 @@ def _run(op: str, q, k, v, g, beta, initial_state, scale, use_qk_l2norm, cu_seql
     if nc and per_channel:
         _kda_diag_kernel[(4 * nc, Hv)](q, k, g, beta, a, xd, chunks, Hk, Hv, scale, L2NORM_EPS,
                                        DK=Dk, USE_L2NORM=l2, num_warps=2)
-    if nc:
+    if nc and block_k is None:
         _wy_kernel[(nc, Hv)](q, k, v, g, beta, w, u, a, kg, ge, chunks, xd, Hk, Hv, scale,
                              L2NORM_EPS, DK=Dk, DV=Dv, PER_CHANNEL=per_channel, USE_L2NORM=l2,
                              PREC=prec, num_warps=warps_wy)
+    elif nc:  # the same stage with the key channels in blocks (delta_chunk_wy_blocked.py)
+        _wy_blocked_kernel[(nc, Hv)](q, k, v, g, beta, w, u, a, kg, ge, chunks, xd, Hk, Hv, scale,
+                                     L2NORM_EPS, DK=Dk, DV=Dv, PER_CHANNEL=per_channel,
+                                     USE_L2NORM=l2, PREC=prec, BK=block_k, num_warps=num_warps or 4)
     _state_kernel[(n * Hv, Dv // bv_state)](
         kg, ge, w, u, h0 if h0 is not None else ht, hs, d, ht, seqs, Hv,
         DK=Dk, DV=Dv, BV=bv_state, PER_CHANNEL=per_channel, HAS_H0=h0 is not None, PREC=prec,
@@ -243,14 +251,16 @@ def gdn_chunked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tens
                 scale: float | None = None, use_qk_l2norm: bool = True,
                 cu_seqlens: torch.Tensor | None = None, chunk_size: int = 64,
                 block_v: int | None = None, block_v_out: int | None = None,
-                num_warps: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                num_warps: int | None = None,
+                block_k: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Triton ``gdn_chunked``: q, k [B, T, Hk, Dk]; v [B, T, Hv, Dv]; g, beta [B, T, Hv];
     initial_state [N, Hv, Dk, Dv] fp32 or None. Returns o [B, T, Hv, Dv] (v.dtype) and the
     final state [N, Hv, Dk, Dv] fp32. ``chunk_size`` is ignored (64); ``block_v`` (value
     channels per state program), ``block_v_out`` (per output program) and ``num_warps`` are
-    tuning knobs."""
+    tuning knobs; ``block_k`` runs the WY stage with the key channels in blocks of that many
+    (:mod:`.delta_chunk_wy_blocked`, not yet timed on a GPU)."""
     return _run("gdn_chunked", q, k, v, g, beta, initial_state, scale, use_qk_l2norm,
-                cu_seqlens, False, block_v, block_v_out, num_warps)
+                cu_seqlens, False, block_v, block_v_out, num_warps, block_k)
 
 
 def kda_chunked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
@@ -258,11 +268,12 @@ def kda_chunked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tens
                 scale: float | None = None, use_qk_l2norm: bool = True,
                 cu_seqlens: torch.Tensor | None = None, chunk_size: int = 64,
                 block_v: int | None = None, block_v_out: int | None = None,
-                num_warps: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                num_warps: int | None = None,
+                block_k: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Triton ``kda_chunked``: as :func:`gdn_chunked` with g [B, T, Hv, Dk] (a log-decay per
     key channel)."""
     return _run("kda_chunked", q, k, v, g, beta, initial_state, scale, use_qk_l2norm,
-                cu_seqlens, True, block_v, block_v_out, num_warps)
+                cu_seqlens, True, block_v, block_v_out, num_warps, block_k)
 
 
 def _aot_specs():
@@ -284,6 +295,9 @@ def _aot_specs():
                   "PREC": "constexpr"}
             specs.append(AotSpec(f"delta_chunk_wy[{kind},{dtype},{d}]", _wy_kernel, wy, flags,
                                  {"num_warps": 8 if per_channel else 4}))
+            specs.append(AotSpec(f"delta_chunk_wy_blocked[{kind},{dtype},{d},bk32]",
+                                 _wy_blocked_kernel, {**wy, "BK": "constexpr"},
+                                 {**flags, "BK": 32}, {"num_warps": 4}))
             if per_channel:
                 dg = {"q_ptr": ptr, "k_ptr": ptr, "g_ptr": f32, "b_ptr": f32, "a_ptr": f32,
                       "xd_ptr": f32, "tab_ptr": "*i32", "Hk": "i32", "Hv": "i32",

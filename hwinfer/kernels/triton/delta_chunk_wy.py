@@ -239,18 +239,43 @@ def _kgate(k, S, after, PER_CHANNEL: tl.constexpr):
 
 @triton.jit
 def _wy_rows(ptr, tok0, n, i_h, H, x00, x10, x11, x20, x21, x22, x30, x31, x32, x33,
-             y0, y1, y2, y3, D: tl.constexpr, PREC: tl.constexpr):
-    """Store the 64 rows of X Y (X block lower triangular, Y as four 16-row tiles)."""
+             y0, y1, y2, y3, D: tl.constexpr, PREC: tl.constexpr, c0=0, BC: tl.constexpr = None):
+    """Store the 64 rows of X Y (X block lower triangular, Y as four 16-row tiles of columns
+    c0 .. c0 + BC of a width-D tensor; BC None = all D)."""
     o0 = tl.dot(x00, y0, input_precision=PREC)
     o1 = tl.dot(x10, y0, input_precision=PREC) + tl.dot(x11, y1, input_precision=PREC)
     o2 = tl.dot(x20, y0, input_precision=PREC) + tl.dot(x21, y1, input_precision=PREC)
     o2 += tl.dot(x22, y2, input_precision=PREC)
     o3 = tl.dot(x30, y0, input_precision=PREC) + tl.dot(x31, y1, input_precision=PREC)
     o3 += tl.dot(x32, y2, input_precision=PREC) + tl.dot(x33, y3, input_precision=PREC)
-    _store_rows(ptr, o0, tok0, n, i_h, H, 0, 0, 16, D, D)
-    _store_rows(ptr, o1, tok0, n, i_h, H, 0, 16, 16, D, D)
-    _store_rows(ptr, o2, tok0, n, i_h, H, 0, 32, 16, D, D)
-    _store_rows(ptr, o3, tok0, n, i_h, H, 0, 48, 16, D, D)
+    bc: tl.constexpr = D if BC is None else BC
+    _store_rows(ptr, o0, tok0, n, i_h, H, c0, 0, 16, D, bc)
+    _store_rows(ptr, o1, tok0, n, i_h, H, c0, 16, 16, D, bc)
+    _store_rows(ptr, o2, tok0, n, i_h, H, c0, 32, 16, D, bc)
+    _store_rows(ptr, o3, tok0, n, i_h, H, c0, 48, 16, D, bc)
+
+
+@triton.jit
+def _solve_off(a10, a20, a21, a30, a31, a32, x00, x11, x22, x33, b1, b2, b3,
+               PREC: tl.constexpr):
+    """The off-diagonal blocks of X = (I + diag(beta) A)^-1 from the diagonal ones:
+    X_ij = -X_ii sum_{j <= m < i} beta_i A_im X_mj, one block diagonal further at a time."""
+    a10 = a10 * b1[:, None]
+    a20 = a20 * b2[:, None]
+    a21 = a21 * b2[:, None]
+    a30 = a30 * b3[:, None]
+    a31 = a31 * b3[:, None]
+    a32 = a32 * b3[:, None]
+    x10 = -tl.dot(x11, tl.dot(a10, x00, input_precision=PREC), input_precision=PREC)
+    x21 = -tl.dot(x22, tl.dot(a21, x11, input_precision=PREC), input_precision=PREC)
+    x32 = -tl.dot(x33, tl.dot(a32, x22, input_precision=PREC), input_precision=PREC)
+    t20 = tl.dot(a20, x00, input_precision=PREC) + tl.dot(a21, x10, input_precision=PREC)
+    x20 = -tl.dot(x22, t20, input_precision=PREC)
+    t31 = tl.dot(a31, x11, input_precision=PREC) + tl.dot(a32, x21, input_precision=PREC)
+    x31 = -tl.dot(x33, t31, input_precision=PREC)
+    t30 = tl.dot(a30, x00, input_precision=PREC) + tl.dot(a31, x10, input_precision=PREC)
+    x30 = -tl.dot(x33, t30 + tl.dot(a32, x20, input_precision=PREC), input_precision=PREC)
+    return x10, x20, x21, x30, x31, x32
 
 
 @triton.jit
@@ -320,7 +345,7 @@ def _wy_kernel(q_ptr, k_ptr, v_ptr, g_ptr, b_ptr, w_ptr, u_ptr, a_ptr, kg_ptr, g
         _store_rows(a_ptr, p31, tok0, n, i_h, Hv, 16, 48, 16, 64, 16)
         _store_rows(a_ptr, p32, tok0, n, i_h, Hv, 32, 48, 16, 64, 16)
         # (the diagonal blocks come from _kda_diag_kernel)
-    # The diagonal blocks' inverses; beta scales the rows of A (the written strength of token t).
+    # The diagonal blocks' inverses; beta scales the rows of A (the written strength of token t)
     if PER_CHANNEL:
         x00 = _x_rows(xd_ptr, tok0, n, i_h, Hv, 0)
         x11 = _x_rows(xd_ptr, tok0, n, i_h, Hv, 16)
@@ -331,22 +356,8 @@ def _wy_kernel(q_ptr, k_ptr, v_ptr, g_ptr, b_ptr, w_ptr, u_ptr, a_ptr, kg_ptr, g
         x11 = _inv16(a11 * b1[:, None], n - 16)
         x22 = _inv16(a22 * b2[:, None], n - 32)
         x33 = _inv16(a33 * b3[:, None], n - 48)
-    a10 = a10 * b1[:, None]
-    a20 = a20 * b2[:, None]
-    a21 = a21 * b2[:, None]
-    a30 = a30 * b3[:, None]
-    a31 = a31 * b3[:, None]
-    a32 = a32 * b3[:, None]
-    # X_ij = -X_ii sum_{j <= m < i} A_im X_mj, one block diagonal further at a time.
-    x10 = -tl.dot(x11, tl.dot(a10, x00, input_precision=PREC), input_precision=PREC)
-    x21 = -tl.dot(x22, tl.dot(a21, x11, input_precision=PREC), input_precision=PREC)
-    x32 = -tl.dot(x33, tl.dot(a32, x22, input_precision=PREC), input_precision=PREC)
-    t20 = tl.dot(a20, x00, input_precision=PREC) + tl.dot(a21, x10, input_precision=PREC)
-    x20 = -tl.dot(x22, t20, input_precision=PREC)
-    t31 = tl.dot(a31, x11, input_precision=PREC) + tl.dot(a32, x21, input_precision=PREC)
-    x31 = -tl.dot(x33, t31, input_precision=PREC)
-    t30 = tl.dot(a30, x00, input_precision=PREC) + tl.dot(a31, x10, input_precision=PREC)
-    x30 = -tl.dot(x33, t30 + tl.dot(a32, x20, input_precision=PREC), input_precision=PREC)
+    x10, x20, x21, x30, x31, x32 = _solve_off(a10, a20, a21, a30, a31, a32, x00, x11, x22, x33,
+                                              b1, b2, b3, PREC)
     # w = X (beta k e^G) and u = X (beta v), block row by block row.
     y0 = _kb(k0, b0, none, L0, PER_CHANNEL)
     y1 = _kb(k1, b1, T0, L1, PER_CHANNEL)

@@ -1,0 +1,215 @@
+"""The intra-chunk (WY) stage of :mod:`.delta_chunk_wy` with the key channels in blocks.
+
+Same outputs as ``_wy_kernel`` (w, u, the decayed keys, G_end, KDA's off-diagonal Aqk blocks),
+same math, but the program never holds whole [16, Dk] tiles. ``_wy_kernel`` keeps q, k and, for
+KDA, the per-channel decay sums L and S of its four tiles live through the whole chunk, which
+is far more than the register file holds at Dk = 128 (the H200's ptxas report: KDA 128
+registers and 434 spilled, GDN 255 and 194 spilled). Here every quantity that depends on a key
+channel is taken BK channels at a time:
+
+1. the rows' L2 norms (a pass over the channel blocks of q and k);
+2. per channel block: the decays (L, S, T of each tile), the decayed keys and G_end written
+   out, and the blocks of ``A`` and KDA's ``Aqk`` accumulated as sums of [16, BK] x [BK, 16]
+   products (the sum over channels is what a block is);
+3. the block solve for X, as in ``_wy_kernel``;
+4. per channel block again: ``w = X (beta k e^G)`` from reloaded k and g (cache hits), and
+   ``u = X (beta v)`` per BK value channels.
+
+Every exponent is still a sum of g over its own span, <= 0. Selected by ``block_k`` in the
+drivers (``gdn_chunked`` / ``kda_chunked``); not yet timed on a GPU.
+"""
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from hwinfer.kernels.triton.delta_chunk_wy import (
+    _g_rows, _head_rows, _inv16, _kb, _kgate, _solve_off, _store_rows, _wy_rows, _x_rows,
+)
+
+
+@triton.jit
+def _inv_norm(ptr, tok0, n, i_hk, Hk, eps, R0: tl.constexpr, DK: tl.constexpr,
+              BK: tl.constexpr, USE_L2NORM: tl.constexpr):
+    """1 / ||row|| of rows R0 .. R0+15 of q or k (head i_hk), summed over channel blocks."""
+    if USE_L2NORM:
+        ss = tl.zeros([16], dtype=tl.float32)
+        for c0 in range(0, DK, BK):
+            x = _head_rows(ptr, tok0, n, i_hk, Hk, c0, R0, 16, DK, BK)
+            ss += tl.sum(x * x, axis=1)
+        return tl.rsqrt(ss + eps)
+    else:
+        return tl.full([16], 1.0, tl.float32)
+
+
+@triton.jit
+def _spans(g_ptr, tok0, n, i_h, Hv, c0, R0: tl.constexpr, DK: tl.constexpr, BK: tl.constexpr,
+           PER_CHANNEL: tl.constexpr):
+    """The tile's decay sums over spans inside it: L (rows <= t), S (rows > t), T (all), for
+    channels c0 .. c0+BK ([16, BK], [16, BK], [BK]; KDA) or per row ([16], [16], []; GDN)."""
+    if PER_CHANNEL:
+        g = _head_rows(g_ptr, tok0, n, i_h, Hv, c0, R0, 16, DK, BK)
+        gs = _head_rows(g_ptr, tok0 + 1, tl.minimum(n - 1, R0 + 15), i_h, Hv, c0, R0, 16, DK, BK)
+    else:
+        g = _g_rows(g_ptr, tok0, n, i_h, Hv, R0, 16, DK, False)
+        gs = _g_rows(g_ptr, tok0 + 1, tl.minimum(n - 1, R0 + 15), i_h, Hv, R0, 16, DK, False)
+    return tl.cumsum(g, axis=0), tl.cumsum(gs, axis=0, reverse=True), tl.sum(g, axis=0)
+
+
+@triton.jit
+def _gdn_factor(Li, Sj, mid):
+    """GDN's decay of block (i, j), i > j: e^{L_i[t] + mid + S_j[s]} (exponent <= 0)."""
+    return tl.exp(Li[:, None] + mid + Sj[None, :])
+
+
+@triton.jit
+def _gdn_diag(g_ptr, tok0, n, i_h, Hv, DK: tl.constexpr, R0: tl.constexpr):
+    """GDN's decay inside a diagonal block, strictly lower: e^{g_{s+1} + .. + g_t}."""
+    c16 = tl.arange(0, 16)
+    g = _g_rows(g_ptr, tok0, n, i_h, Hv, R0, 16, DK, False)
+    span = tl.cumsum(tl.where(c16[:, None] > c16[None, :], g[:, None], 0.0), axis=0)
+    return tl.exp(tl.where(c16[:, None] > c16[None, :], span, float("-inf")))
+
+
+@triton.jit
+def _wy_blocked_kernel(q_ptr, k_ptr, v_ptr, g_ptr, b_ptr, w_ptr, u_ptr, a_ptr, kg_ptr, ge_ptr,
+                       tab_ptr, xd_ptr, Hk, Hv, scale, eps, DK: tl.constexpr, DV: tl.constexpr,
+                       PER_CHANNEL: tl.constexpr, USE_L2NORM: tl.constexpr, PREC: tl.constexpr,
+                       BK: tl.constexpr):
+    i_c = tl.program_id(0)
+    i_h = tl.program_id(1)
+    i_hk = i_h // (Hv // Hk)
+    tok0 = tl.load(tab_ptr + 2 * i_c).to(tl.int64)
+    n = tl.load(tab_ptr + 2 * i_c + 1)
+    r16 = tl.arange(0, 16)
+    b0 = tl.load(b_ptr + (tok0 + r16) * Hv + i_h, mask=r16 < n, other=0.0).to(tl.float32)
+    b1 = tl.load(b_ptr + (tok0 + 16 + r16) * Hv + i_h, mask=16 + r16 < n, other=0.0).to(tl.float32)
+    b2 = tl.load(b_ptr + (tok0 + 32 + r16) * Hv + i_h, mask=32 + r16 < n, other=0.0).to(tl.float32)
+    b3 = tl.load(b_ptr + (tok0 + 48 + r16) * Hv + i_h, mask=48 + r16 < n, other=0.0).to(tl.float32)
+    nk0 = _inv_norm(k_ptr, tok0, n, i_hk, Hk, eps, 0, DK, BK, USE_L2NORM)
+    nk1 = _inv_norm(k_ptr, tok0, n, i_hk, Hk, eps, 16, DK, BK, USE_L2NORM)
+    nk2 = _inv_norm(k_ptr, tok0, n, i_hk, Hk, eps, 32, DK, BK, USE_L2NORM)
+    nk3 = _inv_norm(k_ptr, tok0, n, i_hk, Hk, eps, 48, DK, BK, USE_L2NORM)
+    if PER_CHANNEL:
+        nq1 = _inv_norm(q_ptr, tok0, n, i_hk, Hk, eps, 16, DK, BK, USE_L2NORM) * scale
+        nq2 = _inv_norm(q_ptr, tok0, n, i_hk, Hk, eps, 32, DK, BK, USE_L2NORM) * scale
+        nq3 = _inv_norm(q_ptr, tok0, n, i_hk, Hk, eps, 48, DK, BK, USE_L2NORM) * scale
+    else:
+        # GDN's decays are one scalar per token: their span sums are taken once
+        L0, S0, T0 = _spans(g_ptr, tok0, n, i_h, Hv, 0, 0, DK, BK, False)
+        L1, S1, T1 = _spans(g_ptr, tok0, n, i_h, Hv, 0, 16, DK, BK, False)
+        L2, S2, T2 = _spans(g_ptr, tok0, n, i_h, Hv, 0, 32, DK, BK, False)
+        L3, S3, T3 = _spans(g_ptr, tok0, n, i_h, Hv, 0, 48, DK, BK, False)
+    z = tl.zeros([16, 16], dtype=tl.float32)
+    a00, a11, a22, a33 = z, z, z, z   # GDN's diagonal blocks (KDA's come from _kda_diag_kernel)
+    a10, a20, a21, a30, a31, a32 = z, z, z, z, z, z
+    p10, p20, p21, p30, p31, p32 = z, z, z, z, z, z
+    for c0 in range(0, DK, BK):
+        k0 = _head_rows(k_ptr, tok0, n, i_hk, Hk, c0, 0, 16, DK, BK) * nk0[:, None]
+        k1 = _head_rows(k_ptr, tok0, n, i_hk, Hk, c0, 16, 16, DK, BK) * nk1[:, None]
+        k2 = _head_rows(k_ptr, tok0, n, i_hk, Hk, c0, 32, 16, DK, BK) * nk2[:, None]
+        k3 = _head_rows(k_ptr, tok0, n, i_hk, Hk, c0, 48, 16, DK, BK) * nk3[:, None]
+        if PER_CHANNEL:
+            L0, S0, T0 = _spans(g_ptr, tok0, n, i_h, Hv, c0, 0, DK, BK, True)
+            L1, S1, T1 = _spans(g_ptr, tok0, n, i_h, Hv, c0, 16, DK, BK, True)
+            L2, S2, T2 = _spans(g_ptr, tok0, n, i_h, Hv, c0, 32, DK, BK, True)
+            L3, S3, T3 = _spans(g_ptr, tok0, n, i_h, Hv, c0, 48, DK, BK, True)
+            tl.store(ge_ptr + (i_c.to(tl.int64) * Hv + i_h) * DK + c0 + tl.arange(0, BK),
+                     T0 + T1 + T2 + T3)
+            # k_j e^{S_j + (tiles between)} and k_i e^{L_i}, q_i e^{L_i}: block (i, j) is
+            # their product summed over channels, here over this channel block.
+            r10 = k0 * tl.exp(S0)
+            r20 = k0 * tl.exp(S0 + T1[None, :])
+            r30 = k0 * tl.exp(S0 + (T1 + T2)[None, :])
+            r21 = k1 * tl.exp(S1)
+            r31 = k1 * tl.exp(S1 + T2[None, :])
+            r32 = k2 * tl.exp(S2)
+            lk = k1 * tl.exp(L1)
+            a10 += tl.dot(lk, tl.trans(r10), input_precision=PREC)
+            lq = _head_rows(q_ptr, tok0, n, i_hk, Hk, c0, 16, 16, DK, BK) * (nq1[:, None] * tl.exp(L1))
+            p10 += tl.dot(lq, tl.trans(r10), input_precision=PREC)
+            lk = k2 * tl.exp(L2)
+            a20 += tl.dot(lk, tl.trans(r20), input_precision=PREC)
+            a21 += tl.dot(lk, tl.trans(r21), input_precision=PREC)
+            lq = _head_rows(q_ptr, tok0, n, i_hk, Hk, c0, 32, 16, DK, BK) * (nq2[:, None] * tl.exp(L2))
+            p20 += tl.dot(lq, tl.trans(r20), input_precision=PREC)
+            p21 += tl.dot(lq, tl.trans(r21), input_precision=PREC)
+            lk = k3 * tl.exp(L3)
+            a30 += tl.dot(lk, tl.trans(r30), input_precision=PREC)
+            a31 += tl.dot(lk, tl.trans(r31), input_precision=PREC)
+            a32 += tl.dot(lk, tl.trans(r32), input_precision=PREC)
+            lq = _head_rows(q_ptr, tok0, n, i_hk, Hk, c0, 48, 16, DK, BK) * (nq3[:, None] * tl.exp(L3))
+            p30 += tl.dot(lq, tl.trans(r30), input_precision=PREC)
+            p31 += tl.dot(lq, tl.trans(r31), input_precision=PREC)
+            p32 += tl.dot(lq, tl.trans(r32), input_precision=PREC)
+        else:
+            a00 += tl.dot(k0, tl.trans(k0), input_precision=PREC)
+            a11 += tl.dot(k1, tl.trans(k1), input_precision=PREC)
+            a22 += tl.dot(k2, tl.trans(k2), input_precision=PREC)
+            a33 += tl.dot(k3, tl.trans(k3), input_precision=PREC)
+            a10 += tl.dot(k1, tl.trans(k0), input_precision=PREC)
+            a20 += tl.dot(k2, tl.trans(k0), input_precision=PREC)
+            a21 += tl.dot(k2, tl.trans(k1), input_precision=PREC)
+            a30 += tl.dot(k3, tl.trans(k0), input_precision=PREC)
+            a31 += tl.dot(k3, tl.trans(k1), input_precision=PREC)
+            a32 += tl.dot(k3, tl.trans(k2), input_precision=PREC)
+        # the decayed keys k e^{G_end - G} for the state kernel
+        _store_rows(kg_ptr, _kgate(k0, S0, T1 + T2 + T3, PER_CHANNEL), tok0, n, i_h, Hv, c0, 0, 16, DK, BK)
+        _store_rows(kg_ptr, _kgate(k1, S1, T2 + T3, PER_CHANNEL), tok0, n, i_h, Hv, c0, 16, 16, DK, BK)
+        _store_rows(kg_ptr, _kgate(k2, S2, T3, PER_CHANNEL), tok0, n, i_h, Hv, c0, 32, 16, DK, BK)
+        _store_rows(kg_ptr, _kgate(k3, S3, T3 * 0.0, PER_CHANNEL), tok0, n, i_h, Hv, c0, 48, 16, DK, BK)
+    if PER_CHANNEL:
+        _store_rows(a_ptr, p10, tok0, n, i_h, Hv, 0, 16, 16, 64, 16)
+        _store_rows(a_ptr, p20, tok0, n, i_h, Hv, 0, 32, 16, 64, 16)
+        _store_rows(a_ptr, p21, tok0, n, i_h, Hv, 16, 32, 16, 64, 16)
+        _store_rows(a_ptr, p30, tok0, n, i_h, Hv, 0, 48, 16, 64, 16)
+        _store_rows(a_ptr, p31, tok0, n, i_h, Hv, 16, 48, 16, 64, 16)
+        _store_rows(a_ptr, p32, tok0, n, i_h, Hv, 32, 48, 16, 64, 16)
+        x00 = _x_rows(xd_ptr, tok0, n, i_h, Hv, 0)
+        x11 = _x_rows(xd_ptr, tok0, n, i_h, Hv, 16)
+        x22 = _x_rows(xd_ptr, tok0, n, i_h, Hv, 32)
+        x33 = _x_rows(xd_ptr, tok0, n, i_h, Hv, 48)
+    else:
+        tl.store(ge_ptr + i_c.to(tl.int64) * Hv + i_h, T0 + T1 + T2 + T3)
+        a10 = a10 * _gdn_factor(L1, S0, 0.0)
+        a20 = a20 * _gdn_factor(L2, S0, T1)
+        a21 = a21 * _gdn_factor(L2, S1, 0.0)
+        a30 = a30 * _gdn_factor(L3, S0, T1 + T2)
+        a31 = a31 * _gdn_factor(L3, S1, T2)
+        a32 = a32 * _gdn_factor(L3, S2, 0.0)
+        x00 = _inv16(a00 * _gdn_diag(g_ptr, tok0, n, i_h, Hv, DK, 0) * b0[:, None], n)
+        x11 = _inv16(a11 * _gdn_diag(g_ptr, tok0, n, i_h, Hv, DK, 16) * b1[:, None], n - 16)
+        x22 = _inv16(a22 * _gdn_diag(g_ptr, tok0, n, i_h, Hv, DK, 32) * b2[:, None], n - 32)
+        x33 = _inv16(a33 * _gdn_diag(g_ptr, tok0, n, i_h, Hv, DK, 48) * b3[:, None], n - 48)
+    x10, x20, x21, x30, x31, x32 = _solve_off(a10, a20, a21, a30, a31, a32, x00, x11, x22, x33,
+                                              b1, b2, b3, PREC)
+    # w = X (beta k e^G), G from the chunk's start: channel block by channel block.
+    for c0 in range(0, DK, BK):
+        if PER_CHANNEL:
+            L0, S0, T0 = _spans(g_ptr, tok0, n, i_h, Hv, c0, 0, DK, BK, True)
+            L1, S1, T1 = _spans(g_ptr, tok0, n, i_h, Hv, c0, 16, DK, BK, True)
+            L2, S2, T2 = _spans(g_ptr, tok0, n, i_h, Hv, c0, 32, DK, BK, True)
+            L3, S3, T3 = _spans(g_ptr, tok0, n, i_h, Hv, c0, 48, DK, BK, True)
+        y0 = _kb(_head_rows(k_ptr, tok0, n, i_hk, Hk, c0, 0, 16, DK, BK) * nk0[:, None], b0,
+                 T0 * 0.0, L0, PER_CHANNEL)
+        y1 = _kb(_head_rows(k_ptr, tok0, n, i_hk, Hk, c0, 16, 16, DK, BK) * nk1[:, None], b1,
+                 T0, L1, PER_CHANNEL)
+        y2 = _kb(_head_rows(k_ptr, tok0, n, i_hk, Hk, c0, 32, 16, DK, BK) * nk2[:, None], b2,
+                 T0 + T1, L2, PER_CHANNEL)
+        y3 = _kb(_head_rows(k_ptr, tok0, n, i_hk, Hk, c0, 48, 16, DK, BK) * nk3[:, None], b3,
+                 T0 + T1 + T2, L3, PER_CHANNEL)
+        _wy_rows(w_ptr, tok0, n, i_h, Hv, x00, x10, x11, x20, x21, x22, x30, x31, x32, x33,
+                 y0, y1, y2, y3, DK, PREC, c0, BK)
+    # u = X (beta v)
+    for c0 in range(0, DV, BK):
+        y0 = _head_rows(v_ptr, tok0, n, i_h, Hv, c0, 0, 16, DV, BK) * b0[:, None]
+        y1 = _head_rows(v_ptr, tok0, n, i_h, Hv, c0, 16, 16, DV, BK) * b1[:, None]
+        y2 = _head_rows(v_ptr, tok0, n, i_h, Hv, c0, 32, 16, DV, BK) * b2[:, None]
+        y3 = _head_rows(v_ptr, tok0, n, i_h, Hv, c0, 48, 16, DV, BK) * b3[:, None]
+        _wy_rows(u_ptr, tok0, n, i_h, Hv, x00, x10, x11, x20, x21, x22, x30, x31, x32, x33,
+                 y0, y1, y2, y3, DV, PREC, c0, BK)
+
+
+def block_k_ok(block_k: int, dk: int, dv: int) -> bool:
+    """A channel block must be a power of two >= 16 dividing both Dk and Dv."""
+    return block_k >= 16 and block_k & (block_k - 1) == 0 and dk % block_k == 0 and dv % block_k == 0
