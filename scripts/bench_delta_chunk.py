@@ -133,6 +133,8 @@ def main() -> None:
         # the WY stage with its key channels in blocks (not yet timed when this was written)
         for bk in (32, 64):
             impls.append((f"triton_block_k{bk}", lambda *a, _f=tri, _b=bk, **kw: _f(*a, block_k=_b, **kw)))
+        if kind == "kda":
+            impls.append(("triton_diag_unroll", lambda *a, _f=tri, **kw: _f(*a, diag_unroll=True, **kw)))
         if FLA:
             impls.append(("fla", fla_call(kind)))
         if not args.no_torch:
@@ -161,6 +163,8 @@ def main() -> None:
             if args.breakdown:
                 breakdown(f"{op} {shape}", lambda: tri(**inputs))
                 breakdown(f"{op} {shape} block_k32", lambda: tri(**inputs, block_k=32))
+                if kind == "kda":
+                    breakdown(f"{op} {shape} diag_unroll", lambda: tri(**inputs, diag_unroll=True))
             if shape == "1x4096" and not args.quick:   # the reference, once
                 ms = triton.testing.do_bench(lambda: getattr(ref_la, op)(**inputs), warmup=1,
                                              rep=1)
