@@ -202,6 +202,10 @@ elif [ "$phase" = todo ]; then
   timeout 200 python3 scripts/bench_delta_chunk.py --no-variants --no-torch --shapes 1x16384,8x2048 \
     --breakdown > "$out/bench_delta_chunk.csv" 2> "$out/bench_delta_chunk.err"
   echo "== bench_delta_chunk rc=$?"; grep -v "Warn\|warn\|at::native\|Memcpy" "$out/bench_delta_chunk.err" | tail -50
+  # GDN at 1 x 16k with the state kernel's value-block variants (more programs at B = 1)
+  timeout 100 python3 scripts/bench_delta_chunk.py --no-torch --kinds gdn --shapes 1x16384 \
+    > "$out/bench_delta_chunk_gdn.csv" 2> "$out/bench_delta_chunk_gdn.err"
+  echo "== gdn variants rc=$?"; grep "us " "$out/bench_delta_chunk_gdn.err" | tail -10
 elif [ "$phase" = profile ]; then
   # Where the time goes in the models that trail transformers: kernels of one prefill step and of
   # decode steps (eager and graphs) at batch 1 and 32, then the chunked linear attention vs fla.
