@@ -91,19 +91,13 @@ def breakdown(label: str, fn) -> None:
 
 
 def compiled_stats() -> None:
-    """Registers and spills of every compiled variant of the chunked kernels (ptxas's report,
-    as Triton keeps it), to stderr: spills are the first suspect of a slow Triton kernel."""
-    from hwinfer.kernels.triton import delta_chunk_wy
+    """Registers and spills of every compiled variant of the chunked kernels, to stderr."""
+    from hwinfer.kernels.triton import compiled_report, delta_chunk_wy
 
     for kernel in (delta_chunk_wy._wy_kernel, delta_chunk_wy._kda_diag_kernel,
                    triton_la._wy_blocked_kernel, triton_la._state_kernel, triton_la._out_kernel):
-        for entry in getattr(kernel, "device_caches", {}).values():
-            cache = entry[0] if isinstance(entry, tuple) else entry
-            for compiled in cache.values():
-                meta = getattr(compiled, "metadata", None)
-                print(f"#   {kernel.fn.__name__}: regs {getattr(compiled, 'n_regs', '?')} spills "
-                      f"{getattr(compiled, 'n_spills', '?')} warps {getattr(meta, 'num_warps', '?')} "
-                      f"shared {getattr(meta, 'shared', '?')}", file=sys.stderr)
+        for line in compiled_report(kernel):
+            print(f"#   {line}", file=sys.stderr)
 
 
 def main() -> None:

@@ -143,15 +143,11 @@ def sweep_configs(focused: bool):
 
 def compiled_stats() -> None:
     """Registers / spills / shared memory of every compiled split-kernel variant (to stderr)."""
-    from hwinfer.kernels.triton.sparse_mla_kernels import _sparse_mla_split_kernel as kernel
+    from hwinfer.kernels.triton import compiled_report
+    from hwinfer.kernels.triton.sparse_mla_kernels import _sparse_mla_split_kernel
 
-    for entry in getattr(kernel, "device_caches", {}).values():
-        cache = entry[0] if isinstance(entry, tuple) else entry
-        for key, compiled in cache.items():
-            meta = getattr(compiled, "metadata", None)
-            print(f"#   regs {getattr(compiled, 'n_regs', '?')} spills {getattr(compiled, 'n_spills', '?')} "
-                  f"warps {getattr(meta, 'num_warps', '?')} shared {getattr(meta, 'shared', '?')} "
-                  f"{str(key)[-160:]}", file=sys.stderr)
+    for line in compiled_report(_sparse_mla_split_kernel):
+        print(f"#   {line}", file=sys.stderr)
 
 
 def main() -> None:

@@ -21,3 +21,20 @@ def num_sms(device, default: int) -> int:
     if device.type != "cuda":
         return default
     return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+def compiled_report(kernel) -> list[str]:
+    """One line per variant of the ``@triton.jit`` ``kernel`` compiled in this process:
+    registers and spills (ptxas's report, as Triton keeps it), warps, shared memory, and the
+    end of the variant's cache key (its specialisation). Spills are the first suspect of a slow
+    Triton kernel; the benchmark scripts print this after timing."""
+    lines = []
+    for entry in getattr(kernel, "device_caches", {}).values():
+        cache = entry[0] if isinstance(entry, tuple) else entry
+        for key, compiled in cache.items():
+            meta = getattr(compiled, "metadata", None)
+            lines.append(f"{kernel.fn.__name__}: regs {getattr(compiled, 'n_regs', '?')} spills "
+                         f"{getattr(compiled, 'n_spills', '?')} warps {getattr(meta, 'num_warps', '?')} "
+                         f"shared {getattr(meta, 'shared', '?')} {str(key)[-120:]}")
+    return lines
+

@@ -235,6 +235,36 @@ def _x_rows(xd_ptr, tok0, n, i_h, Hv, R0: tl.constexpr):
 
 
 @triton.jit
+def _x_diag(xd_ptr, tok0, n, i_h, Hv):
+    """The four diagonal blocks of X (KDA: from ``_kda_diag_kernel``)."""
+    return (_x_rows(xd_ptr, tok0, n, i_h, Hv, 0), _x_rows(xd_ptr, tok0, n, i_h, Hv, 16),
+            _x_rows(xd_ptr, tok0, n, i_h, Hv, 32), _x_rows(xd_ptr, tok0, n, i_h, Hv, 48))
+
+
+@triton.jit
+def _store_aqk_off(a_ptr, p10, p20, p21, p30, p31, p32, tok0, n, i_h, Hv):
+    """KDA's off-diagonal blocks of the causal Aqk [tokens, Hv, 64] (rows past n masked; the
+    blocks above the diagonal are never written, the output kernel masks them on load)."""
+    _store_rows(a_ptr, p10, tok0, n, i_h, Hv, 0, 16, 16, 64, 16)
+    _store_rows(a_ptr, p20, tok0, n, i_h, Hv, 0, 32, 16, 64, 16)
+    _store_rows(a_ptr, p21, tok0, n, i_h, Hv, 16, 32, 16, 64, 16)
+    _store_rows(a_ptr, p30, tok0, n, i_h, Hv, 0, 48, 16, 64, 16)
+    _store_rows(a_ptr, p31, tok0, n, i_h, Hv, 16, 48, 16, 64, 16)
+    _store_rows(a_ptr, p32, tok0, n, i_h, Hv, 32, 48, 16, 64, 16)
+
+
+@triton.jit
+def _store_kgates(kg_ptr, k0, k1, k2, k3, S0, S1, S2, S3, T1, T2, T3, tok0, n, i_h, Hv, c0,
+                  DK: tl.constexpr, BC: tl.constexpr, PER_CHANNEL: tl.constexpr):
+    """The decayed keys k e^{G_end - G} of the four tiles (columns c0 .. c0+BC) for the state
+    kernel: the decay after each row is S in its tile plus the totals T of the tiles after."""
+    _store_rows(kg_ptr, _kgate(k0, S0, T1 + T2 + T3, PER_CHANNEL), tok0, n, i_h, Hv, c0, 0, 16, DK, BC)
+    _store_rows(kg_ptr, _kgate(k1, S1, T2 + T3, PER_CHANNEL), tok0, n, i_h, Hv, c0, 16, 16, DK, BC)
+    _store_rows(kg_ptr, _kgate(k2, S2, T3, PER_CHANNEL), tok0, n, i_h, Hv, c0, 32, 16, DK, BC)
+    _store_rows(kg_ptr, _kgate(k3, S3, T3 * 0.0, PER_CHANNEL), tok0, n, i_h, Hv, c0, 48, 16, DK, BC)
+
+
+@triton.jit
 def _kb(k, b, R, L, PER_CHANNEL: tl.constexpr):
     """beta k e^G (the right-hand side of w), G = R + L from the chunk's start, exponent <= 0."""
     if PER_CHANNEL:
@@ -314,14 +344,12 @@ def _wy_kernel(q_ptr, k_ptr, v_ptr, g_ptr, b_ptr, w_ptr, u_ptr, a_ptr, kg_ptr, g
     # Every decay below is a sum of g over one span (never a difference of two cumulative sums,
     # which cancels badly when the decay is strong): tile totals T, in-tile L / S.
     none = T0 * 0.0
-    T12, T23 = T1 + T2, T2 + T3
+    T12 = T1 + T2
     # For the sequential state kernel, everything that does not depend on the state: the
     # decayed keys k e^{G_end - G} (exponent <= 0) and the chunk's total log-decay G_end.
-    _store_rows(kg_ptr, _kgate(k0, S0, T1 + T23, PER_CHANNEL), tok0, n, i_h, Hv, 0, 0, 16, DK, DK)
-    _store_rows(kg_ptr, _kgate(k1, S1, T23, PER_CHANNEL), tok0, n, i_h, Hv, 0, 16, 16, DK, DK)
-    _store_rows(kg_ptr, _kgate(k2, S2, T3, PER_CHANNEL), tok0, n, i_h, Hv, 0, 32, 16, DK, DK)
-    _store_rows(kg_ptr, _kgate(k3, S3, none, PER_CHANNEL), tok0, n, i_h, Hv, 0, 48, 16, DK, DK)
-    g_end = T0 + T1 + T23
+    _store_kgates(kg_ptr, k0, k1, k2, k3, S0, S1, S2, S3, T1, T2, T3, tok0, n, i_h, Hv, 0, DK, DK,
+                  PER_CHANNEL)
+    g_end = T0 + T1 + T2 + T3
     if PER_CHANNEL:
         tl.store(ge_ptr + (i_c.to(tl.int64) * Hv + i_h) * DK + tl.arange(0, DK), g_end)
     else:
@@ -354,19 +382,11 @@ def _wy_kernel(q_ptr, k_ptr, v_ptr, g_ptr, b_ptr, w_ptr, u_ptr, a_ptr, kg_ptr, g
         p30 = tl.dot(lq3, tl.trans(r30), input_precision=PREC)
         p31 = tl.dot(lq3, tl.trans(r31), input_precision=PREC)
         p32 = tl.dot(lq3, tl.trans(r32), input_precision=PREC)
-        _store_rows(a_ptr, p10, tok0, n, i_h, Hv, 0, 16, 16, 64, 16)
-        _store_rows(a_ptr, p20, tok0, n, i_h, Hv, 0, 32, 16, 64, 16)
-        _store_rows(a_ptr, p21, tok0, n, i_h, Hv, 16, 32, 16, 64, 16)
-        _store_rows(a_ptr, p30, tok0, n, i_h, Hv, 0, 48, 16, 64, 16)
-        _store_rows(a_ptr, p31, tok0, n, i_h, Hv, 16, 48, 16, 64, 16)
-        _store_rows(a_ptr, p32, tok0, n, i_h, Hv, 32, 48, 16, 64, 16)
+        _store_aqk_off(a_ptr, p10, p20, p21, p30, p31, p32, tok0, n, i_h, Hv)
         # (the diagonal blocks come from _kda_diag_kernel)
     # The diagonal blocks' inverses; beta scales the rows of A (the written strength of token t)
     if PER_CHANNEL:
-        x00 = _x_rows(xd_ptr, tok0, n, i_h, Hv, 0)
-        x11 = _x_rows(xd_ptr, tok0, n, i_h, Hv, 16)
-        x22 = _x_rows(xd_ptr, tok0, n, i_h, Hv, 32)
-        x33 = _x_rows(xd_ptr, tok0, n, i_h, Hv, 48)
+        x00, x11, x22, x33 = _x_diag(xd_ptr, tok0, n, i_h, Hv)
     else:
         x00 = _inv16(a00 * b0[:, None], n - 0)
         x11 = _inv16(a11 * b1[:, None], n - 16)

@@ -24,7 +24,8 @@ import triton
 import triton.language as tl
 
 from hwinfer.kernels.triton.delta_chunk_wy import (
-    _g_rows, _head_rows, _inv16, _kb, _kgate, _solve_off, _store_rows, _wy_rows, _x_rows,
+    _g_rows, _head_rows, _inv16, _kb, _solve_off, _store_aqk_off, _store_kgates, _wy_rows,
+    _x_diag,
 )
 
 
@@ -153,22 +154,11 @@ def _wy_blocked_kernel(q_ptr, k_ptr, v_ptr, g_ptr, b_ptr, w_ptr, u_ptr, a_ptr, k
             a30 += tl.dot(k3, tl.trans(k0), input_precision=PREC)
             a31 += tl.dot(k3, tl.trans(k1), input_precision=PREC)
             a32 += tl.dot(k3, tl.trans(k2), input_precision=PREC)
-        # the decayed keys k e^{G_end - G} for the state kernel
-        _store_rows(kg_ptr, _kgate(k0, S0, T1 + T2 + T3, PER_CHANNEL), tok0, n, i_h, Hv, c0, 0, 16, DK, BK)
-        _store_rows(kg_ptr, _kgate(k1, S1, T2 + T3, PER_CHANNEL), tok0, n, i_h, Hv, c0, 16, 16, DK, BK)
-        _store_rows(kg_ptr, _kgate(k2, S2, T3, PER_CHANNEL), tok0, n, i_h, Hv, c0, 32, 16, DK, BK)
-        _store_rows(kg_ptr, _kgate(k3, S3, T3 * 0.0, PER_CHANNEL), tok0, n, i_h, Hv, c0, 48, 16, DK, BK)
+        _store_kgates(kg_ptr, k0, k1, k2, k3, S0, S1, S2, S3, T1, T2, T3, tok0, n, i_h, Hv, c0,
+                      DK, BK, PER_CHANNEL)
     if PER_CHANNEL:
-        _store_rows(a_ptr, p10, tok0, n, i_h, Hv, 0, 16, 16, 64, 16)
-        _store_rows(a_ptr, p20, tok0, n, i_h, Hv, 0, 32, 16, 64, 16)
-        _store_rows(a_ptr, p21, tok0, n, i_h, Hv, 16, 32, 16, 64, 16)
-        _store_rows(a_ptr, p30, tok0, n, i_h, Hv, 0, 48, 16, 64, 16)
-        _store_rows(a_ptr, p31, tok0, n, i_h, Hv, 16, 48, 16, 64, 16)
-        _store_rows(a_ptr, p32, tok0, n, i_h, Hv, 32, 48, 16, 64, 16)
-        x00 = _x_rows(xd_ptr, tok0, n, i_h, Hv, 0)
-        x11 = _x_rows(xd_ptr, tok0, n, i_h, Hv, 16)
-        x22 = _x_rows(xd_ptr, tok0, n, i_h, Hv, 32)
-        x33 = _x_rows(xd_ptr, tok0, n, i_h, Hv, 48)
+        _store_aqk_off(a_ptr, p10, p20, p21, p30, p31, p32, tok0, n, i_h, Hv)
+        x00, x11, x22, x33 = _x_diag(xd_ptr, tok0, n, i_h, Hv)
     else:
         tl.store(ge_ptr + i_c.to(tl.int64) * Hv + i_h, T0 + T1 + T2 + T3)
         a10 = a10 * _gdn_factor(L1, S0, 0.0)
