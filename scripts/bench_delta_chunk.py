@@ -120,15 +120,11 @@ def main() -> None:
         tri = getattr(triton_la, op)
         impls = [("triton", tri)]
         if not (args.quick or args.no_variants):
-            for bv, bvo, warps in ((16, 64, 4), (64, 64, 4), (32, 128, 8)):
-                impls.append((f"triton_bv{bv}_bvo{bvo}_w{warps}",
-                              lambda *a, _f=tri, _b=bv, _o=bvo, _w=warps, **kw:
-                              _f(*a, block_v=_b, block_v_out=_o, num_warps=_w, **kw)))
-        # the WY stage with its key channels in blocks (not yet timed when this was written)
-        for bk in (32, 64):
-            impls.append((f"triton_block_k{bk}", lambda *a, _f=tri, _b=bk, **kw: _f(*a, block_k=_b, **kw)))
-        if kind == "kda":
-            impls.append(("triton_diag_unroll", lambda *a, _f=tri, **kw: _f(*a, diag_unroll=True, **kw)))
+            # state value blocks / output value blocks / warps of every stage; the WY stage whole
+            for name, kw in (("bv16", dict(block_v=16)), ("bv16_w4", dict(block_v=16, num_warps=4)),
+                             ("w4", dict(num_warps=4)), ("bv16_bvo128", dict(block_v=16, block_v_out=128)),
+                             ("whole_wy", dict(block_k=0))):
+                impls.append((f"triton_{name}", lambda *a, _f=tri, _kw=kw, **k: _f(*a, **_kw, **k)))
         if FLA:
             impls.append(("fla", fla_call(kind)))
         if not args.no_torch:
@@ -156,9 +152,9 @@ def main() -> None:
                       f"{err}", file=sys.stderr)
             if args.breakdown:
                 breakdown(f"{op} {shape}", lambda: tri(**inputs))
-                breakdown(f"{op} {shape} block_k32", lambda: tri(**inputs, block_k=32))
-                if kind == "kda":
-                    breakdown(f"{op} {shape} diag_unroll", lambda: tri(**inputs, diag_unroll=True))
+                breakdown(f"{op} {shape} bv16", lambda: tri(**inputs, block_v=16))
+                if FLA:
+                    breakdown(f"{op} {shape} fla", lambda: fla_call(kind)(**inputs))
             if shape == "1x4096" and not args.quick:   # the reference, once
                 ms = triton.testing.do_bench(lambda: getattr(ref_la, op)(**inputs), warmup=1,
                                              rep=1)

@@ -24,6 +24,8 @@
 #                                         # Kimi-Linear tests and speed
 #   bash scripts/device_issue6.sh todo      # MiniMax-M3 graph decode on the card; the WY stage
 #                                         # in key-channel blocks vs the whole-tile one vs fla
+#   bash scripts/device_issue6.sh pdl       # Qwen3.5-0.8B's decode GEMV chain with / without
+#                                         # PDL; chunked GDN / KDA variants vs fla
 #   bash scripts/device_issue6.sh diagnose  # model oracle + CUDA-graph tests on the GPU, then
 #                                         # the failures again under HWINFER_SHADOW=raise, which
 #                                         # names the first op whose kernel leaves its reference
@@ -206,6 +208,23 @@ elif [ "$phase" = todo ]; then
   timeout 100 python3 scripts/bench_delta_chunk.py --no-torch --kinds gdn --shapes 1x16384 \
     > "$out/bench_delta_chunk_gdn.csv" 2> "$out/bench_delta_chunk_gdn.err"
   echo "== gdn variants rc=$?"; grep "us " "$out/bench_delta_chunk_gdn.err" | tail -10
+elif [ "$phase" = pdl ]; then
+  # The decode weight stream (97 GEMVs of Qwen3.5-0.8B) with the whole-row GEMV, with and
+  # without programmatic dependent launch; chunked GDN / KDA with the channel-blocked WY stage
+  # as the default: conformance on the card, value-block / warp variants, per kernel, vs fla.
+  timeout 150 python3 scripts/bench_decode_chain.py > "$out/decode_chain.txt" 2>&1
+  echo "== decode_chain rc=$?"; grep -v "Warn\|warn" "$out/decode_chain.txt" | tail -16
+  timeout 90 python3 scripts/bench_decode_chain.py --norms > "$out/decode_chain_norms.txt" 2>&1
+  echo "== decode_chain --norms rc=$?"; grep -v "Warn\|warn" "$out/decode_chain_norms.txt" | tail -16
+  timeout 80 python3 -m pytest tests/conformance --backend nvidia --strict -q -p no:cacheprovider \
+    -k "chunked" > "$out/conformance.txt" 2>&1
+  grep -E "passed|failed|FAILED" "$out/conformance.txt" | tail -4
+  for kind in gdn kda; do
+    timeout 120 python3 scripts/bench_delta_chunk.py --no-torch --kinds $kind --shapes 1x16384,8x2048,1x4096 \
+      --breakdown > "$out/bench_delta_chunk_$kind.csv" 2> "$out/bench_delta_chunk_$kind.err"
+    echo "== bench_delta_chunk $kind rc=$?"
+    grep -v "Warn\|warn\|at::native\|Memcpy\|elementwise\|regs" "$out/bench_delta_chunk_$kind.err" | cut -c1-150 | tail -60
+  done
 elif [ "$phase" = profile ]; then
   # Where the time goes in the models that trail transformers: kernels of one prefill step and of
   # decode steps (eager and graphs) at batch 1 and 32, then the chunked linear attention vs fla.

@@ -3,8 +3,8 @@ interpreted: several chunks per sequence with a partial last one, packed sequenc
 one crossing two chunk boundaries), GQA (Hv = 2 Hk), Dk != Dv, q/k as strided views of one
 projection, no initial state, value blocks split over programs (``block_v=16``,
 ``block_v_out=16``), KDA's diagonal-block kernel (varlen with partial and empty tiles
-above; strong decay below; also unrolled, ``diag_unroll``) and the WY stage in key-channel
-blocks (``block_k``). Checked against the token-loop
+above; strong decay below) and the WY stage both in key-channel blocks (``block_k``, the
+default) and whole (``block_k=0``). Checked against the token-loop
 reference and the fused recurrent Triton kernel. ``TRITON_INTERPRET`` is read when a kernel is decorated: a fresh interpreter process.
 """
 from __future__ import annotations
@@ -40,8 +40,7 @@ for per_channel in (False, True):
         kk = k * 0.3 if "scale" in kw else k   # keep beta |k|^2 < 2 without the norm
         o2, s2 = f_r(q, kk, v, g, beta, **kw)
         o3, s3 = f_t(q, kk, v, g, beta, **kw)
-        forms = ({}, dict(block_k=16)) + ((dict(diag_unroll=True),) if per_channel else ())
-        for wy in forms:   # the WY stage whole, in channel blocks; KDA's diagonal loop unrolled
+        for wy in (dict(block_k=0), dict(block_k=16)):   # the WY stage whole, in channel blocks
             o1, s1 = f_c(q, kk, v, g, beta, block_v=16, block_v_out=16, **kw, **wy)
             assert o1.shape == o2.shape and s1.shape == s2.shape and s1.dtype == torch.float32
             assert rel(o1, o2) < 1e-5 and rel(s1, s2) < 1e-5, (name, list(kw), wy, rel(o1, o2))
@@ -56,12 +55,13 @@ v, beta = torch.randn(B, T, H, D), torch.rand(B, T, H)
 s0 = torch.randn(1, H, D, D)
 for g in (-0.02 * torch.rand(B, T, H, D), -torch.rand(B, T, H, D), -100 * torch.rand(B, T, H, D)):
     o2, s2 = ref.kda_recurrent(q, k, v, g, beta, s0)   # weak decay: every block of A counts
-    for wy in ({}, dict(block_k=16), dict(diag_unroll=True)):
+    for wy in (dict(block_k=0), dict(block_k=16)):
         o1, s1 = tc.kda_chunked(q, k, v, g, beta, s0, **wy)
         assert rel(o1, o2) < 2e-6 and rel(s1, s2) < 2e-6, (wy, rel(o1, o2), rel(s1, s2))
     o2, s2 = ref.gdn_recurrent(q, k, v, g[..., 0], beta, s0)
-    o1, s1 = tc.gdn_chunked(q, k, v, g[..., 0], beta, s0, block_k=16)
-    assert rel(o1, o2) < 2e-6 and rel(s1, s2) < 2e-6, ("gdn block_k", rel(o1, o2), rel(s1, s2))
+    for wy in (dict(block_k=0), dict(block_k=16)):
+        o1, s1 = tc.gdn_chunked(q, k, v, g[..., 0], beta, s0, **wy)
+        assert rel(o1, o2) < 2e-6 and rel(s1, s2) < 2e-6, ("gdn", wy, rel(o1, o2), rel(s1, s2))
 print("ok")
 """
 

@@ -82,6 +82,68 @@ def _gemv_reduce_kernel(ws_ptr, b_ptr, y_ptr, M, N, stride_ym, SPLIT,
     tl.store(y_ptr + m * stride_ym + rn, acc.to(y_ptr.dtype.element_ty), mask=mask)
 
 
+@triton.jit
+def _gemv_rows_kernel(x_ptr, w_ptr, b_ptr, y_ptr, M, N, K, stride_xm, stride_wn, stride_ym,
+                      BLOCK_N: tl.constexpr, KP: tl.constexpr, MAX_M: tl.constexpr,
+                      HAS_BIAS: tl.constexpr, PDL: tl.constexpr):
+    # Each program holds BLOCK_N whole rows of W ([BLOCK_N, KP] in registers, KP = K rounded up
+    # to a power of two). With PDL the loads of W (never written by the step) are issued before
+    # waiting on the previous kernel, so they stream while it finishes; x is read after.
+    rn = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    rk = tl.arange(0, KP)
+    nmask = rn < N
+    kmask = rk < K
+    w = tl.load(w_ptr + rn.to(tl.int64)[:, None] * stride_wn + rk[None, :],
+                mask=nmask[:, None] & kmask[None, :], other=0.0)
+    if PDL:
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
+    if HAS_BIAS:
+        bias = tl.load(b_ptr + rn, mask=nmask, other=0.0).to(tl.float32)
+    for m in tl.static_range(MAX_M):
+        if m < M:
+            x = tl.load(x_ptr + m * stride_xm + rk, mask=kmask, other=0.0).to(tl.float32)
+            y = tl.sum(w.to(tl.float32) * x[None, :], axis=1)
+            if HAS_BIAS:
+                y += bias
+            tl.store(y_ptr + m * stride_ym + rn, y.to(y_ptr.dtype.element_ty), mask=nmask)
+
+
+def rows_block_n(n: int, k: int, tile_bytes: int = 32 << 10) -> int:
+    """Rows per program of the whole-row GEMV: a [BLOCK_N, KP] bf16 tile of about ``tile_bytes``
+    (32 KB: 64 registers a thread at 4 warps, 8 programs an SM, all of a 16 MB weight resident)."""
+    kp = triton.next_power_of_2(max(k, 16))
+    return max(1, min(64, tile_bytes // (2 * kp), triton.next_power_of_2(n)))
+
+
+def gemv_rows(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, *,
+              block_n: int | None = None, num_warps: int = 4, pdl: bool = False) -> torch.Tensor:
+    """x [..., K] (at most 4 rows), weight [N, K] with unit column stride, bias [N] -> [..., N] in
+    x.dtype, one program per ``block_n`` whole rows of W (no split K, no second kernel).
+    ``pdl``: launched as a programmatic dependent launch (sm_90+), W's loads overlapping the
+    previous kernel; only for kernels whose inputs come from the one launched just before."""
+    k = x.shape[-1]
+    n = weight.shape[0]
+    x2 = x.reshape(-1, k)
+    m = x2.shape[0]
+    if m > MAX_ROWS or weight.shape[1] != k or weight.stride(1) != 1:
+        raise ValueError(f"gemv_rows: x {tuple(x.shape)} (<= {MAX_ROWS} rows) and weight [N, K] with "
+                         f"unit column stride expected, got weight {tuple(weight.shape)} "
+                         f"stride {weight.stride()}")
+    if x2.stride(-1) != 1:
+        x2 = x2.contiguous()
+    y = torch.empty((m, n), dtype=x.dtype, device=x.device)
+    if m == 0 or n == 0:
+        return y.reshape(*x.shape[:-1], n)
+    block_n = block_n or rows_block_n(n, k)
+    extra = {"launch_pdl": True} if pdl else {}
+    _gemv_rows_kernel[(triton.cdiv(n, block_n),)](
+        x2, weight, bias if bias is not None else y, y, m, n, k, x2.stride(0), weight.stride(0),
+        y.stride(0), BLOCK_N=block_n, KP=triton.next_power_of_2(max(k, 16)), MAX_M=MAX_ROWS,
+        HAS_BIAS=bias is not None, PDL=pdl, num_warps=num_warps, **extra)
+    return y.reshape(*x.shape[:-1], n)
+
+
 def _split_for(n: int, k: int, block_n: int, block_k: int, device: torch.device) -> int:
     """K splits so that about two programs per SM run (no split once rows alone do that)."""
     n_blocks = triton.cdiv(n, block_n)
