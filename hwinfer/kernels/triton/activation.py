@@ -10,12 +10,15 @@ import torch
 import triton
 import triton.language as tl
 
+from hwinfer.kernels.triton.pdl import launch_kwargs, pdl_enter, pdl_ok
+
 _SQRT_2_OVER_PI = tl.constexpr(0.7978845608028654)  # a global a kernel may read
 
 
 @triton.jit
 def _gated_act_kernel(g_ptr, u_ptr, y_ptr, stride_g, stride_u, stride_y, I,
-                      SILU: tl.constexpr, BLOCK: tl.constexpr):
+                      SILU: tl.constexpr, BLOCK: tl.constexpr, PDL: tl.constexpr):
+    pdl_enter(PDL)   # on sm_90+: the down projection's GEMV loads its weights meanwhile
     row = tl.program_id(0).to(tl.int64)
     cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     mask = cols < I
@@ -45,7 +48,8 @@ def gated_act(gate: torch.Tensor, up: torch.Tensor, *, activation: str = "silu")
         block = min(1024, triton.next_power_of_2(i))
         _gated_act_kernel[(g2.shape[0], triton.cdiv(i, block))](
             g2, u2, y, g2.stride(0), u2.stride(0), y.stride(0), i,
-            SILU=activation == "silu", BLOCK=block, num_warps=4)
+            SILU=activation == "silu", BLOCK=block, num_warps=4, PDL=pdl_ok(gate.device),
+            **launch_kwargs(gate.device))
     return y.reshape(gate.shape)
 
 
@@ -64,9 +68,10 @@ def _aot_specs():
     specs = []
     for dtype in ("fp32", "bf16"):
         sig = {"g_ptr": f"*{dtype}", "u_ptr": f"*{dtype}", "y_ptr": f"*{dtype}", "stride_g": "i32",
-               "stride_u": "i32", "stride_y": "i32", "I": "i32", "SILU": "constexpr", "BLOCK": "constexpr"}
-        specs.append(AotSpec(f"gated_act[{dtype}]", _gated_act_kernel, sig, {"SILU": True, "BLOCK": 1024},
-                             {"num_warps": 4}))
+               "stride_u": "i32", "stride_y": "i32", "I": "i32", "SILU": "constexpr", "BLOCK": "constexpr",
+               "PDL": "constexpr"}
+        specs.append(AotSpec(f"gated_act[{dtype}]", _gated_act_kernel, sig,
+                             {"SILU": True, "BLOCK": 1024, "PDL": False}, {"num_warps": 4}))
     return specs
 
 

@@ -31,6 +31,7 @@ class AotSpec:
     signature: dict[str, str]
     constexprs: dict[str, Any]
     options: dict[str, Any] = field(default_factory=lambda: {"num_warps": 4})
+    targets: tuple[str, ...] | None = None  # None: every target (PDL variants: NVIDIA only)
 
 
 def all_specs() -> list[AotSpec]:
@@ -65,6 +66,8 @@ def main(targets: list[str]) -> int:
     failures = 0
     for spec in all_specs():
         for target in targets:
+            if spec.targets is not None and target not in spec.targets:
+                continue
             start = time.perf_counter()
             try:
                 info = compile_spec(spec, target)

@@ -17,6 +17,8 @@ import torch
 import triton
 import triton.language as tl
 
+from hwinfer.kernels.triton.pdl import launch_kwargs, pdl_enter, pdl_ok
+
 
 @triton.jit
 def _prev_input(x_ptr, st_ptr, row64, p, bos, cols, cmask, stride_xt, stride_sn, stride_sc,
@@ -40,7 +42,8 @@ def _conv_kernel(x_ptr, w_ptr, bias_ptr, st_ptr, cu_ptr, y_ptr, ns_ptr, slot_ptr
                  stride_sn, stride_sc, stride_sk, stride_yb, stride_yt,
                  K: tl.constexpr, BLOCK_C: tl.constexpr, VARLEN: tl.constexpr,
                  HAS_STATE: tl.constexpr, HAS_BIAS: tl.constexpr, SILU: tl.constexpr,
-                 HAS_SLOTS: tl.constexpr):
+                 HAS_SLOTS: tl.constexpr, PDL: tl.constexpr):
+    pdl_enter(PDL)
     n = tl.program_id(0)
     cb = tl.program_id(1)
     ci = tl.program_id(2)
@@ -170,7 +173,8 @@ def causal_conv1d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
         st.stride(0) if state is not None else 0, st.stride(1) if state is not None else 0,
         st.stride(2) if state is not None else 0, y.stride(0), y.stride(1),
         K=K, BLOCK_C=bc, VARLEN=varlen, HAS_STATE=state is not None, HAS_BIAS=bias is not None,
-        SILU=activation == "silu", HAS_SLOTS=pool, num_warps=num_warps or (4 if bc >= 512 else 2))
+        SILU=activation == "silu", HAS_SLOTS=pool, num_warps=num_warps or (4 if bc >= 512 else 2),
+        PDL=pdl_ok(x.device), **launch_kwargs(x.device))
     return y, new_state
 
 
@@ -212,11 +216,12 @@ def _aot_specs():
         for arg in ("T", "C", "CHUNK", "stride_xb", "stride_xt", "stride_wc", "stride_wk",
                     "stride_sn", "stride_sc", "stride_sk", "stride_yb", "stride_yt"):
             sig[arg] = "i32"
-        for arg in ("K", "BLOCK_C", "VARLEN", "HAS_STATE", "HAS_BIAS", "SILU", "HAS_SLOTS"):
+        for arg in ("K", "BLOCK_C", "VARLEN", "HAS_STATE", "HAS_BIAS", "SILU", "HAS_SLOTS", "PDL"):
             sig[arg] = "constexpr"
         specs.append(AotSpec(f"causal_conv1d[{name}]", _conv_kernel, sig,
                              {"K": 4, "BLOCK_C": 256, "VARLEN": varlen, "HAS_STATE": state,
-                              "HAS_BIAS": False, "SILU": True, "HAS_SLOTS": name == "qwen35_varlen"},
+                              "HAS_BIAS": False, "SILU": True, "HAS_SLOTS": name == "qwen35_varlen",
+                              "PDL": False},
                              {"num_warps": 2}))
     return specs
 

@@ -8,8 +8,9 @@ Chunks of 64 tokens (never crossing a sequence boundary), three launches (four f
    tile, value head): the diagonal 16 x 16 blocks, whose per-channel decay needs a sequential
    loop over rows (on the H200 this made KDA 1.8x faster than the same loop inside the WY
    kernel);
-1. ``_wy_kernel`` (:mod:`.delta_chunk_wy`), one program per (chunk, value head), all chunks in
-   parallel: ``w``, ``u`` of the WY form (the chunk's deltas are ``u - w S0``), the decayed
+1. ``_wy_blocked_kernel`` (:mod:`.delta_chunk_wy_blocked`; the key channels in blocks of 32,
+   the default) or ``_wy_kernel`` (:mod:`.delta_chunk_wy`, whole tiles, ``block_k=0``), one
+   program per (chunk, value head), all chunks in parallel: ``w``, ``u`` of the WY form (the chunk's deltas are ``u - w S0``), the decayed
    keys ``k e^{G_end - G}`` and ``G_end`` and, for KDA, the causal decayed ``q k^T`` block;
 2. ``_state_kernel``, one program per (sequence, value head, BV value channels), the only
    sequential part, kept to what needs the state: walks the chunks, stores each chunk's start
@@ -46,7 +47,7 @@ import torch
 import triton
 import triton.language as tl
 
-from hwinfer.kernels.triton import INTERPRET
+from hwinfer.kernels.triton import INTERPRET, num_sms
 
 from hwinfer.kernels.triton.delta_chunk_wy import (
     _g_rows, _head_rows, _kda_diag_kernel, _qk_rows, _store_rows, _wy_kernel,
@@ -204,8 +205,11 @@ def _run(op: str, q, k, v, g, beta, initial_state, scale, use_qk_l2norm, cu_seql
     l2 = bool(use_qk_l2norm)
     # The interpreter pays per program: one value block per head there unless asked. On the
     # GPU 32 value channels per state program give N * Hv * Dv / 32 programs for the only
-    # sequential stage; the output stage has chunks x heads programs already.
-    bv_state = min(block_v or (Dv if _INTERPRET else 32), Dv)
+    # sequential stage, 16 when that is under half the SMs (GDN 1 x 16k on the H200: 64
+    # programs, 16 channels 7% faster; KDA's 128 programs were 1% slower with 16); the output
+    # stage has chunks x heads programs already.
+    few = n * Hv * triton.cdiv(Dv, 32) < num_sms(v.device, 8) // 2
+    bv_state = min(block_v or (Dv if _INTERPRET else 16 if few else 32), Dv)
     bv_out = min(block_v_out or (Dv if _INTERPRET else 64), Dv)
     if bv_state & (bv_state - 1) or bv_out & (bv_out - 1) or min(bv_state, bv_out) < 16:
         raise ValueError(f"{op} (triton): block_v={block_v}, block_v_out={block_v_out} must be "
@@ -218,11 +222,12 @@ def _run(op: str, q, k, v, g, beta, initial_state, scale, use_qk_l2norm, cu_seql
     if block_k and not block_k_ok(block_k, Dk, Dv):
         raise ValueError(f"{op} (triton): block_k={block_k} must be a power of two >= 16 dividing "
                          f"Dk={Dk} and Dv={Dv}")
-    # Warps from ptxas's spill report for sm_90 (D = 128): fp32 [64, 128] tiles need 8 warps
-    # in the state and output kernels; KDA's WY kernel (q, k, G tiles) also wants 8. The state
-    # kernel's loads pipelined 3 deep need 240 KB of shared memory (> 227 KB): 2 stages.
+    # 4 warps for the state and output kernels: on the H200 faster than 8 at every shape timed
+    # (GDN 1 x 16k / 8 x 2k: 14% / 13%, KDA 1 x 16k: 4%), although ptxas reports spills of
+    # their fp32 [64, 128] tiles at 4; the whole-tile WY kernel of KDA (q, k, G tiles) keeps 8.
+    # The state kernel's loads pipelined 3 deep need 240 KB of shared memory (> 227 KB): 2 stages.
     warps_wy = num_warps or (8 if per_channel else 4)
-    warps = num_warps or 8
+    warps = num_warps or 4
     stages = {} if torch.version.hip else {"num_stages": 2}
     # tf32 matmuls for 16-bit inputs on NVIDIA (their own rounding is coarser); exact fp32
     # ("ieee") for fp32 inputs, and on AMD, where tf32 is not available on every chip.
@@ -317,14 +322,14 @@ def _aot_specs():
             specs.append(AotSpec(f"delta_chunk_state[{kind},{dtype},{d}]", _state_kernel, st,
                                  {"DK": d, "DV": d, "BV": 32, "PER_CHANNEL": per_channel,
                                   "HAS_H0": True, "PREC": "ieee"},
-                                 {"num_warps": 8, "num_stages": 2}))
+                                 {"num_warps": 4, "num_stages": 2}))
             out = {"q_ptr": ptr, "k_ptr": ptr, "g_ptr": f32, "a_ptr": f32, "hs_ptr": f32,
                    "d_ptr": f32, "o_ptr": ptr, "tab_ptr": "*i32", "Hk": "i32", "Hv": "i32",
                    "scale": "fp32", "eps": "fp32", "DK": "constexpr", "DV": "constexpr",
                    "BV": "constexpr", "PER_CHANNEL": "constexpr", "USE_L2NORM": "constexpr",
                    "PREC": "constexpr"}
             specs.append(AotSpec(f"delta_chunk_out[{kind},{dtype},{d}]", _out_kernel, out,
-                                 {**flags, "BV": 64}, {"num_warps": 8}))
+                                 {**flags, "BV": 64}, {"num_warps": 4}))
     return specs
 
 

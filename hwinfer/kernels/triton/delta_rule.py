@@ -27,6 +27,8 @@ import torch
 import triton
 import triton.language as tl
 
+from hwinfer.kernels.triton.pdl import launch_kwargs, pdl_enter, pdl_ok
+
 from hwinfer.kernels.triton import INTERPRET
 
 from hwinfer.ops.linear_attention_chunked import L2NORM_EPS, check_inputs
@@ -40,7 +42,9 @@ def _delta_rule_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, h0_ptr, o_ptr, ht_p
                        slot_ptr, T, Hk, Hv, sq_b, sq_t, sq_h, sv_b, sv_t, sv_h, scale, eps,
                        DK: tl.constexpr, DV: tl.constexpr, BV: tl.constexpr,
                        PER_CHANNEL: tl.constexpr, USE_L2NORM: tl.constexpr,
-                       HAS_H0: tl.constexpr, IS_VARLEN: tl.constexpr, HAS_SLOTS: tl.constexpr):
+                       HAS_H0: tl.constexpr, IS_VARLEN: tl.constexpr, HAS_SLOTS: tl.constexpr,
+                       PDL: tl.constexpr):
+    pdl_enter(PDL)
     # Axis 0 (up to 2^31 programs) carries sequence x head, axis 1 (<= 65535) the value blocks.
     i_nh = tl.program_id(0)
     i_vb = tl.program_id(1)
@@ -191,7 +195,8 @@ def _run(op: str, q, k, v, g, beta, initial_state, scale, use_qk_l2norm, cu_seql
         T, Hk, Hv, q.stride(0), q.stride(1), q.stride(2), v.stride(0), v.stride(1), v.stride(2),
         float(Dk ** -0.5 if scale is None else scale), L2NORM_EPS,
         DK=Dk, DV=Dv, BV=bv, PER_CHANNEL=per_channel, USE_L2NORM=bool(use_qk_l2norm),
-        HAS_H0=h0 is not None, IS_VARLEN=varlen, HAS_SLOTS=pool, num_warps=warps)
+        HAS_H0=h0 is not None, IS_VARLEN=varlen, HAS_SLOTS=pool, num_warps=warps,
+        PDL=pdl_ok(v.device), **launch_kwargs(v.device))
     return o, ht
 
 
@@ -235,12 +240,13 @@ def _aot_specs():
                        "sv_b": "i32", "sv_t": "i32", "sv_h": "i32", "scale": "fp32",
                        "eps": "fp32", "DK": "constexpr", "DV": "constexpr", "BV": "constexpr",
                        "PER_CHANNEL": "constexpr", "USE_L2NORM": "constexpr",
-                       "HAS_H0": "constexpr", "IS_VARLEN": "constexpr", "HAS_SLOTS": "constexpr"}
+                       "HAS_H0": "constexpr", "IS_VARLEN": "constexpr", "HAS_SLOTS": "constexpr",
+                       "PDL": "constexpr"}
                 kind = "kda" if per_channel else "gdn"
                 specs.append(AotSpec(
                     f"delta_rule[{kind},{dtype},{d},bv{bv}]", _delta_rule_kernel, sig,
                     {"DK": d, "DV": d, "BV": bv, "PER_CHANNEL": per_channel, "USE_L2NORM": True,
-                     "HAS_H0": True, "IS_VARLEN": bv == 16, "HAS_SLOTS": bv == 64},
+                     "HAS_H0": True, "IS_VARLEN": bv == 16, "HAS_SLOTS": bv == 64, "PDL": False},
                     {"num_warps": warps}))
     return specs
 

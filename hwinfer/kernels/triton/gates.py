@@ -11,9 +11,13 @@ import torch
 import triton
 import triton.language as tl
 
+from hwinfer.kernels.triton.pdl import launch_kwargs, pdl_enter, pdl_ok
+
 
 @triton.jit
-def _gdn_gate_kernel(a_ptr, alog_ptr, dt_ptr, g_ptr, n, stride_a, H, BLOCK: tl.constexpr):
+def _gdn_gate_kernel(a_ptr, alog_ptr, dt_ptr, g_ptr, n, stride_a, H, BLOCK: tl.constexpr,
+                     PDL: tl.constexpr):
+    pdl_enter(PDL)
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
     row, h = offs // H, offs % H
@@ -41,7 +45,8 @@ def gdn_gate(a: torch.Tensor, A_log: torch.Tensor, dt_bias: torch.Tensor) -> tor
     if n:
         block = 256
         _gdn_gate_kernel[(triton.cdiv(n, block),)](a2, A_log.contiguous(), dt_bias.contiguous(), g, n,
-                                                   a2.stride(0), hv, BLOCK=block, num_warps=2)
+                                                   a2.stride(0), hv, BLOCK=block, num_warps=2,
+                                                   PDL=pdl_ok(a.device), **launch_kwargs(a.device))
     return g.reshape(a.shape)
 
 
@@ -51,8 +56,9 @@ def _aot_specs():
     specs = []
     for dtype in ("fp32", "bf16"):
         sig = {"a_ptr": f"*{dtype}", "alog_ptr": "*fp32", "dt_ptr": "*fp32", "g_ptr": "*fp32",
-               "n": "i32", "stride_a": "i32", "H": "i32", "BLOCK": "constexpr"}
-        specs.append(AotSpec(f"gdn_gate[{dtype}]", _gdn_gate_kernel, sig, {"BLOCK": 256}, {"num_warps": 2}))
+               "n": "i32", "stride_a": "i32", "H": "i32", "BLOCK": "constexpr", "PDL": "constexpr"}
+        specs.append(AotSpec(f"gdn_gate[{dtype}]", _gdn_gate_kernel, sig, {"BLOCK": 256, "PDL": False},
+                             {"num_warps": 2}))
     return specs
 
 

@@ -1,24 +1,33 @@
 """Triton matrix-vector products for decode-sized ``linear`` (contract:
-:func:`hwinfer.ops.dense.linear`), chosen per shape against the vendor BLAS by measurement.
+:func:`hwinfer.ops.dense.linear`).
 
-At batch 1-4 a projection is a weight-bandwidth-bound GEMV; cuBLAS runs the small-N ones
-(N = 1024 outputs over K = 2048-3584 inputs) at 1.2-2.4 TB/s on the H200, well under its
-4.3 TB/s. ``_gemv_kernel``: grid (N blocks, K splits); each program streams a [BLOCK_N, K/split]
-slab of W once, multiplies it by the few rows of x (a ``tl.dot`` against x^T padded to 16
-columns: tensor cores, fp32 accumulation) and stores its partial sums; with split K a second
-tiny kernel adds the splits (and the bias) and casts. Splits are chosen so that about two
-programs per SM stream at once, which a 1024-row weight cannot fill by rows alone.
+At batch 1-4 a projection is a weight-bandwidth-bound GEMV of a few MB, and in a decode step
+~100 of them run back to back: what a GEMV costs is mostly the time its programs wait for the
+first weight bytes. Two kernels:
 
-:func:`linear` picks, once per (N, K, M, dtype, device), the fastest of a few tilings and of
+* ``_gemv_rows_kernel`` (:func:`gemv_rows`): one program per BLOCK_N whole rows of W, held in
+  registers (a ~16 KB tile); no split K, no second kernel. Launched with programmatic dependent
+  launch (:mod:`.pdl`) it issues its weight loads before waiting on the previous kernel, so
+  they stream while that kernel finishes. On the H200 the 97 products of a Qwen3.5-0.8B step
+  took 500 us this way, 570 us without PDL, 736 us with the split-K GEMV / cuBLAS mix below and
+  887 us with cuBLAS alone (``scripts/bench_decode_chain.py``).
+* ``_gemv_kernel`` (:func:`gemv`): grid (N blocks, K splits); each program streams a
+  [BLOCK_N, K/split] slab through a ``tl.dot`` against x^T padded to 16 columns and stores
+  partial sums that a second tiny kernel adds.
+
+:func:`linear`: on sm_90+ the whole-row GEMV with PDL. Elsewhere on a GPU (AMD, older NVIDIA)
+it picks, once per (N, K, M, dtype, device), the fastest of the two kernels' tilings and
 F.linear, timed on weight copies that do not fit in L2 (decode reads each weight once per step
-from HBM) and replayed from a CUDA graph (as decode runs them: GPU time, not launch overhead). The choice is never made while a CUDA graph is being captured (F.linear is used
-then), so the engine's uncaptured warm-up makes it. Under the interpreter there is nothing to
-time: the kernel is always used (that is how CI checks it). ``HWINFER_GEMV=never`` / ``always``
-(read when this module is imported) forces either side (benchmarks, bisection).
+from HBM) and replayed from a CUDA graph (GPU time, not launch overhead); never while a CUDA
+graph is being captured (F.linear is used then), so the engine's uncaptured warm-up makes it.
+Under the interpreter the split-K kernel is always used (that is how CI checks it).
+``HWINFER_GEMV=never`` / ``always`` (read when this module is imported) forces F.linear / the
+split-K kernel (benchmarks, bisection).
 """
 from __future__ import annotations
 
 import os
+import weakref
 
 import torch
 import torch.nn.functional as F
@@ -26,10 +35,12 @@ import triton
 import triton.language as tl
 
 from hwinfer.kernels.triton import INTERPRET, num_sms
+from hwinfer.kernels.triton.pdl import pdl_enter, pdl_ok
 
 MAX_ROWS = 4          # decode batches up to this many rows; larger M is a GEMM (vendor BLAS)
 _CONFIGS = ((32, 256), (64, 128), (16, 512), (64, 256))   # (BLOCK_N, BLOCK_K) candidates
-_CHOICE: dict[tuple, tuple[int, int, int] | None] = {}   # None: F.linear wins
+_CHOICE: dict[tuple, tuple | None] = {}   # None: F.linear wins
+_SEEN: dict[int, tuple] = {}   # id(weight) -> (weak reference, (data_ptr, version)) at its last call
 _MODE = os.environ.get("HWINFER_GEMV", "auto")  # read once: linear runs on every projection
 
 
@@ -95,9 +106,7 @@ def _gemv_rows_kernel(x_ptr, w_ptr, b_ptr, y_ptr, M, N, K, stride_xm, stride_wn,
     kmask = rk < K
     w = tl.load(w_ptr + rn.to(tl.int64)[:, None] * stride_wn + rk[None, :],
                 mask=nmask[:, None] & kmask[None, :], other=0.0)
-    if PDL:
-        tl.extra.cuda.gdc_wait()
-        tl.extra.cuda.gdc_launch_dependents()
+    pdl_enter(PDL)
     if HAS_BIAS:
         bias = tl.load(b_ptr + rn, mask=nmask, other=0.0).to(tl.float32)
     for m in tl.static_range(MAX_M):
@@ -109,19 +118,20 @@ def _gemv_rows_kernel(x_ptr, w_ptr, b_ptr, y_ptr, M, N, K, stride_xm, stride_wn,
             tl.store(y_ptr + m * stride_ym + rn, y.to(y_ptr.dtype.element_ty), mask=nmask)
 
 
-def rows_block_n(n: int, k: int, tile_bytes: int = 32 << 10) -> int:
-    """Rows per program of the whole-row GEMV: a [BLOCK_N, KP] bf16 tile of about ``tile_bytes``
-    (32 KB: 64 registers a thread at 4 warps, 8 programs an SM, all of a 16 MB weight resident)."""
+def rows_block_n(n: int, k: int, tile_bytes: int = 16 << 10) -> int:
+    """Rows per program of the whole-row GEMV: a [BLOCK_N, KP] bf16 tile of about ``tile_bytes``.
+    16 KB at 8 warps was the fastest of 16 / 32 / 64 KB x 4 / 8 warps on the H200, with and
+    without PDL (scripts/bench_decode_chain.py)."""
     kp = triton.next_power_of_2(max(k, 16))
     return max(1, min(64, tile_bytes // (2 * kp), triton.next_power_of_2(n)))
 
 
 def gemv_rows(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, *,
-              block_n: int | None = None, num_warps: int = 4, pdl: bool = False) -> torch.Tensor:
+              block_n: int | None = None, num_warps: int = 8, pdl: bool = False) -> torch.Tensor:
     """x [..., K] (at most 4 rows), weight [N, K] with unit column stride, bias [N] -> [..., N] in
     x.dtype, one program per ``block_n`` whole rows of W (no split K, no second kernel).
-    ``pdl``: launched as a programmatic dependent launch (sm_90+), W's loads overlapping the
-    previous kernel; only for kernels whose inputs come from the one launched just before."""
+    ``pdl``: a programmatic dependent launch (:mod:`.pdl`; ignored where not available), W's
+    loads issued before waiting on the previous kernel, which therefore must not write W."""
     k = x.shape[-1]
     n = weight.shape[0]
     x2 = x.reshape(-1, k)
@@ -136,6 +146,7 @@ def gemv_rows(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None =
     if m == 0 or n == 0:
         return y.reshape(*x.shape[:-1], n)
     block_n = block_n or rows_block_n(n, k)
+    pdl = pdl and pdl_ok(x.device)
     extra = {"launch_pdl": True} if pdl else {}
     _gemv_rows_kernel[(triton.cdiv(n, block_n),)](
         x2, weight, bias if bias is not None else y, y, m, n, k, x2.stride(0), weight.stride(0),
@@ -231,22 +242,47 @@ def time_on(copies: list[torch.Tensor], call, repeats: int = 20) -> float:
 
 
 def _choose(x2: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None):
-    """The fastest (block_n, block_k, split) on this device for this shape, or None (F.linear)."""
+    """The fastest GEMV on this device for this shape (``("rows", block_n)`` or ``("split",
+    block_n, block_k, split)``), or None when F.linear is."""
     n, k = weight.shape
     copies = cold_copies(weight)
     best, best_ms = None, time_on(copies, lambda w: F.linear(x2, w, bias))
-    for block_n, block_k in _CONFIGS:
-        split = _split_for(n, k, block_n, block_k, x2.device)
-        ms = time_on(copies, lambda w, bn=block_n, bk=block_k, s=split: gemv(x2, w, bias, block_n=bn,
-                                                                            block_k=bk, split=s))
+    block_n = rows_block_n(n, k)
+    candidates = [(("rows", block_n), lambda w: gemv_rows(x2, w, bias, block_n=block_n))]
+    for bn, bk in _CONFIGS:
+        s = _split_for(n, k, bn, bk, x2.device)
+        candidates.append((("split", bn, bk, s), lambda w, bn=bn, bk=bk, s=s: gemv(
+            x2, w, bias, block_n=bn, block_k=bk, split=s)))
+    for choice, call in candidates:
+        ms = time_on(copies, call)
         if ms < 0.97 * best_ms:  # a clear win only: F.linear is the default
-            best, best_ms = (block_n, block_k, split), ms
+            best, best_ms = choice, ms
     return best
 
 
+def _settled(weight: torch.Tensor) -> bool:
+    """Whether ``weight`` (the same tensor object, storage and version as at its previous call)
+    can have been written by no kernel since then, so by none right before this call: the
+    condition for the GEMV to load it before waiting on the previous kernel (PDL). A weight's
+    first call (just loaded, just stacked by MergedProjection, just cast) is never settled."""
+    try:
+        version = weight._version
+    except RuntimeError:  # inference-mode tensors keep no version counter
+        version = -1
+    key = (weight.data_ptr(), version)
+    seen = _SEEN.get(id(weight))
+    if len(_SEEN) > 65536:  # ids of temporaries (weights cast per call) accumulate
+        _SEEN.clear()
+    # Keyed by id with a weak reference to tell a later object with a recycled id apart
+    # (tensors compare elementwise, so they cannot be dict keys by value).
+    _SEEN[id(weight)] = (weakref.ref(weight), key)
+    return seen is not None and seen[0]() is weight and seen[1] == key
+
+
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """``linear`` for any shape: decode-sized bf16/fp16 calls through the measured choice of GEMV
-    tiling or F.linear; everything else F.linear (see the module docstring)."""
+    """``linear`` for any shape: decode-sized bf16/fp16 calls through the whole-row GEMV with PDL
+    on sm_90+, through the measured choice of GEMV or F.linear elsewhere on a GPU; everything
+    else F.linear (see the module docstring)."""
     if weight.dtype != x.dtype:
         weight = weight.to(x.dtype)
     if bias is not None and bias.dtype != x.dtype:
@@ -259,6 +295,10 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
         return F.linear(x, weight, bias)
     if INTERPRET or mode == "always" or x.device.type != "cuda":
         return gemv(x, weight, bias)
+    if pdl_ok(x.device):
+        # On the H200 the whole-row GEMV with PDL beat cuBLAS and the split-K GEMV on every
+        # projection of a Qwen3.5-0.8B step (the chain: 500 us against 887 / 736).
+        return gemv_rows(x, weight, bias, pdl=_settled(weight))
     key = (weight.shape[0], k, m, x.dtype, x.device, bias is not None)
     if key not in _CHOICE:
         if torch.cuda.is_current_stream_capturing():
@@ -267,11 +307,13 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     choice = _CHOICE[key]
     if choice is None:
         return F.linear(x, weight, bias)
-    block_n, block_k, split = choice
+    if choice[0] == "rows":
+        return gemv_rows(x, weight, bias, block_n=choice[1])
+    _, block_n, block_k, split = choice
     return gemv(x, weight, bias, block_n=block_n, block_k=block_k, split=split)
 
 
-def chosen() -> dict[tuple, tuple[int, int, int] | None]:
+def chosen() -> dict[tuple, tuple | None]:
     """The choices made so far (shape key -> tiling, or None for F.linear), for benchmarks."""
     return dict(_CHOICE)
 
@@ -291,6 +333,15 @@ def _aot_specs():
                                  sig, {"BLOCK_N": bn, "BLOCK_K": bk, "PARTIAL": partial, "HAS_BIAS": False,
                                        "UPCAST": False},
                                  {"num_warps": 4, "num_stages": 3}))
+        rows = {"x_ptr": f"*{dtype}", "w_ptr": f"*{dtype}", "b_ptr": f"*{dtype}", "y_ptr": f"*{dtype}",
+                "M": "i32", "N": "i32", "K": "i32", "stride_xm": "i32", "stride_wn": "i32",
+                "stride_ym": "i32", "BLOCK_N": "constexpr", "KP": "constexpr", "MAX_M": "constexpr",
+                "HAS_BIAS": "constexpr", "PDL": "constexpr"}
+        for k, pdl in ((1024, False), (1024, True), (4096, True)):   # PDL: sm_90+ only
+            specs.append(AotSpec(f"gemv_rows[{dtype},K{k}{',pdl' if pdl else ''}]", _gemv_rows_kernel,
+                                 rows, {"BLOCK_N": rows_block_n(1 << 20, k), "KP": k,
+                                        "MAX_M": MAX_ROWS, "HAS_BIAS": False, "PDL": pdl},
+                                 {"num_warps": 8}, ("sm_90", "sm_100") if pdl else None))
         sig = {"ws_ptr": "*fp32", "b_ptr": f"*{dtype}", "y_ptr": f"*{dtype}", "M": "i32", "N": "i32",
                "stride_ym": "i32", "SPLIT": "i32", "BLOCK": "constexpr", "HAS_BIAS": "constexpr"}
         specs.append(AotSpec(f"gemv_reduce[{dtype}]", _gemv_reduce_kernel, sig,

@@ -4,6 +4,8 @@
 
 One program normalises one row; the row is loaded once (BLOCK >= D), upcast to fp32 right after
 the load (the interpreter computes bf16 wrongly otherwise, and fp32 is the contract anyway).
+On sm_90+ they are programmatic dependent launches (:mod:`.pdl`): in decode they sit between
+the weight GEMVs, which can then start loading their weights while the norm runs.
 """
 from __future__ import annotations
 
@@ -11,10 +13,13 @@ import torch
 import triton
 import triton.language as tl
 
+from hwinfer.kernels.triton.pdl import launch_kwargs, pdl_enter, pdl_ok
+
 
 @triton.jit
 def _rms_norm_kernel(x_ptr, w_ptr, y_ptr, stride_x, stride_y, D, eps, offset,
-                     HAS_WEIGHT: tl.constexpr, BLOCK: tl.constexpr):
+                     HAS_WEIGHT: tl.constexpr, BLOCK: tl.constexpr, PDL: tl.constexpr):
+    pdl_enter(PDL)
     row = tl.program_id(0)
     cols = tl.arange(0, BLOCK)
     mask = cols < D
@@ -41,13 +46,16 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor | None = None, *, eps: float 
     w = weight if weight is not None else x2  # dummy pointer when unweighted
     _rms_norm_kernel[(x2.shape[0],)](
         x2, w, y, x2.stride(0), y.stride(0), d, eps, weight_offset,
-        HAS_WEIGHT=weight is not None, BLOCK=block, num_warps=4 if block <= 2048 else 8)
+        HAS_WEIGHT=weight is not None, BLOCK=block, num_warps=4 if block <= 2048 else 8,
+        PDL=pdl_ok(x.device), **launch_kwargs(x.device))
     return y.reshape(x.shape)
 
 
 @triton.jit
 def _add_rms_norm_kernel(x_ptr, r_ptr, w_ptr, y_ptr, s_ptr, stride_x, stride_r, stride_y, stride_s,
-                         D, eps, offset, HAS_WEIGHT: tl.constexpr, BLOCK: tl.constexpr):
+                         D, eps, offset, HAS_WEIGHT: tl.constexpr, BLOCK: tl.constexpr,
+                         PDL: tl.constexpr):
+    pdl_enter(PDL)
     row = tl.program_id(0)
     cols = tl.arange(0, BLOCK)
     mask = cols < D
@@ -80,13 +88,16 @@ def add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor |
         _add_rms_norm_kernel[(x2.shape[0],)](
             x2, r2, weight if weight is not None else x2, y, s, x2.stride(0), r2.stride(0),
             y.stride(0), s.stride(0), d, eps, weight_offset, HAS_WEIGHT=weight is not None,
-            BLOCK=block, num_warps=4 if block <= 2048 else 8)
+            BLOCK=block, num_warps=4 if block <= 2048 else 8, PDL=pdl_ok(x.device),
+            **launch_kwargs(x.device))
     return y.reshape(x.shape), s.reshape(x.shape)
 
 
 @triton.jit
 def _rms_norm_gated_kernel(x_ptr, z_ptr, w_ptr, y_ptr, stride_x, stride_z, stride_y, D, eps,
-                           HAS_WEIGHT: tl.constexpr, SILU: tl.constexpr, BLOCK: tl.constexpr):
+                           HAS_WEIGHT: tl.constexpr, SILU: tl.constexpr, BLOCK: tl.constexpr,
+                           PDL: tl.constexpr):
+    pdl_enter(PDL)
     row = tl.program_id(0)
     cols = tl.arange(0, BLOCK)
     mask = cols < D
@@ -125,7 +136,7 @@ def rms_norm_gated(x: torch.Tensor, gate: torch.Tensor, weight: torch.Tensor | N
         _rms_norm_gated_kernel[(x2.shape[0],)](
             x2, z2, weight if weight is not None else x2, y, x2.stride(0), z2.stride(0), y.stride(0),
             d, eps, HAS_WEIGHT=weight is not None, SILU=activation == "silu", BLOCK=block,
-            num_warps=4 if block <= 2048 else 8)
+            num_warps=4 if block <= 2048 else 8, PDL=pdl_ok(x.device), **launch_kwargs(x.device))
     return y.reshape(x.shape)
 
 
@@ -146,22 +157,25 @@ def _aot_specs():
         for block, warps in ((1024, 4), (4096, 8)):
             sig = {"x_ptr": f"*{dtype}", "w_ptr": "*fp32", "y_ptr": f"*{dtype}", "stride_x": "i32",
                    "stride_y": "i32", "D": "i32", "eps": "fp32", "offset": "fp32",
-                   "HAS_WEIGHT": "constexpr", "BLOCK": "constexpr"}
+                   "HAS_WEIGHT": "constexpr", "BLOCK": "constexpr", "PDL": "constexpr"}
             specs.append(AotSpec(f"rms_norm[{dtype},{block}]", _rms_norm_kernel, sig,
-                                 {"HAS_WEIGHT": True, "BLOCK": block}, {"num_warps": warps}))
+                                 {"HAS_WEIGHT": True, "BLOCK": block, "PDL": False}, {"num_warps": warps}))
     for dtype in ("fp32", "bf16"):
         sig = {"x_ptr": f"*{dtype}", "r_ptr": f"*{dtype}", "w_ptr": "*fp32", "y_ptr": f"*{dtype}",
                "s_ptr": f"*{dtype}", "stride_x": "i32", "stride_r": "i32", "stride_y": "i32",
                "stride_s": "i32", "D": "i32", "eps": "fp32", "offset": "fp32",
-               "HAS_WEIGHT": "constexpr", "BLOCK": "constexpr"}
-        specs.append(AotSpec(f"add_rms_norm[{dtype}]", _add_rms_norm_kernel, sig,
-                             {"HAS_WEIGHT": True, "BLOCK": 1024}, {"num_warps": 4}))
+               "HAS_WEIGHT": "constexpr", "BLOCK": "constexpr", "PDL": "constexpr"}
+        for pdl in (False, True):   # PDL: what sm_90+ launches (NVIDIA only)
+            specs.append(AotSpec(f"add_rms_norm[{dtype}{',pdl' if pdl else ''}]", _add_rms_norm_kernel,
+                                 sig, {"HAS_WEIGHT": True, "BLOCK": 1024, "PDL": pdl},
+                                 {"num_warps": 4}, ("sm_90", "sm_100") if pdl else None))
     for dtype in ("fp32", "bf16"):
         sig = {"x_ptr": f"*{dtype}", "z_ptr": f"*{dtype}", "w_ptr": "*fp32", "y_ptr": f"*{dtype}",
                "stride_x": "i32", "stride_z": "i32", "stride_y": "i32", "D": "i32", "eps": "fp32",
-               "HAS_WEIGHT": "constexpr", "SILU": "constexpr", "BLOCK": "constexpr"}
+               "HAS_WEIGHT": "constexpr", "SILU": "constexpr", "BLOCK": "constexpr", "PDL": "constexpr"}
         specs.append(AotSpec(f"rms_norm_gated[{dtype}]", _rms_norm_gated_kernel, sig,
-                             {"HAS_WEIGHT": True, "SILU": True, "BLOCK": 128}, {"num_warps": 4}))
+                             {"HAS_WEIGHT": True, "SILU": True, "BLOCK": 128, "PDL": False},
+                             {"num_warps": 4}))
     return specs
 
 

@@ -13,6 +13,8 @@ import torch
 import triton
 import triton.language as tl
 
+from hwinfer.kernels.triton.pdl import launch_kwargs, pdl_enter, pdl_ok
+
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32)
 
 
@@ -20,7 +22,8 @@ _FLOATS = (torch.float16, torch.bfloat16, torch.float32)
 def _norm_rope_kernel(x_ptr, w_ptr, cos_ptr, sin_ptr, y_ptr, n_rows, H, D, stride_t, stride_h,
                       eps, offset, start, HALF,
                       HAS_WEIGHT: tl.constexpr, INTERLEAVED: tl.constexpr,
-                      BLOCK_R: tl.constexpr, BLOCK: tl.constexpr):
+                      BLOCK_R: tl.constexpr, BLOCK: tl.constexpr, PDL: tl.constexpr):
+    pdl_enter(PDL)
     rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     rmask = rows < n_rows
     t = rows // H
@@ -89,7 +92,7 @@ def rms_norm_rope(x: torch.Tensor, weight: torch.Tensor | None, cos: torch.Tenso
         x3, w, cos.float().contiguous(), sin.float().contiguous(), y, n_rows, h, d,
         x3.stride(0), x3.stride(1), eps, weight_offset, start, half,
         HAS_WEIGHT=weight is not None, INTERLEAVED=interleaved, BLOCK_R=block_r, BLOCK=block,
-        num_warps=4)
+        num_warps=4, PDL=pdl_ok(x.device), **launch_kwargs(x.device))
     return y.reshape(x.shape)
 
 
@@ -116,11 +119,12 @@ def _aot_specs():
                    "y_ptr": f"*{dtype}", "n_rows": "i32", "H": "i32", "D": "i32",
                    "stride_t": "i32", "stride_h": "i32", "eps": "fp32", "offset": "fp32",
                    "start": "i32", "HALF": "i32", "HAS_WEIGHT": "constexpr",
-                   "INTERLEAVED": "constexpr", "BLOCK_R": "constexpr", "BLOCK": "constexpr"}
+                   "INTERLEAVED": "constexpr", "BLOCK_R": "constexpr", "BLOCK": "constexpr",
+                   "PDL": "constexpr"}
             specs.append(AotSpec(f"norm_rope[{dtype},{block},{'il' if inter else 'rh'},"
                                  f"{'w' if weighted else 'nw'}]", _norm_rope_kernel, sig,
                                  {"HAS_WEIGHT": weighted, "INTERLEAVED": inter,
-                                  "BLOCK_R": 4096 // block, "BLOCK": block}))
+                                  "BLOCK_R": 4096 // block, "BLOCK": block, "PDL": False}))
     return specs
 
 
