@@ -28,6 +28,7 @@
 #                                         # PDL; chunked GDN / KDA variants vs fla
 #   bash scripts/device_issue6.sh pdl2      # PDL decode path: tests on the card, Qwen3.5-0.8B
 #                                         # decode with / without PDL
+#   bash scripts/device_issue6.sh pdl3      # add_rms_norm_linear on the card, Qwen3.5-0.8B decode
 #   bash scripts/device_issue6.sh diagnose  # model oracle + CUDA-graph tests on the GPU, then
 #                                         # the failures again under HWINFER_SHADOW=raise, which
 #                                         # names the first op whose kernel leaves its reference
@@ -245,6 +246,18 @@ elif [ "$phase" = pdl2 ]; then
   HWINFER_PDL=0 timeout 90 python3 scripts/bench_model.py --preset qwen3.5-0.8b --batch 1 --prompt 1024 \
     --new 64 --no-hf --no-eager > "$out/bench_model_qwen_nopdl.txt" 2>&1
   grep "^{\|Error" "$out/bench_model_qwen_nopdl.txt" | tail -3
+elif [ "$phase" = pdl3 ]; then
+  # add_rms_norm_linear (the MLP's add + norm + gate|up + activation as one GEMV) on the card,
+  # Qwen3.5 tests through it, Qwen3.5-0.8B decode speed and kernels per step.
+  timeout 100 python3 -m pytest tests/conformance --backend nvidia --strict -q -p no:cacheprovider \
+    -k "linear" > "$out/conformance.txt" 2>&1
+  grep -E "passed|failed|FAILED" "$out/conformance.txt" | tail -6
+  HWINFER_TEST_DEVICE=cuda timeout 150 python3 -m pytest tests/models tests/engine/test_graphs.py -q \
+    -p no:cacheprovider -k "qwen" -rf --tb=short > "$out/tests.txt" 2>&1
+  grep -E "^FAILED|passed|failed" "$out/tests.txt" | cut -c1-300 | tail -8
+  timeout 150 python3 scripts/bench_model.py --preset qwen3.5-0.8b --batch 1,32 --prompt 1024 --new 64 \
+    --no-hf --no-eager --profile --csv "$out/model.csv" > "$out/bench_model_qwen.txt" 2>&1
+  grep "^{\|Error\|# profile" "$out/bench_model_qwen.txt" | tail -6
 elif [ "$phase" = profile ]; then
   # Where the time goes in the models that trail transformers: kernels of one prefill step and of
   # decode steps (eager and graphs) at batch 1 and 32, then the chunked linear attention vs fla.

@@ -11,6 +11,7 @@ from torch import nn
 
 from hwinfer.backend.select import OpTable
 from hwinfer.ops.activation import gated_act
+from hwinfer.ops.dense import add_rms_norm_linear
 
 
 class Linear(nn.Module):
@@ -37,6 +38,7 @@ def bind_dense_ops(model: nn.Module, ops) -> None:
             module.matmul = ops.linear
         elif isinstance(module, GatedMLP):
             module.gated_act = ops.gated_act
+            module.add_rms_norm_linear = ops.add_rms_norm_linear
 
 
 class MergedProjection:
@@ -53,11 +55,16 @@ class MergedProjection:
         self.bias: torch.Tensor | None = None
         self._ptrs: list[int] = []
 
-    def __call__(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        # Re-stack if a layer's weight was replaced since (loading, .to(), re-tying).
+    def stacked(self) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The stacked (weight [sum of outs, in], bias or None), re-stacked if a layer's weight
+        was replaced since (loading, .to(), re-tying)."""
         if [l.weight.data_ptr() for l in self.linears] != self._ptrs:
             self._stack()
-        y = self.linears[0].matmul(x, self.weight, self.bias)
+        return self.weight, self.bias
+
+    def __call__(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        weight, bias = self.stacked()
+        y = self.linears[0].matmul(x, weight, bias)
         return y.split([l.weight.shape[0] for l in self.linears], dim=-1)
 
     @staticmethod
@@ -124,8 +131,21 @@ class GatedMLP(nn.Module):
         self.down_proj = Linear(intermediate, hidden, dtype=dtype)
         self.activation = activation
         self.gate_up = MergedProjection(self.gate_proj, self.up_proj)
-        self.gated_act = gated_act  # the reference until bind_dense_ops binds the device's op
+        # the references until bind_dense_ops binds the device's ops
+        self.gated_act, self.add_rms_norm_linear = gated_act, add_rms_norm_linear
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         g, u = self.gate_up(x)
         return self.down_proj(self.gated_act(g, u, activation=self.activation))
+
+    def add_norm_forward(self, x: torch.Tensor, residual: torch.Tensor,
+                         norm: "RMSNorm") -> tuple[torch.Tensor, torch.Tensor]:
+        """(self(norm(x + residual)), x + residual) with the add, the norm, the gate|up
+        projection and the activation as one op (one GEMV in decode); x, residual [T, H]."""
+        weight, bias = self.gate_up.stacked()
+        if bias is not None:  # no fused form with a bias: the ops one by one
+            h, residual = norm.add(x, residual)
+            return self(h), residual
+        a, residual = self.add_rms_norm_linear(x, residual, norm.weight, weight, eps=norm.eps,
+                                               weight_offset=norm.offset, activation=self.activation)
+        return self.down_proj(a), residual

@@ -114,7 +114,10 @@ class DecoderLayer(nn.Module):
         (this layer's MLP output, the residual stream before it): each residual add is fused
         with the norm after it (add_rms_norm); the caller adds the last output."""
         h, residual = self.input_layernorm.add(x, residual)
-        h, residual = self.post_attention_layernorm.add(self.mixer(h, batch, cache), residual)
+        out = self.mixer(h, batch, cache)
+        if isinstance(self.mlp, GatedMLP):  # add, norm, gate|up and activation: one op
+            return self.mlp.add_norm_forward(out, residual, self.post_attention_layernorm)
+        h, residual = self.post_attention_layernorm.add(out, residual)
         return self.mlp(h), residual
 
 

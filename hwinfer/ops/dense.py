@@ -1,4 +1,5 @@
-"""Dense linear layers: ``linear`` (every projection of every model goes through it).
+"""Dense linear layers: ``linear`` (every projection of every model goes through it) and
+``add_rms_norm_linear`` (residual add + norm + projection, one GEMV in decode).
 
 A separate op so a backend can serve the shapes its vendor library handles poorly: at decode
 batch sizes (a few rows) the GEMM is a weight-bandwidth-bound matrix-vector product. NVIDIA and
@@ -10,7 +11,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from hwinfer.ops.activation import gated_act
 from hwinfer.ops.contract import Case, Tol, define_op, randn
+from hwinfer.ops.norm import add_rms_norm
 
 
 def check_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
@@ -59,4 +62,60 @@ LINEAR = define_op(
     ],
     # fp32: products summed in a different order (split K) differ by ~K ulp; bf16: one rounding.
     tolerance={torch.float32: Tol(atol=1e-5, rtol=1e-5), torch.bfloat16: Tol(atol=2e-2, rtol=2e-2)},
+)
+
+
+def add_rms_norm_linear(x: torch.Tensor, residual: torch.Tensor, norm_weight: torch.Tensor | None,
+                        weight: torch.Tensor, *, eps: float = 1e-6, weight_offset: float = 0.0,
+                        activation: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Residual add, RMSNorm, then a projection, optionally gated: the first half of a pre-norm
+    sub-block, as one op so that a decode step can run it as one GEMV (the norm of a few rows is
+    recomputed by every program of the product; no kernel in between).
+
+    Exactly the composition ``h, s = add_rms_norm(x, residual, norm_weight, eps=eps,
+    weight_offset=weight_offset)`` (h and s rounded to x.dtype), ``y = linear(h, weight)``
+    (rounded to x.dtype), then with ``activation`` ("silu" / "gelu_tanh") ``y =
+    gated_act(y[..., :N/2], y[..., N/2:])`` (the merged gate|up projection of a gated MLP).
+
+    Shapes: x, residual [..., K] of one float dtype; norm_weight [K] or None; weight [N, K] (N
+    even with ``activation``). Returns ``(y, s)``: y [..., N] (or [..., N/2]) and the residual
+    stream s [..., K], both in x.dtype.
+
+    Uses: the MLP half of Qwen3.5's dense decoder layers (``GatedMLP.add_norm_forward``).
+    """
+    if activation is not None and weight.shape[0] % 2:
+        raise ValueError(f"add_rms_norm_linear: a gated projection needs an even N, got "
+                         f"weight {tuple(weight.shape)}")
+    h, s = add_rms_norm(x, residual, norm_weight, eps=eps, weight_offset=weight_offset)
+    y = linear(h, weight)
+    if activation is not None:
+        half = y.shape[-1] // 2
+        y = gated_act(y[..., :half], y[..., half:], activation=activation)
+    return y, s
+
+
+def _norm_linear_case(m: int, k: int, n: int, activation: str | None, offset: float = 0.0):
+    def make(gen, dtype, device):
+        return {"x": randn(gen, m, k, dtype=dtype, device=device),
+                "residual": randn(gen, m, k, dtype=dtype, device=device, scale=3.0),
+                "norm_weight": randn(gen, k, dtype=torch.float32, device=device, scale=0.1),
+                "weight": randn(gen, n, k, dtype=dtype, device=device, scale=k ** -0.5),
+                "weight_offset": offset, "activation": activation}
+    return make
+
+
+ADD_RMS_NORM_LINEAR = define_op(
+    add_rms_norm_linear,
+    cases=[
+        Case("decode_m1_gated_silu", _norm_linear_case(1, 256, 384, "silu", offset=1.0)),
+        Case("decode_m3_odd", _norm_linear_case(3, 200, 70, None)),
+        Case("decode_m4_gelu", _norm_linear_case(4, 320, 96, "gelu_tanh")),
+        Case("prefill_m24_gated", _norm_linear_case(24, 128, 160, "silu", offset=1.0)),
+        Case("empty", _norm_linear_case(0, 64, 32, "silu")),
+    ],
+    # Three roundings to x.dtype (s, h, y) as in the composition; a fused kernel that sums the
+    # products in another order moves y by about an ulp of bf16, and the gate's rounding by
+    # another before the activation. The Triton interpreter truncates fp32 -> bf16 where GPUs
+    # round: 4 ulps (5e-2 at 1.6) measured there, hence 3e-2 relative.
+    tolerance={torch.float32: Tol(atol=1e-5, rtol=1e-5), torch.bfloat16: Tol(atol=3e-2, rtol=3e-2)},
 )

@@ -42,6 +42,7 @@ KERNELS: dict[str, tuple[str, str | None]] = {
     "rms_norm_rope": (f"{_P}.norm:rms_norm_rope", None),
     "apply_rope": (f"{_P}.rope:apply_rope", None),
     "linear": (f"{_P}.dense:linear", None),
+    "add_rms_norm_linear": (f"{_P}.dense:add_rms_norm_linear", None),
 }
 
 # Ops whose reference is already what plain torch does best (a score, a top-k and a gather; a

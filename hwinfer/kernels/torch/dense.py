@@ -1,5 +1,6 @@
 """``linear`` (contract: :func:`hwinfer.ops.dense.linear`) as torch's own F.linear in the input
-dtype: the vendor BLAS, accumulating in fp32 on GPUs."""
+dtype: the vendor BLAS, accumulating in fp32 on GPUs; ``add_rms_norm_linear``
+(:func:`~hwinfer.ops.dense.add_rms_norm_linear`) as the composition of the torch kernels."""
 from __future__ import annotations
 
 import torch
@@ -11,3 +12,21 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     if weight.dtype != x.dtype:
         weight = weight.to(x.dtype)
     return F.linear(x, weight, None if bias is None else bias.to(x.dtype))
+
+
+def add_rms_norm_linear(x: torch.Tensor, residual: torch.Tensor, norm_weight: torch.Tensor | None,
+                        weight: torch.Tensor, *, eps: float = 1e-6, weight_offset: float = 0.0,
+                        activation: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """x, residual [..., K], weight [N, K] -> (y [..., N] or [..., N/2] gated, x + residual)."""
+    from hwinfer.kernels.torch.norm import add_rms_norm
+    from hwinfer.ops.activation import gated_act
+
+    if activation is not None and weight.shape[0] % 2:
+        raise ValueError(f"add_rms_norm_linear: a gated projection needs an even N, got "
+                         f"weight {tuple(weight.shape)}")
+    h, s = add_rms_norm(x, residual, norm_weight, eps=eps, weight_offset=weight_offset)
+    y = linear(h, weight)
+    if activation is not None:
+        half = y.shape[-1] // 2
+        y = gated_act(y[..., :half], y[..., half:], activation=activation)
+    return y, s

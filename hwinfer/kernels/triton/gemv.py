@@ -155,6 +155,101 @@ def gemv_rows(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None =
     return y.reshape(*x.shape[:-1], n)
 
 
+@triton.jit
+def _add_norm_gemv_kernel(x_ptr, r_ptr, nw_ptr, w_ptr, y_ptr, s_ptr, M, N, K, stride_xm, stride_rm,
+                          stride_wn, stride_ym, stride_sm, eps, offset, BLOCK_N: tl.constexpr,
+                          KP: tl.constexpr, MAX_M: tl.constexpr, HAS_NORM_W: tl.constexpr,
+                          GATED: tl.constexpr, SILU: tl.constexpr, PDL: tl.constexpr):
+    # The whole-row GEMV with add_rms_norm as its prologue (every program recomputes the norm of
+    # the few rows of x: K values each, cheaper than a kernel boundary) and, GATED, gated_act as
+    # its epilogue: output column n takes gate row n and up row n + N of W. The roundings follow
+    # the unfused ops (s, h, the gate and up products to x's dtype).
+    pid = tl.program_id(0)
+    rn = pid * BLOCK_N + tl.arange(0, BLOCK_N)
+    rk = tl.arange(0, KP)
+    nmask = rn < N
+    kmask = rk < K
+    wmask = nmask[:, None] & kmask[None, :]
+    rows = w_ptr + rn.to(tl.int64)[:, None] * stride_wn + rk[None, :]
+    w = tl.load(rows, mask=wmask, other=0.0)
+    if GATED:
+        wu = tl.load(rows + N * stride_wn, mask=wmask, other=0.0)
+    pdl_enter(PDL)
+    if HAS_NORM_W:
+        nw = tl.load(nw_ptr + rk, mask=kmask, other=0.0).to(tl.float32) + offset
+    for m in tl.static_range(MAX_M):
+        if m < M:
+            x = tl.load(x_ptr + m * stride_xm + rk, mask=kmask, other=0.0).to(tl.float32)
+            r = tl.load(r_ptr + m * stride_rm + rk, mask=kmask, other=0.0).to(tl.float32)
+            s_lo = (x + r).to(s_ptr.dtype.element_ty)
+            if pid == 0:
+                tl.store(s_ptr + m * stride_sm + rk, s_lo, mask=kmask)
+            s = s_lo.to(tl.float32)
+            h = s / tl.sqrt(tl.sum(s * s, axis=0) / K + eps)
+            if HAS_NORM_W:
+                h = h * nw
+            h = h.to(s_ptr.dtype.element_ty).to(tl.float32)
+            y = tl.sum(w.to(tl.float32) * h[None, :], axis=1)
+            if GATED:
+                g = y.to(y_ptr.dtype.element_ty).to(tl.float32)
+                u = tl.sum(wu.to(tl.float32) * h[None, :], axis=1)
+                u = u.to(y_ptr.dtype.element_ty).to(tl.float32)
+                if SILU:
+                    y = g / (1.0 + tl.exp(-g)) * u
+                else:  # gelu_tanh: 0.5 g (1 + tanh z) = g sigmoid(2 z)
+                    z = 0.7978845608028654 * (g + 0.044715 * g * g * g)
+                    y = g / (1.0 + tl.exp(-2.0 * z)) * u
+            tl.store(y_ptr + m * stride_ym + rn, y.to(y_ptr.dtype.element_ty), mask=nmask)
+
+
+def add_rms_norm_linear(x: torch.Tensor, residual: torch.Tensor, norm_weight: torch.Tensor | None,
+                        weight: torch.Tensor, *, eps: float = 1e-6, weight_offset: float = 0.0,
+                        activation: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Triton ``add_rms_norm_linear`` (contract: :func:`hwinfer.ops.dense.add_rms_norm_linear`):
+    x, residual [..., K], weight [N, K] -> (y [..., N] or [..., N/2] gated, x + residual).
+    Decode-sized 16-bit calls (<= 4 rows, K <= 8192) are one whole-row GEMV with the norm as its
+    prologue (PDL on sm_90+); other calls run the Triton add_rms_norm, ``linear`` and
+    gated_act."""
+    from hwinfer.kernels.triton.activation import gated_act
+    from hwinfer.kernels.triton.norm import add_rms_norm
+
+    if activation not in (None, "silu", "gelu_tanh"):
+        raise ValueError(f"add_rms_norm_linear: activation must be None, 'silu' or 'gelu_tanh', "
+                         f"not {activation!r}")
+    if residual.shape != x.shape or residual.dtype != x.dtype:
+        raise ValueError(f"add_rms_norm_linear: residual {residual.dtype} {list(residual.shape)} "
+                         f"must match x {x.dtype} {list(x.shape)}")
+    if weight.dim() != 2 or weight.shape[1] != x.shape[-1] or (activation and weight.shape[0] % 2):
+        raise ValueError(f"add_rms_norm_linear: weight [N, K={x.shape[-1]}] (N even when gated) "
+                         f"expected, got {tuple(weight.shape)}")
+    k = x.shape[-1]
+    x2, r2 = x.reshape(-1, k), residual.reshape(-1, k)
+    m = x2.shape[0]
+    fused = (0 < m <= MAX_ROWS and k <= 8192 and x.dtype in (torch.bfloat16, torch.float16)
+             and weight.dtype == x.dtype and weight.stride(1) == 1 and (x.is_cuda or INTERPRET))
+    if not fused:
+        h, s = add_rms_norm(x, residual, norm_weight, eps=eps, weight_offset=weight_offset)
+        y = linear(h, weight)
+        if activation is not None:
+            half = y.shape[-1] // 2
+            y = gated_act(y[..., :half], y[..., half:], activation=activation)
+        return y, s
+    x2 = x2 if x2.stride(-1) == 1 else x2.contiguous()
+    r2 = r2 if r2.stride(-1) == 1 else r2.contiguous()
+    n = weight.shape[0] // 2 if activation else weight.shape[0]
+    y = torch.empty((m, n), dtype=x.dtype, device=x.device)
+    s = torch.empty((m, k), dtype=x.dtype, device=x.device)
+    block_n = max(1, rows_block_n(n, k) // (2 if activation else 1))
+    pdl = pdl_ok(x.device) and _settled(weight)
+    _add_norm_gemv_kernel[(triton.cdiv(n, block_n),)](
+        x2, r2, norm_weight if norm_weight is not None else x2, weight, y, s, m, n, k,
+        x2.stride(0), r2.stride(0), weight.stride(0), y.stride(0), s.stride(0), eps, weight_offset,
+        BLOCK_N=block_n, KP=triton.next_power_of_2(max(k, 16)), MAX_M=MAX_ROWS,
+        HAS_NORM_W=norm_weight is not None, GATED=activation is not None,
+        SILU=activation == "silu", PDL=pdl, num_warps=8, **({"launch_pdl": True} if pdl else {}))
+    return y.reshape(*x.shape[:-1], n), s.reshape(x.shape)
+
+
 def _split_for(n: int, k: int, block_n: int, block_k: int, device: torch.device) -> int:
     """K splits so that about two programs per SM run (no split once rows alone do that)."""
     n_blocks = triton.cdiv(n, block_n)
@@ -341,6 +436,18 @@ def _aot_specs():
             specs.append(AotSpec(f"gemv_rows[{dtype},K{k}{',pdl' if pdl else ''}]", _gemv_rows_kernel,
                                  rows, {"BLOCK_N": rows_block_n(1 << 20, k), "KP": k,
                                         "MAX_M": MAX_ROWS, "HAS_BIAS": False, "PDL": pdl},
+                                 {"num_warps": 8}, ("sm_90", "sm_100") if pdl else None))
+        fused = {"x_ptr": f"*{dtype}", "r_ptr": f"*{dtype}", "nw_ptr": "*fp32", "w_ptr": f"*{dtype}",
+                 "y_ptr": f"*{dtype}", "s_ptr": f"*{dtype}", "M": "i32", "N": "i32", "K": "i32",
+                 "stride_xm": "i32", "stride_rm": "i32", "stride_wn": "i32", "stride_ym": "i32",
+                 "stride_sm": "i32", "eps": "fp32", "offset": "fp32", "BLOCK_N": "constexpr",
+                 "KP": "constexpr", "MAX_M": "constexpr", "HAS_NORM_W": "constexpr",
+                 "GATED": "constexpr", "SILU": "constexpr", "PDL": "constexpr"}
+        for gated, pdl in ((True, False), (True, True), (False, True)):   # Qwen3.5's MLP: K 1024
+            specs.append(AotSpec(f"add_norm_gemv[{dtype},{'gated' if gated else 'plain'}"
+                                 f"{',pdl' if pdl else ''}]", _add_norm_gemv_kernel, fused,
+                                 {"BLOCK_N": 8 if gated else 16, "KP": 1024, "MAX_M": MAX_ROWS,
+                                  "HAS_NORM_W": True, "GATED": gated, "SILU": True, "PDL": pdl},
                                  {"num_warps": 8}, ("sm_90", "sm_100") if pdl else None))
         sig = {"ws_ptr": "*fp32", "b_ptr": f"*{dtype}", "y_ptr": f"*{dtype}", "M": "i32", "N": "i32",
                "stride_ym": "i32", "SPLIT": "i32", "BLOCK": "constexpr", "HAS_BIAS": "constexpr"}
