@@ -29,6 +29,7 @@
 #   bash scripts/device_issue6.sh pdl2      # PDL decode path: tests on the card, Qwen3.5-0.8B
 #                                         # decode with / without PDL
 #   bash scripts/device_issue6.sh pdl3      # add_rms_norm_linear on the card, Qwen3.5-0.8B decode
+#   bash scripts/device_issue6.sh pdl4      # mixer input / GDN output fused GEMVs, Qwen3.5 decode
 #   bash scripts/device_issue6.sh diagnose  # model oracle + CUDA-graph tests on the GPU, then
 #                                         # the failures again under HWINFER_SHADOW=raise, which
 #                                         # names the first op whose kernel leaves its reference
@@ -251,6 +252,18 @@ elif [ "$phase" = pdl3 ]; then
   # Qwen3.5 tests through it, Qwen3.5-0.8B decode speed and kernels per step.
   timeout 100 python3 -m pytest tests/conformance --backend nvidia --strict -q -p no:cacheprovider \
     -k "linear" > "$out/conformance.txt" 2>&1
+  grep -E "passed|failed|FAILED" "$out/conformance.txt" | tail -6
+  HWINFER_TEST_DEVICE=cuda timeout 150 python3 -m pytest tests/models tests/engine/test_graphs.py -q \
+    -p no:cacheprovider -k "qwen" -rf --tb=short > "$out/tests.txt" 2>&1
+  grep -E "^FAILED|passed|failed" "$out/tests.txt" | cut -c1-300 | tail -8
+  timeout 150 python3 scripts/bench_model.py --preset qwen3.5-0.8b --batch 1,32 --prompt 1024 --new 64 \
+    --no-hf --no-eager --profile --csv "$out/model.csv" > "$out/bench_model_qwen.txt" 2>&1
+  grep "^{\|Error\|# profile" "$out/bench_model_qwen.txt" | tail -6
+elif [ "$phase" = pdl4 ]; then
+  # The mixers' input projections and the GDN output norm + out_proj as single ops (one GEMV
+  # each in decode), slots passed as int64: conformance, Qwen3.5 tests, decode speed.
+  timeout 100 python3 -m pytest tests/conformance --backend nvidia --strict -q -p no:cacheprovider \
+    -k "linear or recurrent" > "$out/conformance.txt" 2>&1
   grep -E "passed|failed|FAILED" "$out/conformance.txt" | tail -6
   HWINFER_TEST_DEVICE=cuda timeout 150 python3 -m pytest tests/models tests/engine/test_graphs.py -q \
     -p no:cacheprovider -k "qwen" -rf --tb=short > "$out/tests.txt" 2>&1

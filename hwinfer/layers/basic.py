@@ -67,6 +67,17 @@ class MergedProjection:
         y = self.linears[0].matmul(x, weight, bias)
         return y.split([l.weight.shape[0] for l in self.linears], dim=-1)
 
+    def add_norm(self, op, x: torch.Tensor, residual: torch.Tensor,
+                 norm: "RMSNorm") -> tuple[tuple[torch.Tensor, ...], torch.Tensor]:
+        """(this projection of norm(x + residual), as its parts; x + residual) through ``op``, the
+        bound ``add_rms_norm_linear`` (one GEMV in decode); with a bias, the ops one by one."""
+        weight, bias = self.stacked()
+        if bias is not None:
+            h, residual = norm.add(x, residual)
+            return self(h), residual
+        y, residual = op(x, residual, norm.weight, weight, eps=norm.eps, weight_offset=norm.offset)
+        return y.split([l.weight.shape[0] for l in self.linears], dim=-1), residual
+
     @staticmethod
     def joined(parts: tuple[torch.Tensor, ...]) -> torch.Tensor:
         """Adjacent outputs of one call as one view [..., sum of their widths] (no copy)."""

@@ -52,8 +52,20 @@ class GatedDeltaNet(nn.Module):
         return 0
 
     def forward(self, x: torch.Tensor, batch: ForwardBatch, cache: dict | None) -> torch.Tensor:
-        ops, t = self.ops, x.shape[0]
-        pre, z, b, a = self.in_proj(x)
+        """x [T, H] -> [T, H]."""
+        return self._mix(self.in_proj(x), batch, cache)
+
+    def forward_add_norm(self, x: torch.Tensor, residual: torch.Tensor, norm, batch: ForwardBatch,
+                         cache: dict | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """(self(norm(x + residual)), x + residual), the add and the norm fused into the input
+        projection (``add_rms_norm_linear``); x, residual [T, H]."""
+        parts, residual = self.in_proj.add_norm(self.ops.add_rms_norm_linear, x, residual, norm)
+        return self._mix(parts, batch, cache), residual
+
+    def _mix(self, parts: tuple[torch.Tensor, ...], batch: ForwardBatch, cache: dict | None) -> torch.Tensor:
+        ops = self.ops
+        pre, z, b, a = parts
+        t = pre.shape[0]
         mixed = run_short_conv(ops.causal_conv1d, batch, cache, pre, self.conv1d.weight)
         q, k, v = mixed.split([self.nk * self.dk, self.nk * self.dk, self.nv * self.dv], dim=-1)
         q = q.reshape(1, t, self.nk, self.dk)
@@ -65,8 +77,9 @@ class GatedDeltaNet(nn.Module):
         if cache is not None and batch.capture is not None:
             batch.capture.record(self, cache, pre=pre, q=q[0], k=k[0], v=v[0], g=g[0], beta=beta[0])
         z = z.view(t, self.nv, self.dv)
-        y = ops.rms_norm_gated(o[0], z, self.norm.weight, eps=self.eps, activation="silu")
-        return self.out_proj(y.reshape(t, -1))
+        # The gated norm and out_proj: one op (one GEMV in decode).
+        return ops.rms_norm_gated_linear(o[0], z, self.norm.weight, self.out_proj.weight,
+                                         eps=self.eps, activation="silu")
 
     def replay(self, cache: dict, slots: torch.Tensor, state: dict[str, torch.Tensor],
                inputs: dict[str, torch.Tensor], cu_seqlens: torch.Tensor) -> None:

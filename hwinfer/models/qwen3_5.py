@@ -72,8 +72,19 @@ class GatedAttention(nn.Module):
         return context
 
     def forward(self, x: torch.Tensor, batch: ForwardBatch, cache: dict | None) -> torch.Tensor:
-        t = x.shape[0]
-        qg, k, v = self.qkv_proj(x)
+        """x [T, H] -> [T, H]."""
+        return self._attend(self.qkv_proj(x), batch, cache)
+
+    def forward_add_norm(self, x: torch.Tensor, residual: torch.Tensor, norm: RMSNorm,
+                         batch: ForwardBatch, cache: dict | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """(self(norm(x + residual)), x + residual), the add and the norm fused into the qkv
+        projection (``add_rms_norm_linear``)."""
+        parts, residual = self.qkv_proj.add_norm(self.ops.add_rms_norm_linear, x, residual, norm)
+        return self._attend(parts, batch, cache), residual
+
+    def _attend(self, parts: tuple[torch.Tensor, ...], batch: ForwardBatch, cache: dict | None) -> torch.Tensor:
+        qg, k, v = parts
+        t = qg.shape[0]
         qg = qg.view(t, self.heads, 2 * self.head_dim)
         q, gate = qg[..., : self.head_dim], qg[..., self.head_dim:]
         v = v.view(t, self.kv_heads, self.head_dim)
@@ -112,9 +123,13 @@ class DecoderLayer(nn.Module):
                 residual: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """x [T, H] the previous layer's MLP output (or the embeddings, with residual None) ->
         (this layer's MLP output, the residual stream before it): each residual add is fused
-        with the norm after it (add_rms_norm); the caller adds the last output."""
-        h, residual = self.input_layernorm.add(x, residual)
-        out = self.mixer(h, batch, cache)
+        with the norm after it and the projection after that (add_rms_norm_linear); the caller
+        adds the last output."""
+        if residual is None:  # the first layer: nothing to add before the norm
+            h, residual = self.input_layernorm.add(x, residual)
+            out = self.mixer(h, batch, cache)
+        else:  # add, norm and the mixer's input projection: one op
+            out, residual = self.mixer.forward_add_norm(x, residual, self.input_layernorm, batch, cache)
         if isinstance(self.mlp, GatedMLP):  # add, norm, gate|up and activation: one op
             return self.mlp.add_norm_forward(out, residual, self.post_attention_layernorm)
         h, residual = self.post_attention_layernorm.add(out, residual)

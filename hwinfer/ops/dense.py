@@ -1,5 +1,6 @@
-"""Dense linear layers: ``linear`` (every projection of every model goes through it) and
-``add_rms_norm_linear`` (residual add + norm + projection, one GEMV in decode).
+"""Dense linear layers: ``linear`` (every projection of every model goes through it),
+``add_rms_norm_linear`` (residual add + norm + projection) and ``rms_norm_gated_linear`` (gated
+per-head norm + projection): one GEMV each in decode.
 
 A separate op so a backend can serve the shapes its vendor library handles poorly: at decode
 batch sizes (a few rows) the GEMM is a weight-bandwidth-bound matrix-vector product. NVIDIA and
@@ -13,7 +14,7 @@ import torch.nn.functional as F
 
 from hwinfer.ops.activation import gated_act
 from hwinfer.ops.contract import Case, Tol, define_op, randn
-from hwinfer.ops.norm import add_rms_norm
+from hwinfer.ops.norm import add_rms_norm, rms_norm_gated
 
 
 def check_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
@@ -117,5 +118,50 @@ ADD_RMS_NORM_LINEAR = define_op(
     # products in another order moves y by about an ulp of bf16, and the gate's rounding by
     # another before the activation. The Triton interpreter truncates fp32 -> bf16 where GPUs
     # round: 4 ulps (5e-2 at 1.6) measured there, hence 3e-2 relative.
+    tolerance={torch.float32: Tol(atol=1e-5, rtol=1e-5), torch.bfloat16: Tol(atol=3e-2, rtol=3e-2)},
+)
+
+
+def rms_norm_gated_linear(x: torch.Tensor, gate: torch.Tensor, norm_weight: torch.Tensor | None,
+                          weight: torch.Tensor, *, eps: float = 1e-6,
+                          activation: str = "silu") -> torch.Tensor:
+    """Gated per-head RMSNorm then a projection: the output of a Gated DeltaNet / KDA mixer, as
+    one op so that a decode step runs it as one GEMV (the norm recomputed by every program).
+
+    Exactly ``linear(rms_norm_gated(x, gate, norm_weight, eps=eps, activation=activation)
+    .reshape(T, H * D), weight)`` (the normed values rounded to x.dtype before the product).
+
+    Shapes: x, gate [T, H, D] of one float dtype (gate may be a strided view); norm_weight [D]
+    or None; weight [N, H * D]. Returns [T, N] in x.dtype.
+
+    Uses: Qwen3.5's Gated DeltaNet output (``norm`` + ``out_proj``, SiLU gate).
+    """
+    if x.dim() != 3 or gate.shape != x.shape:
+        raise ValueError(f"rms_norm_gated_linear: x and gate must be [T, H, D] of one shape, got "
+                         f"{list(x.shape)} and {list(gate.shape)}")
+    y = rms_norm_gated(x, gate, norm_weight, eps=eps, activation=activation)
+    return linear(y.reshape(x.shape[0], x.shape[1] * x.shape[2]), weight)
+
+
+def _gated_linear_case(t: int, heads: int, dim: int, n: int, activation: str):
+    def make(gen, dtype, device):
+        return {"x": randn(gen, t, heads, dim, dtype=dtype, device=device),
+                "gate": randn(gen, t, heads, dim, dtype=dtype, device=device),
+                "norm_weight": randn(gen, dim, dtype=torch.float32, device=device, scale=0.1) + 1.0,
+                "weight": randn(gen, n, heads * dim, dtype=dtype, device=device,
+                                scale=(heads * dim) ** -0.5),
+                "eps": 1e-6, "activation": activation}
+    return make
+
+
+RMS_NORM_GATED_LINEAR = define_op(
+    rms_norm_gated_linear,
+    cases=[
+        Case("decode_gdn_m1", _gated_linear_case(1, 4, 64, 96, "silu")),
+        Case("decode_kda_m3", _gated_linear_case(3, 2, 32, 40, "sigmoid")),
+        Case("prefill_m20", _gated_linear_case(20, 4, 32, 64, "silu")),
+        Case("empty", _gated_linear_case(0, 2, 32, 16, "silu")),
+    ],
+    # two roundings to x.dtype (the normed values, y); the interpreter truncates where GPUs round
     tolerance={torch.float32: Tol(atol=1e-5, rtol=1e-5), torch.bfloat16: Tol(atol=3e-2, rtol=3e-2)},
 )

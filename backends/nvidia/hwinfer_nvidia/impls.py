@@ -8,8 +8,11 @@ IMPLS = [
     # timing both on the device (hwinfer/kernels/triton/gemv.py); other shapes: the vendor BLAS.
     Impl("linear", "triton_gemv", "hwinfer.kernels.triton.gemv:linear", when=min_sm(80), priority=10,
          requires=("triton",), interpretable=True),
-    # add_rms_norm + linear (+ gated_act): one GEMV with the norm as its prologue in decode.
+    # add_rms_norm + linear (+ gated_act), rms_norm_gated + linear: one GEMV each in decode,
+    # the norm as its prologue.
     Impl("add_rms_norm_linear", "triton", "hwinfer.kernels.triton.gemv:add_rms_norm_linear",
+         when=min_sm(80), priority=10, requires=("triton",), interpretable=True),
+    Impl("rms_norm_gated_linear", "triton", "hwinfer.kernels.triton.gemv:rms_norm_gated_linear",
          when=min_sm(80), priority=10, requires=("triton",), interpretable=True),
     Impl("add_rms_norm", "triton", "hwinfer.kernels.triton.norm:add_rms_norm", when=min_sm(80), priority=10,
          check="hwinfer.kernels.triton.norm:rms_norm_supported", requires=("triton",),

@@ -1,6 +1,6 @@
 """``linear`` (contract: :func:`hwinfer.ops.dense.linear`) as torch's own F.linear in the input
-dtype: the vendor BLAS, accumulating in fp32 on GPUs; ``add_rms_norm_linear``
-(:func:`~hwinfer.ops.dense.add_rms_norm_linear`) as the composition of the torch kernels."""
+dtype: the vendor BLAS, accumulating in fp32 on GPUs; ``add_rms_norm_linear`` and
+``rms_norm_gated_linear`` (:mod:`hwinfer.ops.dense`) as compositions of the torch kernels."""
 from __future__ import annotations
 
 import torch
@@ -30,3 +30,16 @@ def add_rms_norm_linear(x: torch.Tensor, residual: torch.Tensor, norm_weight: to
         half = y.shape[-1] // 2
         y = gated_act(y[..., :half], y[..., half:], activation=activation)
     return y, s
+
+
+def rms_norm_gated_linear(x: torch.Tensor, gate: torch.Tensor, norm_weight: torch.Tensor | None,
+                          weight: torch.Tensor, *, eps: float = 1e-6,
+                          activation: str = "silu") -> torch.Tensor:
+    """x, gate [T, H, D], weight [N, H * D] -> [T, N]."""
+    from hwinfer.kernels.torch.norm import rms_norm_gated
+
+    if x.dim() != 3 or gate.shape != x.shape:
+        raise ValueError(f"rms_norm_gated_linear: x and gate must be [T, H, D] of one shape, got "
+                         f"{list(x.shape)} and {list(gate.shape)}")
+    y = rms_norm_gated(x, gate, norm_weight, eps=eps, activation=activation)
+    return linear(y.reshape(x.shape[0], x.shape[1] * x.shape[2]), weight)

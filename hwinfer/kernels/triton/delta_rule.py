@@ -124,6 +124,8 @@ def delta_rule_supported(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: t
     if state_slots is not None and (initial_state is None or initial_state.dtype != torch.float32
                                     or not initial_state.is_contiguous()):
         return "state_slots needs a contiguous fp32 state pool (updated in place)"
+    if state_slots is not None and (state_slots.is_floating_point() or state_slots.dtype == torch.bool):
+        return f"state_slots must be an integer tensor, got {state_slots.dtype}"
     if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
         return "q, k, v must be 4-D [B, T, H, D]"
     dk, dv = k.shape[-1], v.shape[-1]
@@ -189,7 +191,8 @@ def _run(op: str, q, k, v, g, beta, initial_state, scale, use_qk_l2norm, cu_seql
         raise ValueError(f"{op} (triton): block_v={block_v} must be a power of two")
     warps = num_warps or (1 if bv * Dk <= 2048 else 4)
     cu = cu_seqlens.to(torch.int32) if varlen else o   # dummy pointer when not varlen
-    slots = state_slots.to(torch.int32) if pool else o
+    # Any integer dtype (the kernel widens each slot to int64): no conversion kernel per layer.
+    slots = state_slots if pool else o
     _delta_rule_kernel[(n * Hv, triton.cdiv(Dv, bv))](
         q, k, v, g, beta, h0 if h0 is not None else ht, o, ht, cu, slots,
         T, Hk, Hv, q.stride(0), q.stride(1), q.stride(2), v.stride(0), v.stride(1), v.stride(2),

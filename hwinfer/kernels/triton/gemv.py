@@ -250,6 +250,84 @@ def add_rms_norm_linear(x: torch.Tensor, residual: torch.Tensor, norm_weight: to
     return y.reshape(*x.shape[:-1], n), s.reshape(x.shape)
 
 
+@triton.jit
+def _gated_norm_gemv_kernel(x_ptr, z_ptr, nw_ptr, w_ptr, y_ptr, M, N, H, D, stride_xt, stride_xh,
+                            stride_zt, stride_zh, stride_wn, stride_ym, eps,
+                            BLOCK_N: tl.constexpr, HP: tl.constexpr, DP: tl.constexpr,
+                            MAX_M: tl.constexpr, HAS_NORM_W: tl.constexpr, SILU: tl.constexpr,
+                            PDL: tl.constexpr):
+    # The whole-row GEMV with rms_norm_gated as its prologue: row t of x and of the gate as
+    # [H, D] tiles, each head normalised over its D channels, gated, rounded to x's dtype, then
+    # flattened h * D + d in the order of W's columns.
+    rn = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    rk = tl.arange(0, HP * DP)
+    col = (rk // DP) * D + rk % DP
+    kmask = (rk // DP < H) & (rk % DP < D)
+    nmask = rn < N
+    w = tl.load(w_ptr + rn.to(tl.int64)[:, None] * stride_wn + col[None, :],
+                mask=nmask[:, None] & kmask[None, :], other=0.0)
+    pdl_enter(PDL)
+    hh = tl.arange(0, HP)[:, None]
+    dd = tl.arange(0, DP)[None, :]
+    m2 = (hh < H) & (dd < D)
+    if HAS_NORM_W:
+        nw = tl.load(nw_ptr + dd, mask=dd < D, other=0.0).to(tl.float32)
+    for m in tl.static_range(MAX_M):
+        if m < M:
+            x = tl.load(x_ptr + m * stride_xt + hh * stride_xh + dd, mask=m2, other=0.0).to(tl.float32)
+            z = tl.load(z_ptr + m * stride_zt + hh * stride_zh + dd, mask=m2, other=0.0).to(tl.float32)
+            h = x / tl.sqrt(tl.sum(x * x, axis=1) / D + eps)[:, None]
+            if HAS_NORM_W:
+                h = h * nw
+            sig = 1.0 / (1.0 + tl.exp(-z))
+            if SILU:
+                h = h * z * sig
+            else:
+                h = h * sig
+            h = tl.reshape(h.to(y_ptr.dtype.element_ty).to(tl.float32), (HP * DP,))
+            y = tl.sum(w.to(tl.float32) * h[None, :], axis=1)
+            tl.store(y_ptr + m * stride_ym + rn, y.to(y_ptr.dtype.element_ty), mask=nmask)
+
+
+def rms_norm_gated_linear(x: torch.Tensor, gate: torch.Tensor, norm_weight: torch.Tensor | None,
+                          weight: torch.Tensor, *, eps: float = 1e-6,
+                          activation: str = "silu") -> torch.Tensor:
+    """Triton ``rms_norm_gated_linear`` (contract: :func:`hwinfer.ops.dense.rms_norm_gated_linear`):
+    x, gate [T, H, D], weight [N, H * D] -> [T, N]. Decode-sized 16-bit calls (<= 4 rows,
+    H * D <= 8192 after rounding H and D up to powers of two) are one whole-row GEMV with the
+    gated norm as its prologue (PDL on sm_90+); others run the Triton rms_norm_gated and
+    ``linear``."""
+    from hwinfer.kernels.triton.norm import rms_norm_gated
+
+    if activation not in ("silu", "sigmoid"):
+        raise ValueError(f"rms_norm_gated_linear: activation must be 'silu' or 'sigmoid', not "
+                         f"{activation!r}")
+    if x.dim() != 3 or gate.shape != x.shape:
+        raise ValueError(f"rms_norm_gated_linear: x and gate must be [T, H, D] of one shape, got "
+                         f"{list(x.shape)} and {list(gate.shape)}")
+    t, heads, d = x.shape
+    if weight.dim() != 2 or weight.shape[1] != heads * d:
+        raise ValueError(f"rms_norm_gated_linear: weight [N, {heads * d}] expected, got "
+                         f"{tuple(weight.shape)}")
+    hp, dp = triton.next_power_of_2(max(heads, 1)), triton.next_power_of_2(max(d, 1))
+    fused = (0 < t <= MAX_ROWS and hp * dp <= 8192 and x.dtype in (torch.bfloat16, torch.float16)
+             and weight.dtype == x.dtype and weight.stride(1) == 1
+             and x.stride(-1) == 1 and gate.stride(-1) == 1 and (x.is_cuda or INTERPRET))
+    if not fused:
+        y = rms_norm_gated(x, gate, norm_weight, eps=eps, activation=activation)
+        return linear(y.reshape(t, heads * d), weight)
+    n = weight.shape[0]
+    y = torch.empty((t, n), dtype=x.dtype, device=x.device)
+    block_n = rows_block_n(n, hp * dp)
+    pdl = pdl_ok(x.device) and _settled(weight)
+    _gated_norm_gemv_kernel[(triton.cdiv(n, block_n),)](
+        x, gate, norm_weight if norm_weight is not None else x, weight, y, t, n, heads, d,
+        x.stride(0), x.stride(1), gate.stride(0), gate.stride(1), weight.stride(0), y.stride(0), eps,
+        BLOCK_N=block_n, HP=hp, DP=dp, MAX_M=MAX_ROWS, HAS_NORM_W=norm_weight is not None,
+        SILU=activation == "silu", PDL=pdl, num_warps=8, **({"launch_pdl": True} if pdl else {}))
+    return y
+
+
 def _split_for(n: int, k: int, block_n: int, block_k: int, device: torch.device) -> int:
     """K splits so that about two programs per SM run (no split once rows alone do that)."""
     n_blocks = triton.cdiv(n, block_n)
@@ -448,6 +526,18 @@ def _aot_specs():
                                  f"{',pdl' if pdl else ''}]", _add_norm_gemv_kernel, fused,
                                  {"BLOCK_N": 8 if gated else 16, "KP": 1024, "MAX_M": MAX_ROWS,
                                   "HAS_NORM_W": True, "GATED": gated, "SILU": True, "PDL": pdl},
+                                 {"num_warps": 8}, ("sm_90", "sm_100") if pdl else None))
+        gated = {"x_ptr": f"*{dtype}", "z_ptr": f"*{dtype}", "nw_ptr": "*fp32", "w_ptr": f"*{dtype}",
+                 "y_ptr": f"*{dtype}", "M": "i32", "N": "i32", "H": "i32", "D": "i32",
+                 "stride_xt": "i32", "stride_xh": "i32", "stride_zt": "i32", "stride_zh": "i32",
+                 "stride_wn": "i32", "stride_ym": "i32", "eps": "fp32", "BLOCK_N": "constexpr",
+                 "HP": "constexpr", "DP": "constexpr", "MAX_M": "constexpr",
+                 "HAS_NORM_W": "constexpr", "SILU": "constexpr", "PDL": "constexpr"}
+        for pdl in (False, True):   # Qwen3.5's GDN output: 16 heads x 128
+            specs.append(AotSpec(f"gated_norm_gemv[{dtype},16x128{',pdl' if pdl else ''}]",
+                                 _gated_norm_gemv_kernel, gated,
+                                 {"BLOCK_N": 4, "HP": 16, "DP": 128, "MAX_M": MAX_ROWS,
+                                  "HAS_NORM_W": True, "SILU": True, "PDL": pdl},
                                  {"num_warps": 8}, ("sm_90", "sm_100") if pdl else None))
         sig = {"ws_ptr": "*fp32", "b_ptr": f"*{dtype}", "y_ptr": f"*{dtype}", "M": "i32", "N": "i32",
                "stride_ym": "i32", "SPLIT": "i32", "BLOCK": "constexpr", "HAS_BIAS": "constexpr"}
