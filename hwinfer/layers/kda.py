@@ -93,5 +93,6 @@ class KimiDeltaAttention(nn.Module):
         if not self.full_rank_gate:
             gate = self.g_b_proj(gate)
         gate = gate.view(t, h, d)
-        y = ops.rms_norm_gated(o[0], gate, self.o_norm.weight, eps=self.eps, activation="sigmoid")
-        return self.o_proj(y.reshape(t, -1))
+        # The gated norm and o_proj: one op (one GEMV in decode).
+        return ops.rms_norm_gated_linear(o[0], gate, self.o_norm.weight, self.o_proj.weight,
+                                         eps=self.eps, activation="sigmoid")

@@ -82,7 +82,8 @@ def add_rms_norm_linear(x: torch.Tensor, residual: torch.Tensor, norm_weight: to
     even with ``activation``). Returns ``(y, s)``: y [..., N] (or [..., N/2]) and the residual
     stream s [..., K], both in x.dtype.
 
-    Uses: the MLP half of Qwen3.5's dense decoder layers (``GatedMLP.add_norm_forward``).
+    Uses: Qwen3.5's dense decoder layers, both halves (the mixer's input projection,
+    ``MergedProjection.add_norm``; the MLP's gate|up, ``GatedMLP.add_norm_forward``).
     """
     if activation is not None and weight.shape[0] % 2:
         raise ValueError(f"add_rms_norm_linear: a gated projection needs an even N, got "
@@ -134,7 +135,8 @@ def rms_norm_gated_linear(x: torch.Tensor, gate: torch.Tensor, norm_weight: torc
     Shapes: x, gate [T, H, D] of one float dtype (gate may be a strided view); norm_weight [D]
     or None; weight [N, H * D]. Returns [T, N] in x.dtype.
 
-    Uses: Qwen3.5's Gated DeltaNet output (``norm`` + ``out_proj``, SiLU gate).
+    Uses: Qwen3.5's Gated DeltaNet output (``norm`` + ``out_proj``, SiLU gate); the KDA output
+    of Kimi-Linear and Kimi-K3 (``o_norm`` + ``o_proj``, sigmoid gate).
     """
     if x.dim() != 3 or gate.shape != x.shape:
         raise ValueError(f"rms_norm_gated_linear: x and gate must be [T, H, D] of one shape, got "
