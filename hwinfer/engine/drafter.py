@@ -84,7 +84,7 @@ class MTPDrafter:
         reqs = [jobs[i].req for i in live]
         rows = torch.cat([torch.arange(jobs[i].row, jobs[i].row + jobs[i].end - jobs[i].start, device=device)
                           for i in live])
-        ids = [t for i in live for t in jobs[i].req.all_ids[jobs[i].start + 1:jobs[i].end + 1]]
+        ids = [t for i in live for t in jobs[i].req.tokens(jobs[i].start + 1, jobs[i].end + 1)]
         new = [jobs[i].end - jobs[i].start for i in live]
         step = request_batch(self.cache, reqs, ids, new, [jobs[i].start for i in live], device)
         head, state = model.mtp_forward(mtp_input.index_select(0, rows), step)

@@ -145,7 +145,7 @@ class Engine:
         model, device = self.model, self.model.device
         reqs = [r for r, _ in scheduled]
         new = [n for _, n in scheduled]
-        ids = torch.tensor([t for r, n in scheduled for t in r.all_ids[r.num_computed:r.num_computed + n]],
+        ids = torch.tensor([t for r, n in scheduled for t in r.tokens(r.num_computed, r.num_computed + n)],
                            device=device)
         width = max(len(r.blocks) for r in reqs)
         table = torch.tensor([r.blocks + [0] * (width - len(r.blocks)) for r in reqs],

@@ -56,7 +56,7 @@ class DecodeGraphs:
     """Decode forwards (+ lm_head) of up to ``max_batch`` requests of at most ``max_len`` tokens.
 
     ``run(reqs)`` -> fp32 logits [len(reqs), V] of every request's next token, with the tokens
-    at ``req.all_ids[req.num_computed]`` written to the cache, exactly as the eager step would.
+    at ``req.tokens(req.num_computed, req.num_computed + 1)`` written to the cache, exactly as the eager step would.
     """
 
     def __init__(self, model, pool: CachePool, *, max_batch: int, max_len: int | None = None) -> None:
@@ -106,7 +106,7 @@ class DecodeGraphs:
         self._sync_tables(reqs)
         host = self.host[:, :size]
         host[:, n:] = self._pad[:, None]
-        host[:, :n] = torch.tensor([[r.all_ids[r.num_computed] for r in reqs],
+        host[:, :n] = torch.tensor([[r.tokens(r.num_computed, r.num_computed + 1)[0] for r in reqs],
                                     [r.num_computed for r in reqs],
                                     [r.num_computed + 1 for r in reqs],
                                     [r.slot for r in reqs]], dtype=torch.int64)

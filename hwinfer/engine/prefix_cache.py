@@ -63,11 +63,10 @@ class PrefixCache:
     # --- lookup ----------------------------------------------------------------------------------
     def _hashes(self, req: Request, upto_chunks: int) -> list[bytes]:
         prog = self.progress.setdefault(req.id, _ReqProgress())
-        ids = req.all_ids
         while len(prog.hashes) < upto_chunks:
             i = len(prog.hashes)
             parent = prog.hashes[-1] if prog.hashes else b""
-            chunk = ids[i * self.chunk:(i + 1) * self.chunk]
+            chunk = req.tokens(i * self.chunk, (i + 1) * self.chunk)
             prog.hashes.append(hashlib.sha256(parent + repr(chunk).encode()).digest())
         return prog.hashes[:upto_chunks]
 

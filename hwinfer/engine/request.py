@@ -78,7 +78,18 @@ class Request:
 
     @property
     def all_ids(self) -> list[int]:
+        """Prompt then output, as a new list (a copy of every token: per step, use ``tokens``)."""
         return self.prompt_ids + self.output_ids
+
+    def tokens(self, start: int, stop: int) -> list[int]:
+        """``all_ids[start:stop]`` without building all_ids (the engine reads a request's next
+        tokens every step; at b=32 with 1k-token prompts the copies took ~100 us a step)."""
+        p = len(self.prompt_ids)
+        if stop <= p:
+            return self.prompt_ids[start:stop]
+        if start >= p:
+            return self.output_ids[start - p:stop - p]
+        return self.prompt_ids[start:] + self.output_ids[:stop - p]
 
     @property
     def num_tokens(self) -> int:

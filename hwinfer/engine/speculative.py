@@ -128,7 +128,7 @@ class Speculator:
         running = {r.id for r in eng.scheduler.running}
         self.drafts = {rid: d for rid, d in self.drafts.items() if rid in running}
         items = self._attach_drafts(scheduled)
-        ids = [t for it in items for t in it.req.all_ids[it.ctx:it.ctx + it.n] + it.drafts]
+        ids = [t for it in items for t in it.req.tokens(it.ctx, it.ctx + it.n) + it.drafts]
         batch = request_batch(eng.pool.cache, [it.req for it in items], ids,
                               [it.n + len(it.drafts) for it in items], [it.ctx for it in items], eng.model.device)
         spec = [it for it in items if it.drafts]

@@ -90,3 +90,13 @@ def test_abort_frees_everything_at_once(model):
 def test_cache_bytes_are_declared(model):
     cost = CacheBytes.of(model)
     assert cost.per_token > 0 or cost.per_request > 0
+
+
+def test_request_tokens_slices_prompt_and_output_without_all_ids():
+    from hwinfer.engine.request import Request
+
+    req = Request("r", list(range(10)), SamplingParams(max_tokens=8))
+    req.output_ids = [100, 101, 102]
+    for start in range(14):
+        for stop in range(start, 15):
+            assert req.tokens(start, stop) == req.all_ids[start:stop], (start, stop)
