@@ -29,12 +29,15 @@ class Engine:
                  block_size: int | None = None, enable_prefix_caching: bool = False,
                  prefix_chunk_tokens: int | None = None, prefix_checkpoints: int | None = None,
                  num_speculative_tokens: int = 0, cuda_graphs: bool | None = None,
-                 graph_max_len: int | None = None) -> None:
+                 graph_max_len: int | None = None, overlap: bool = True) -> None:
         """``cuda_graphs``: replay decode steps from CUDA graphs (:mod:`hwinfer.engine.graphs`);
         None = on for CUDA devices when the model declares a sync-free decode (``graph_decode``)
         and there is no speculation. True elsewhere runs the same fixed-size path eagerly.
         ``graph_max_len``: longest request a graph serves (default: the model's
-        max_position_embeddings, at most 32,768); longer ones decode eagerly."""
+        max_position_embeddings, at most 32,768); longer ones decode eagerly. ``overlap``: run
+        consecutive graph decode steps overlapped with the host's work between them (the next
+        step's input token taken from the device; finished requests are reported one step
+        later)."""
         self.model = model
         bs = block_size or model.cache_block_size()
         # Speculative decoding: the pool also holds the MTP layer's cache and spare ring rows.
@@ -69,6 +72,11 @@ class Engine:
         self._ids = itertools.count()
         self.steps = 0
         self.spec = Speculator(self, num_speculative_tokens) if num_speculative_tokens else None
+        # Overlapped decode (graph steps only; not with prefix caching, whose chunk hashes read
+        # every token): see _launch_overlapped. ``overlap=False`` keeps one step at a time.
+        self.overlap = overlap and self.graphs is not None and self.prefix is None
+        self._inflight = None  # (requests, request id -> row, host tokens, event) of that step
+        self.overlapped_steps = 0
 
     # --- requests ------------------------------------------------------------------------------
     def add_request(self, prompt_ids: list[int], params: SamplingParams | None = None,
@@ -105,18 +113,35 @@ class Engine:
     # --- the loop --------------------------------------------------------------------------------
     @torch.no_grad()
     def step(self) -> list[Request]:
-        """One forward; returns the requests that finished in it."""
+        """One forward; returns the requests that finished in it (or, with an overlapped decode
+        step in flight, in the step before it)."""
         if self.spec is not None:
             return self.spec.step()
+        finished: list[Request] = []
+        if self._inflight is not None and not self._overlappable():
+            finished += self._resolve()  # the next step needs every token on the host
         scheduled = self.scheduler.schedule()
         if not scheduled:
+            if self._inflight is not None:
+                finished += self._resolve()
             if self.scheduler.waiting and not self.scheduler.running:
                 raise RuntimeError("the cache pool cannot hold the next waiting request")
-            return []
+            return finished
         reqs = [r for r, _ in scheduled]
         logits = None
         if self.graphs is not None and self.graphs.fits(scheduled):
-            logits = self.graphs.run(reqs)  # every request of a decode step samples
+            if self.overlap and all(r.params.logprobs is None for r in reqs):
+                launched = self._launch_overlapped(reqs)
+                if launched is not None:
+                    return finished + launched
+            if self._inflight is None:  # (graphs just got disabled: run the step eagerly)
+                logits = self.graphs.run(reqs)  # every request of a decode step samples
+        if self._inflight is not None:
+            finished += self._resolve()
+            scheduled = [(r, n) for r, n in scheduled if r.status is Status.RUNNING]
+            reqs = [r for r, _ in scheduled]
+            if not scheduled:
+                return finished
         if logits is None:
             logits = self._forward(scheduled)
         for r, n in scheduled:
@@ -140,6 +165,67 @@ class Engine:
         self.steps += 1
         return finished
 
+    # --- overlapped decode: the host prepares step N+1 while the GPU runs step N ---------------
+    def _overlappable(self) -> bool:
+        """Whether the next step is certain to be a graph decode step of exactly the running
+        requests (no admission, no prefill chunk, no preemption, no eager fallback), which is
+        what lets it take the in-flight step's tokens from the device."""
+        sched, pool, graphs = self.scheduler, self.pool, self.graphs
+        running = sched.running
+        if (not self.overlap or sched.waiting or not running or graphs is None or graphs.disabled
+                or len(running) > min(graphs.sizes[-1], sched.token_budget)):
+            return False
+        need = 0
+        for r in running:
+            if (r.status is not Status.RUNNING or r.num_pending != 1 or r.num_computed == 0
+                    or r.params.logprobs is not None):
+                return False
+            blocks = pool.blocks_for(r.num_tokens)
+            if blocks > graphs.width:
+                return False
+            need += max(blocks - len(r.blocks), 0)
+        return need <= len(pool.free_blocks)
+
+    def _launch_overlapped(self, reqs: list[Request]) -> list[Request] | None:
+        """Replay the step, sample on the device and start the copy of the tokens to the host,
+        then read the previous step's tokens (which the GPU has finished while this one was
+        being prepared): the GPU never waits for the host between steps. Returns the requests
+        that finished in the previous step, or None when graphs just got disabled."""
+        prev = self._inflight
+        logits = self.graphs.run(reqs, prev[1] if prev is not None else None)
+        if logits is None:
+            return None
+        tokens = self._sample_device(logits, reqs)
+        host, event = self.graphs.publish(tokens)
+        for r in reqs:
+            r.num_computed += 1
+            r.inflight += 1
+        self._inflight = (reqs, {r.id: i for i, r in enumerate(reqs)}, host, event)
+        self.steps += 1
+        self.overlapped_steps += 1
+        return self._resolve(prev) if prev is not None else []
+
+    def _resolve(self, pending=None) -> list[Request]:
+        """Read an overlapped step's tokens (default: the one in flight, which then no longer
+        is) and finish its requests as a plain step would; a request that finished since (an
+        end token in the step before, an abort) drops its token."""
+        if pending is None:
+            pending, self._inflight = self._inflight, None
+        reqs, _, host, event = pending
+        if event is not None:
+            event.synchronize()
+        finished = []
+        for req, tok in zip(reqs, host.tolist()):
+            req.inflight -= 1
+            if req.status is Status.FINISHED:
+                continue
+            req.output_ids.append(tok)
+            reason = self._stop_reason(req, tok)
+            if reason:
+                self.scheduler.finish(req, reason)
+                finished.append(req)
+        return finished
+
     def _forward(self, scheduled: list[tuple[Request, int]]) -> torch.Tensor:
         """Eager forward of a packed step -> logits [number of requests that sample, V]."""
         model, device = self.model, self.model.device
@@ -161,8 +247,13 @@ class Engine:
     def _sample(self, logits: torch.Tensor, reqs: list[Request], steps: list[int] | None = None) -> list[int]:
         """One token per row of ``logits`` for ``reqs`` (one per row); ``steps``: each row's
         output index (its sampling noise), by default the request's next one."""
+        return self._sample_device(logits, reqs, steps).tolist()
+
+    def _sample_device(self, logits: torch.Tensor, reqs: list[Request],
+                       steps: list[int] | None = None) -> torch.Tensor:
+        """As :meth:`_sample`, the tokens left on the device: int64 [rows]."""
         d, device = self.model.generation_defaults, logits.device
-        steps = [len(r.output_ids) for r in reqs] if steps is None else steps
+        steps = [len(r.output_ids) + r.inflight for r in reqs] if steps is None else steps
 
         def pick(value, default):
             return default if value is None else value
@@ -170,14 +261,14 @@ class Engine:
         if all(t <= 0 for t in temp):
             # All greedy: the sampler's own rule (argmax, ties to the lowest id) without its
             # parameter uploads.
-            return logits.argmax(dim=-1).tolist()
+            return logits.argmax(dim=-1)
         top_k = [int(pick(r.params.top_k, d.top_k)) for r in reqs]
         top_p = [float(pick(r.params.top_p, d.top_p)) for r in reqs]
         # Two uploads instead of five: float rows (temperature, top_p), integer rows (top_k, seed, step).
         floats = torch.tensor([temp, top_p], dtype=torch.float32).to(device, non_blocking=True)
         ints = torch.tensor([top_k, [r.seed for r in reqs], steps], dtype=torch.int64).to(device, non_blocking=True)
         return self.model.ops.sample(logits, floats[0], ints[0].to(torch.int32), floats[1], ints[1],
-                                     ints[2]).tolist()
+                                     ints[2]).long()
 
     @staticmethod
     def _logprobs(logits: torch.Tensor, reqs: list[Request], tokens: list[int]) -> list[TokenLogprob | None]:

@@ -72,11 +72,18 @@ class DecodeGraphs:
         self.capture = device.type == "cuda"
         self.disabled: str | None = None
         size = self.sizes[-1]
-        # Rows: token id, position, seq_len, slot. Padding rows: token 0 at position 0 of the
-        # padding slot (length 1: attention reads only the row it has just written).
-        self._pad = torch.tensor([0, 0, 1, pool.pad_slot], dtype=torch.int64)
-        self.host = torch.empty(4, size, dtype=torch.int64, pin_memory=self.capture)
-        self.inputs = self._pad[:, None].expand(4, size).contiguous().to(device)
+        # Rows: token id, position, seq_len, slot, source row. Padding rows: token 0 at position
+        # 0 of the padding slot (length 1: attention reads only the row it has just written).
+        # Source row >= 0: the token id is the one sampled on the device at that row of the
+        # previous step (``sampled``), not yet read back by the host (an overlapped step).
+        self._pad = torch.tensor([0, 0, 1, pool.pad_slot, -1], dtype=torch.int64)
+        self.host = torch.empty(5, size, dtype=torch.int64, pin_memory=self.capture)
+        self.inputs = self._pad[:, None].expand(5, size).contiguous().to(device)
+        self.sampled = torch.zeros(size, dtype=torch.int64, device=device)
+        # Two host copies of sampled tokens, alternating: a step's copy must survive until the
+        # host has read it, while the next step's copy is already queued.
+        self._readback = [torch.zeros(size, dtype=torch.int64, pin_memory=self.capture) for _ in range(2)]
+        self._flip = 0
         self.tables = torch.full((pool.pad_slot + 1, self.width), pool.pad_block, dtype=torch.int32,
                                  device=device)
         self.cu = torch.arange(size + 1, dtype=torch.int32, device=device)
@@ -94,8 +101,10 @@ class DecodeGraphs:
                         for r, n in scheduled))
 
     # --- one step ----------------------------------------------------------------------------
-    def run(self, reqs: list[Request]) -> torch.Tensor | None:
-        """Logits [n, V] of the step, or None when graphs just got disabled (run it eagerly)."""
+    def run(self, reqs: list[Request], inflight_rows: dict[str, int] | None = None) -> torch.Tensor | None:
+        """Logits [n, V] of the step, or None when graphs just got disabled (run it eagerly).
+        ``inflight_rows``: request id -> row of the step still in flight, for the requests whose
+        next token was sampled there and is not read back yet (``req.inflight``)."""
         n = len(reqs)
         size = next(s for s in self.sizes if s >= n)
         # Capture first: capturing fills the static inputs with padding rows, so the step's own
@@ -106,10 +115,19 @@ class DecodeGraphs:
         self._sync_tables(reqs)
         host = self.host[:, :size]
         host[:, n:] = self._pad[:, None]
-        host[:, :n] = torch.tensor([[r.tokens(r.num_computed, r.num_computed + 1)[0] for r in reqs],
-                                    [r.num_computed for r in reqs],
+        ids, src = [], []
+        for r in reqs:
+            if r.inflight:
+                if inflight_rows is None or r.id not in inflight_rows:
+                    raise RuntimeError(f"request {r.id}: its next token is in flight in no known step")
+                ids.append(0)
+                src.append(inflight_rows[r.id])
+            else:
+                ids.append(r.tokens(r.num_computed, r.num_computed + 1)[0])
+                src.append(-1)
+        host[:, :n] = torch.tensor([ids, [r.num_computed for r in reqs],
                                     [r.num_computed + 1 for r in reqs],
-                                    [r.slot for r in reqs]], dtype=torch.int64)
+                                    [r.slot for r in reqs], src], dtype=torch.int64)
         self.inputs[:, :size].copy_(host, non_blocking=True)
         self.replays += 1
         graph, logits = self.graphs[size]
@@ -129,8 +147,25 @@ class DecodeGraphs:
             # Holding the list object keeps its identity unique while we compare against it.
             self._synced[r.slot] = (r.blocks, len(r.blocks))
 
+    def publish(self, tokens: torch.Tensor) -> tuple[torch.Tensor, "torch.cuda.Event | None"]:
+        """Keep a step's sampled ``tokens`` [n] (device) for the next step's inputs and start
+        copying them to the host: returns (host tensor [n], the event that marks the copy done;
+        None off CUDA, where the copy is done already)."""
+        n = tokens.shape[0]
+        self.sampled[:n].copy_(tokens)
+        host = self._readback[self._flip][:n]
+        self._flip ^= 1
+        host.copy_(self.sampled[:n], non_blocking=self.capture)
+        if not self.capture:
+            return host, None
+        event = torch.cuda.Event()
+        event.record()
+        return host, event
+
     def _batch(self, size: int) -> ForwardBatch:
-        ids, pos, lens, slots = self.inputs[:, :size]
+        ids, pos, lens, slots, src = self.inputs[:, :size]
+        # Tokens sampled on the device by the previous step where the host has none yet.
+        ids = torch.where(src >= 0, self.sampled.index_select(0, src.clamp(min=0)), ids)
         table = self.tables.index_select(0, slots)
         return ForwardBatch(ids, pos, self.cu[:size + 1], lens.to(torch.int32), self.pool.cache,
                             slots, table, new_lens=[1] * size, context_lens_host=[1] * size,

@@ -70,6 +70,9 @@ class Request:
     num_preemptions: int = 0
     seed: int = 0
     logprobs: list[TokenLogprob] = field(default_factory=list)  # one per output token, when asked
+    # Tokens sampled on the device by an overlapped decode step whose values the host has not
+    # read yet (hwinfer.engine.engine: at most two); they count in num_tokens.
+    inflight: int = 0
 
     def __post_init__(self) -> None:
         if not self.prompt_ids:
@@ -85,6 +88,9 @@ class Request:
         """``all_ids[start:stop]`` without building all_ids (the engine reads a request's next
         tokens every step; at b=32 with 1k-token prompts the copies took ~100 us a step)."""
         p = len(self.prompt_ids)
+        if stop > p + len(self.output_ids) and self.inflight:
+            raise RuntimeError(f"request {self.id}: tokens [{start}, {stop}) include one sampled on "
+                               "the device and not read back yet")
         if stop <= p:
             return self.prompt_ids[start:stop]
         if start >= p:
@@ -93,7 +99,7 @@ class Request:
 
     @property
     def num_tokens(self) -> int:
-        return len(self.prompt_ids) + len(self.output_ids)
+        return len(self.prompt_ids) + len(self.output_ids) + self.inflight
 
     @property
     def num_pending(self) -> int:

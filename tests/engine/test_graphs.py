@@ -88,3 +88,48 @@ def test_models_without_a_graph_safe_decode_are_refused(tmp_path):
     model.graph_decode = False
     with pytest.raises(ValueError, match="graph_decode"):
         Engine(model, max_num_seqs=2, num_blocks=16, cuda_graphs=True)
+
+
+@pytest.mark.parametrize("params", [GREEDY, SAMPLED], ids=["greedy", "sampled"])
+def test_overlapped_decode_equals_one_step_at_a_time(model, params):
+    """Graph decode steps overlapped with the host (the next step's input token taken from the
+    device) give the tokens of steps run one at a time, with requests joining mid-stream (which
+    drains the step in flight)."""
+    prompts = _prompts(model, 5)
+    expected, _ = _run(model, prompts, params, cuda_graphs=True, overlap=False)
+    got, engine = _run(model, prompts, params, cuda_graphs=True)
+    assert got == expected
+    assert engine.overlapped_steps > 0
+
+
+def test_overlap_with_uneven_lengths_aborts_and_logprobs(tmp_path):
+    """Requests ending at different steps (one token in flight for an already-finished request
+    is dropped), an abort while a step is in flight, and a request asking for logprobs (which
+    turns overlap off for the steps it is in): the same tokens as one step at a time."""
+    model = load_model(write_checkpoint("qwen3_5", tmp_path / "m"), device=DEVICE, dtype=DTYPE)
+    prompts = _prompts(model, 4)
+    lengths = [3, 9, 1, 6]
+    outs = []
+    for overlap in (False, True):
+        engine = Engine(model, max_num_seqs=4, max_num_batched_tokens=64, num_blocks=64,
+                        cuda_graphs=True, overlap=overlap)
+        reqs = [engine.add_request(p, SamplingParams(max_tokens=n, temperature=0, ignore_eos=True))
+                for p, n in zip(prompts, lengths)]
+        victim = engine.add_request(prompts[0], SamplingParams(max_tokens=50, temperature=0, ignore_eos=True))
+        for _ in range(4):
+            engine.step()
+        engine.abort(victim.id)
+        late = engine.add_request(prompts[1], SamplingParams(max_tokens=5, temperature=0, logprobs=2,
+                                                             ignore_eos=True))
+        result = [o.token_ids for o in engine.run(reqs + [late])]
+        assert [len(t) for t in result] == lengths + [5]
+        assert len(engine.output(late).logprobs) == 5
+        assert victim.status.value == "finished" and victim.finish_reason == "abort"
+        while engine.has_unfinished():
+            engine.step()
+        engine.step()   # drains a step left in flight
+        assert engine.pool.is_empty() and all(r.inflight == 0 for r in reqs + [victim, late])
+        outs.append((result, len(victim.output_ids) <= 4))
+        if overlap:
+            assert engine.overlapped_steps > 0
+    assert outs[0][0] == outs[1][0]
