@@ -26,10 +26,8 @@
 #                                         # in key-channel blocks vs the whole-tile one vs fla
 #   bash scripts/device_issue6.sh pdl       # Qwen3.5-0.8B's decode GEMV chain with / without
 #                                         # PDL; chunked GDN / KDA variants vs fla
-#   bash scripts/device_issue6.sh pdl2      # PDL decode path: tests on the card, Qwen3.5-0.8B
-#                                         # decode with / without PDL
-#   bash scripts/device_issue6.sh pdl3      # add_rms_norm_linear on the card, Qwen3.5-0.8B decode
-#   bash scripts/device_issue6.sh pdl4      # mixer input / GDN output fused GEMVs, Qwen3.5 decode
+#   bash scripts/device_issue6.sh decode    # Qwen3.5-0.8B decode path (PDL GEMVs, fused norms,
+#                                         # overlapped steps): tests on the card, speed
 #   bash scripts/device_issue6.sh diagnose  # model oracle + CUDA-graph tests on the GPU, then
 #                                         # the failures again under HWINFER_SHADOW=raise, which
 #                                         # names the first op whose kernel leaves its reference
@@ -229,48 +227,26 @@ elif [ "$phase" = pdl ]; then
     echo "== bench_delta_chunk $kind rc=$?"
     grep -v "Warn\|warn\|at::native\|Memcpy\|elementwise\|regs" "$out/bench_delta_chunk_$kind.err" | cut -c1-150 | tail -60
   done
-elif [ "$phase" = pdl2 ]; then
-  # The whole-row GEMV with PDL as the decode linear on sm_90+, PDL in the decode path's norm /
-  # activation / conv / gate / recurrent kernels: tests on the card, then Qwen3.5-0.8B's decode
-  # with PDL and with HWINFER_PDL=0.
-  timeout 60 python3 -m pytest tests/kernels/test_gemv.py -q -p no:cacheprovider -rs > "$out/gemv_tests.txt" 2>&1
-  grep -E "passed|failed|FAILED|SKIP" "$out/gemv_tests.txt" | tail -4
-  timeout 150 python3 -m pytest tests/conformance --backend nvidia --strict -q -p no:cacheprovider \
-    -k "linear or rms_norm or gated_act or conv or recurrent or gdn_gate or rope" > "$out/conformance.txt" 2>&1
+elif [ "$phase" = decode ]; then
+  # Qwen3.5-0.8B's decode path: the whole-row GEMV with PDL, the norm-then-project GEMVs
+  # (add_rms_norm_linear, rms_norm_gated_linear), overlapped graph steps. Conformance of those
+  # ops and the recurrent kernels, Qwen3.5 tests on the card (graph tests: overlapped steps vs
+  # one at a time), then decode speed with and without PDL. (This session's pdl2 / pdl3 / pdl4
+  # runs were this phase at three trees.)
+  timeout 60 python3 -m pytest tests/kernels/test_gemv.py -q -p no:cacheprovider -k cuda > "$out/gemv_tests.txt" 2>&1
+  grep -E "passed|failed|FAILED" "$out/gemv_tests.txt" | tail -2
+  timeout 120 python3 -m pytest tests/conformance --backend nvidia --strict -q -p no:cacheprovider \
+    -k "linear or recurrent or rms_norm or gated_act or conv or gdn_gate" > "$out/conformance.txt" 2>&1
   grep -E "passed|failed|FAILED" "$out/conformance.txt" | tail -6
   HWINFER_TEST_DEVICE=cuda timeout 150 python3 -m pytest tests/models tests/engine/test_graphs.py -q \
-    -p no:cacheprovider -k "qwen" -rf --tb=short > "$out/tests.txt" 2>&1
+    -p no:cacheprovider -k "qwen or overlap" -rf --tb=short > "$out/tests.txt" 2>&1
   grep -E "^FAILED|passed|failed" "$out/tests.txt" | cut -c1-300 | tail -8
-  timeout 120 python3 scripts/bench_model.py --preset qwen3.5-0.8b --batch 1,32 --prompt 1024 --new 64 \
+  timeout 150 python3 scripts/bench_model.py --preset qwen3.5-0.8b --batch 1,32 --prompt 1024 --new 64 \
     --no-hf --no-eager --profile --csv "$out/model.csv" > "$out/bench_model_qwen.txt" 2>&1
   grep "^{\|Error\|# profile" "$out/bench_model_qwen.txt" | tail -6
   HWINFER_PDL=0 timeout 90 python3 scripts/bench_model.py --preset qwen3.5-0.8b --batch 1 --prompt 1024 \
     --new 64 --no-hf --no-eager > "$out/bench_model_qwen_nopdl.txt" 2>&1
   grep "^{\|Error" "$out/bench_model_qwen_nopdl.txt" | tail -3
-elif [ "$phase" = pdl3 ]; then
-  # add_rms_norm_linear (the MLP's add + norm + gate|up + activation as one GEMV) on the card,
-  # Qwen3.5 tests through it, Qwen3.5-0.8B decode speed and kernels per step.
-  timeout 100 python3 -m pytest tests/conformance --backend nvidia --strict -q -p no:cacheprovider \
-    -k "linear" > "$out/conformance.txt" 2>&1
-  grep -E "passed|failed|FAILED" "$out/conformance.txt" | tail -6
-  HWINFER_TEST_DEVICE=cuda timeout 150 python3 -m pytest tests/models tests/engine/test_graphs.py -q \
-    -p no:cacheprovider -k "qwen" -rf --tb=short > "$out/tests.txt" 2>&1
-  grep -E "^FAILED|passed|failed" "$out/tests.txt" | cut -c1-300 | tail -8
-  timeout 150 python3 scripts/bench_model.py --preset qwen3.5-0.8b --batch 1,32 --prompt 1024 --new 64 \
-    --no-hf --no-eager --profile --csv "$out/model.csv" > "$out/bench_model_qwen.txt" 2>&1
-  grep "^{\|Error\|# profile" "$out/bench_model_qwen.txt" | tail -6
-elif [ "$phase" = pdl4 ]; then
-  # The mixers' input projections and the GDN output norm + out_proj as single ops (one GEMV
-  # each in decode), slots passed as int64: conformance, Qwen3.5 tests, decode speed.
-  timeout 100 python3 -m pytest tests/conformance --backend nvidia --strict -q -p no:cacheprovider \
-    -k "linear or recurrent" > "$out/conformance.txt" 2>&1
-  grep -E "passed|failed|FAILED" "$out/conformance.txt" | tail -6
-  HWINFER_TEST_DEVICE=cuda timeout 150 python3 -m pytest tests/models tests/engine/test_graphs.py -q \
-    -p no:cacheprovider -k "qwen" -rf --tb=short > "$out/tests.txt" 2>&1
-  grep -E "^FAILED|passed|failed" "$out/tests.txt" | cut -c1-300 | tail -8
-  timeout 150 python3 scripts/bench_model.py --preset qwen3.5-0.8b --batch 1,32 --prompt 1024 --new 64 \
-    --no-hf --no-eager --profile --csv "$out/model.csv" > "$out/bench_model_qwen.txt" 2>&1
-  grep "^{\|Error\|# profile" "$out/bench_model_qwen.txt" | tail -6
 elif [ "$phase" = profile ]; then
   # Where the time goes in the models that trail transformers: kernels of one prefill step and of
   # decode steps (eager and graphs) at batch 1 and 32, then the chunked linear attention vs fla.

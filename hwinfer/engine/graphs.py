@@ -77,7 +77,10 @@ class DecodeGraphs:
         # Source row >= 0: the token id is the one sampled on the device at that row of the
         # previous step (``sampled``), not yet read back by the host (an overlapped step).
         self._pad = torch.tensor([0, 0, 1, pool.pad_slot, -1], dtype=torch.int64)
-        self.host = torch.empty(5, size, dtype=torch.int64, pin_memory=self.capture)
+        # Two pinned staging buffers, alternating: with overlapped steps the host writes step
+        # N+1's inputs while step N's copy may still wait in the stream behind step N-1.
+        self._staging = [torch.empty(5, size, dtype=torch.int64, pin_memory=self.capture)
+                         for _ in range(2)]
         self.inputs = self._pad[:, None].expand(5, size).contiguous().to(device)
         self.sampled = torch.zeros(size, dtype=torch.int64, device=device)
         # Two host copies of sampled tokens, alternating: a step's copy must survive until the
@@ -113,7 +116,7 @@ class DecodeGraphs:
         if size not in self.graphs and not self._capture(size):
             return None
         self._sync_tables(reqs)
-        host = self.host[:, :size]
+        host = self._staging[self.replays % 2][:, :size]
         host[:, n:] = self._pad[:, None]
         ids, src = [], []
         for r in reqs:

@@ -85,14 +85,24 @@ def add_rms_norm_linear(x: torch.Tensor, residual: torch.Tensor, norm_weight: to
     Uses: Qwen3.5's dense decoder layers, both halves (the mixer's input projection,
     ``MergedProjection.add_norm``; the MLP's gate|up, ``GatedMLP.add_norm_forward``).
     """
+    return compose_add_rms_norm_linear(add_rms_norm, linear, gated_act, x, residual, norm_weight,
+                                       weight, eps=eps, weight_offset=weight_offset,
+                                       activation=activation)
+
+
+def compose_add_rms_norm_linear(add_norm, matmul, act, x, residual, norm_weight, weight, *, eps,
+                                weight_offset, activation):
+    """``add_rms_norm_linear`` from implementations of its three parts (``add_rms_norm``,
+    ``linear``, ``gated_act``): the reference's definition, which impls reuse for the calls they
+    do not fuse."""
     if activation is not None and weight.shape[0] % 2:
         raise ValueError(f"add_rms_norm_linear: a gated projection needs an even N, got "
                          f"weight {tuple(weight.shape)}")
-    h, s = add_rms_norm(x, residual, norm_weight, eps=eps, weight_offset=weight_offset)
-    y = linear(h, weight)
+    h, s = add_norm(x, residual, norm_weight, eps=eps, weight_offset=weight_offset)
+    y = matmul(h, weight)
     if activation is not None:
         half = y.shape[-1] // 2
-        y = gated_act(y[..., :half], y[..., half:], activation=activation)
+        y = act(y[..., :half], y[..., half:], activation=activation)
     return y, s
 
 
@@ -138,11 +148,19 @@ def rms_norm_gated_linear(x: torch.Tensor, gate: torch.Tensor, norm_weight: torc
     Uses: Qwen3.5's Gated DeltaNet output (``norm`` + ``out_proj``, SiLU gate); the KDA output
     of Kimi-Linear and Kimi-K3 (``o_norm`` + ``o_proj``, sigmoid gate).
     """
+    return compose_rms_norm_gated_linear(rms_norm_gated, linear, x, gate, norm_weight, weight,
+                                         eps=eps, activation=activation)
+
+
+def compose_rms_norm_gated_linear(gated_norm, matmul, x, gate, norm_weight, weight, *, eps,
+                                  activation):
+    """``rms_norm_gated_linear`` from implementations of ``rms_norm_gated`` and ``linear`` (the
+    reference's definition; impls reuse it for the calls they do not fuse)."""
     if x.dim() != 3 or gate.shape != x.shape:
         raise ValueError(f"rms_norm_gated_linear: x and gate must be [T, H, D] of one shape, got "
                          f"{list(x.shape)} and {list(gate.shape)}")
-    y = rms_norm_gated(x, gate, norm_weight, eps=eps, activation=activation)
-    return linear(y.reshape(x.shape[0], x.shape[1] * x.shape[2]), weight)
+    y = gated_norm(x, gate, norm_weight, eps=eps, activation=activation)
+    return matmul(y.reshape(x.shape[0], x.shape[1] * x.shape[2]), weight)
 
 
 def _gated_linear_case(t: int, heads: int, dim: int, n: int, activation: str):

@@ -10,9 +10,9 @@ IMPLS = [
          requires=("triton",), interpretable=True),
     # add_rms_norm + linear (+ gated_act), rms_norm_gated + linear: one GEMV each in decode,
     # the norm as its prologue.
-    Impl("add_rms_norm_linear", "triton", "hwinfer.kernels.triton.gemv:add_rms_norm_linear",
+    Impl("add_rms_norm_linear", "triton", "hwinfer.kernels.triton.gemv_norm:add_rms_norm_linear",
          when=min_sm(80), priority=10, requires=("triton",), interpretable=True),
-    Impl("rms_norm_gated_linear", "triton", "hwinfer.kernels.triton.gemv:rms_norm_gated_linear",
+    Impl("rms_norm_gated_linear", "triton", "hwinfer.kernels.triton.gemv_norm:rms_norm_gated_linear",
          when=min_sm(80), priority=10, requires=("triton",), interpretable=True),
     Impl("add_rms_norm", "triton", "hwinfer.kernels.triton.norm:add_rms_norm", when=min_sm(80), priority=10,
          check="hwinfer.kernels.triton.norm:rms_norm_supported", requires=("triton",),

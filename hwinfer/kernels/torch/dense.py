@@ -14,22 +14,18 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     return F.linear(x, weight, None if bias is None else bias.to(x.dtype))
 
 
+
 def add_rms_norm_linear(x: torch.Tensor, residual: torch.Tensor, norm_weight: torch.Tensor | None,
                         weight: torch.Tensor, *, eps: float = 1e-6, weight_offset: float = 0.0,
                         activation: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """x, residual [..., K], weight [N, K] -> (y [..., N] or [..., N/2] gated, x + residual)."""
     from hwinfer.kernels.torch.norm import add_rms_norm
     from hwinfer.ops.activation import gated_act
+    from hwinfer.ops.dense import compose_add_rms_norm_linear
 
-    if activation is not None and weight.shape[0] % 2:
-        raise ValueError(f"add_rms_norm_linear: a gated projection needs an even N, got "
-                         f"weight {tuple(weight.shape)}")
-    h, s = add_rms_norm(x, residual, norm_weight, eps=eps, weight_offset=weight_offset)
-    y = linear(h, weight)
-    if activation is not None:
-        half = y.shape[-1] // 2
-        y = gated_act(y[..., :half], y[..., half:], activation=activation)
-    return y, s
+    return compose_add_rms_norm_linear(add_rms_norm, linear, gated_act, x, residual, norm_weight,
+                                       weight, eps=eps, weight_offset=weight_offset,
+                                       activation=activation)
 
 
 def rms_norm_gated_linear(x: torch.Tensor, gate: torch.Tensor, norm_weight: torch.Tensor | None,
@@ -37,9 +33,7 @@ def rms_norm_gated_linear(x: torch.Tensor, gate: torch.Tensor, norm_weight: torc
                           activation: str = "silu") -> torch.Tensor:
     """x, gate [T, H, D], weight [N, H * D] -> [T, N]."""
     from hwinfer.kernels.torch.norm import rms_norm_gated
+    from hwinfer.ops.dense import compose_rms_norm_gated_linear
 
-    if x.dim() != 3 or gate.shape != x.shape:
-        raise ValueError(f"rms_norm_gated_linear: x and gate must be [T, H, D] of one shape, got "
-                         f"{list(x.shape)} and {list(gate.shape)}")
-    y = rms_norm_gated(x, gate, norm_weight, eps=eps, activation=activation)
-    return linear(y.reshape(x.shape[0], x.shape[1] * x.shape[2]), weight)
+    return compose_rms_norm_gated_linear(rms_norm_gated, linear, x, gate, norm_weight, weight,
+                                         eps=eps, activation=activation)
