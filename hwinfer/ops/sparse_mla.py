@@ -8,6 +8,7 @@ from __future__ import annotations
 import torch
 
 from hwinfer.ops.contract import Case, Tol, define_op, randn
+from hwinfer.ops.kv_pack import FP8_DS_BYTES, FP8_DS_DIM, pack_fp8_ds_mla, unpack_fp8_ds_mla
 
 _TOL = {torch.float32: Tol(1e-5, 1e-5), torch.bfloat16: Tol(1e-2, 1e-2)}
 
@@ -151,9 +152,12 @@ def sparse_mla_decode(q: torch.Tensor, kv_cache: torch.Tensor, indices: torch.Te
     [-1, num_blocks * block_size); sinks [H] or None; out_rope cos, sin [B, S, R/2] fp32.
     Returns [B, S, H, v_dim or D] in q.dtype.
 
-    Not part of this contract: DeepSeek-V4's FP8 cache layout (per entry 448 e4m3 NoPE values +
-    64 bf16 RoPE values + 8 UE8M0 scale bytes = 584 B) and the V3.2/GLM-5 656 B layout; those
-    will be separate ops (dequantize-gather or fused) checked against this one.
+    DeepSeek-V4's FP8 cache: with D = 512, ``kv_cache`` (and ``extra_kv_cache``, both or
+    neither) may instead be uint8 [blocks, block_size, 584], each row one entry in the
+    ``fp8_ds_mla`` layout (448 e4m3 NoPE values with 7 UE8M0 group scales, 64 bf16 RoPE values;
+    :mod:`hwinfer.ops.kv_pack`). The result is the op on the exactly dequantized rows (in
+    q.dtype), so an impl that dequantizes in its gather loses nothing. (V3.2 / GLM-5's 656 B
+    layout is not covered.)
     """
     if q.dim() != 4:
         raise ValueError(f"sparse_mla_decode: q must be [B, S, H, D], got shape {tuple(q.shape)}")
@@ -171,6 +175,10 @@ def sparse_mla_decode(q: torch.Tensor, kv_cache: torch.Tensor, indices: torch.Te
             raise ValueError(f"sparse_mla_decode: out_rope cos/sin must both be [B={b}, S={s}, R/2], "
                              f"got {tuple(cos.shape)} and {tuple(sin.shape)}")
         rope = (cos.reshape(b * s, -1), sin.reshape(b * s, -1))
+    if check_packed_caches(q, kv_cache, extra_kv_cache):
+        kv_cache = unpack_fp8_ds_mla(kv_cache).to(q.dtype)
+        if extra_kv_cache is not None:
+            extra_kv_cache = unpack_fp8_ds_mla(extra_kv_cache).to(q.dtype)
     rows, idx = kv_cache.reshape(-1, kv_cache.shape[-1]), indices.reshape(b * s, -1)
     if (extra_kv_cache is None) != (extra_indices is None):
         raise ValueError("sparse_mla_decode: give extra_kv_cache and extra_indices together")
@@ -184,6 +192,25 @@ def sparse_mla_decode(q: torch.Tensor, kv_cache: torch.Tensor, indices: torch.Te
     out = sparse_mla_prefill(q.reshape(b * s, h, d), rows, idx, sinks, scale=scale, v_dim=v_dim,
                              out_rope=rope)
     return out.reshape(b, s, h, -1)
+
+
+def check_packed_caches(q: torch.Tensor, kv_cache: torch.Tensor,
+                        extra_kv_cache: torch.Tensor | None) -> bool:
+    """Whether sparse_mla_decode's caches are fp8_ds_mla packed (uint8 [..., 584] with D = 512,
+    both or neither); raises on a mix or a wrong shape."""
+    packed = kv_cache.dtype == torch.uint8
+    if extra_kv_cache is not None and (extra_kv_cache.dtype == torch.uint8) != packed:
+        raise ValueError("sparse_mla_decode: kv_cache and extra_kv_cache must both be packed "
+                         f"(uint8) or both float, got {kv_cache.dtype} and {extra_kv_cache.dtype}")
+    if packed:
+        for name, cache in (("kv_cache", kv_cache), ("extra_kv_cache", extra_kv_cache)):
+            if cache is not None and (cache.dim() != 3 or cache.shape[-1] != FP8_DS_BYTES):
+                raise ValueError(f"sparse_mla_decode: a packed {name} must be uint8 [blocks, "
+                                 f"block_size, {FP8_DS_BYTES}], got {tuple(cache.shape)}")
+        if q.shape[-1] != FP8_DS_DIM:
+            raise ValueError(f"sparse_mla_decode: a packed (fp8_ds_mla) cache holds D = "
+                             f"{FP8_DS_DIM} entries, q has D = {q.shape[-1]}")
+    return packed
 
 
 def check_extra_args(q: torch.Tensor, extra_kv_cache: torch.Tensor, extra_indices: torch.Tensor) -> None:
@@ -288,6 +315,17 @@ def _decode_extra_case(batch: int, heads: int, dim: int, *, window: int = 8, rat
     return make
 
 
+def _packed(make):
+    """The same case with its caches in DeepSeek-V4's fp8_ds_mla layout (D = 512)."""
+    def packed(gen, dtype, device):
+        inputs = make(gen, dtype, device)
+        for name in ("kv_cache", "extra_kv_cache"):
+            if inputs.get(name) is not None:
+                inputs[name] = pack_fp8_ds_mla(inputs[name])
+        return inputs
+    return packed
+
+
 def _decode_case(batch: int, s: int, heads: int, dim: int, *, rope: int = 0, sinks: bool = True,
                  v_dim: int | None = None, k: int = 24, blocks: int = 12, block_size: int = 16):
     def make(gen, dtype, device):
@@ -336,9 +374,11 @@ SPARSE_MLA_DECODE = define_op(
         Case("dsv4_d512_s2", _decode_case(2, 2, 8, 512, rope=64)),
         Case("glm5_absorbed_s2", _decode_case(3, 2, 8, 160, sinks=False, v_dim=128, k=32)),
         Case("dsv4_ring_plus_entries", _decode_extra_case(3, 8, 64)),
+        Case("dsv4_fp8_cache_s2", _packed(_decode_case(2, 2, 8, 512, rope=64))),
+        Case("dsv4_fp8_ring_plus_entries", _packed(_decode_extra_case(2, 8, 512))),
     ],
     tolerance=_TOL,
 )
 
-__all__ = ["check_extra_args", "check_index_range", "check_sparse_mla_args", "inverse_rope_interleaved",
-           "sparse_mla_decode", "sparse_mla_prefill"]
+__all__ = ["check_extra_args", "check_index_range", "check_packed_caches", "check_sparse_mla_args",
+           "inverse_rope_interleaved", "sparse_mla_decode", "sparse_mla_prefill"]

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import torch
 
+from hwinfer.ops.kv_pack import unpack_fp8_ds_mla
 from hwinfer.ops.sparse_mla import (
-    check_extra_args, check_index_range, check_sparse_mla_args, inverse_rope_interleaved,
+    check_extra_args, check_index_range, check_packed_caches, check_sparse_mla_args,
+    inverse_rope_interleaved,
 )
 
 _WORKSPACE_ELEMS = 1 << 20
@@ -80,19 +82,26 @@ def sparse_mla_decode(q: torch.Tensor, kv_cache: torch.Tensor, indices: torch.Te
         if cos.dim() != 3 or cos.shape[:2] != q.shape[:2] or cos.shape != sin.shape:
             raise ValueError(f"sparse_mla_decode: out_rope cos/sin must both be [B={b}, S={s}, R/2]")
         rope = (cos.reshape(b * s, -1), sin.reshape(b * s, -1))
-    rows, idx = kv_cache.reshape(-1, kv_cache.shape[-1]), indices.reshape(b * s, -1)
     if (extra_kv_cache is None) != (extra_indices is None):
         raise ValueError("sparse_mla_decode: give extra_kv_cache and extra_indices together")
-    if extra_kv_cache is not None:
+    packed = check_packed_caches(q, kv_cache, extra_kv_cache)
+    if extra_kv_cache is not None and not packed:
         check_extra_args(q, extra_kv_cache, extra_indices)
-        extra_rows = extra_kv_cache.reshape(-1, d)
+    rows, idx = kv_cache.reshape(-1, kv_cache.shape[-1]), indices.reshape(b * s, -1)
+    if extra_kv_cache is not None or packed:
+        # Only the selected rows are gathered (never a copy of a cache), and with a packed
+        # (fp8_ds_mla) cache only they are dequantized.
         check_index_range(idx, rows.shape[0], "sparse_mla_decode")
-        check_index_range(extra_indices, extra_rows.shape[0], "sparse_mla_decode")
-        both = torch.cat((idx, extra_indices.reshape(b * s, -1).to(idx.dtype)), dim=1)
-        k1 = idx.shape[1]
-        rows = torch.cat((rows.index_select(0, idx.clamp(min=0).flatten().long()).view(b * s, k1, d),
-                          extra_rows.index_select(0, both[:, k1:].clamp(min=0).flatten().long())
-                          .view(b * s, -1, d)), dim=1).view(-1, d)
+        sets = [(rows, idx)]
+        if extra_kv_cache is not None:
+            extra = extra_indices.reshape(b * s, -1).to(idx.dtype)
+            sets.append((extra_kv_cache.reshape(-1, extra_kv_cache.shape[-1]), extra))
+            check_index_range(extra, sets[1][0].shape[0], "sparse_mla_decode")
+        rows = torch.cat([r.index_select(0, i.clamp(min=0).flatten().long()).view(b * s, i.shape[1], -1)
+                          for r, i in sets], dim=1).flatten(0, 1)
+        if packed:
+            rows = unpack_fp8_ds_mla(rows).to(q.dtype)
+        both = torch.cat([i for _, i in sets], dim=1)
         local = torch.arange(rows.shape[0], device=q.device).view(b * s, -1)
         idx = torch.where(both >= 0, local, -1)
     out = sparse_mla_prefill(q.reshape(b * s, h, d), rows, idx, sinks, scale=scale, v_dim=v_dim, out_rope=rope)

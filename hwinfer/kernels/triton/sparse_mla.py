@@ -40,6 +40,7 @@ import triton
 
 from hwinfer.kernels.triton import num_sms
 from hwinfer.kernels.triton.sparse_mla_kernels import _dims, _sparse_mla_merge_kernel, _sparse_mla_split_kernel
+from hwinfer.ops.sparse_mla import check_packed_caches
 
 _LOG2E = 1.4426950408889634
 
@@ -119,7 +120,8 @@ def _launch(q3, kv, stride_kv, idx, kv2, stride_kv2, idx2, k2, sinks, out_rope, 
         stride_cs, o3.stride(0), o3.stride(1),
         BLOCK_H=bh, BLOCK_K=bk, BD1=bd1, BD2=bd2, BLOCK_V=bv, HAS_TAIL=tail,
         V_IS_K=nv == 1 and bv == bd1, SINGLE=nsplit == 1, HAS_SINK=sinks is not None,
-        HAS_ROPE=has_rope, LOWP=lowp, num_warps=tune["num_warps"], num_stages=tune["num_stages"])
+        HAS_ROPE=has_rope, LOWP=lowp, FP8_DS=kv.dtype == torch.uint8, num_warps=tune["num_warps"],
+        num_stages=tune["num_stages"])
     if nsplit > 1:
         bc = min(64, triton.next_power_of_2(dv))
         _sparse_mla_merge_kernel[(triton.cdiv(h, 16), triton.cdiv(dv, bc), t)](
@@ -136,6 +138,8 @@ def sparse_mla_decode(q: torch.Tensor, kv_cache: torch.Tensor, indices: torch.Te
                       num_splits: int | None = None, **tuning: int | None) -> torch.Tensor:
     """Triton sparse MLA decode: q [B, S, H, D], kv_cache [blocks, bs, D], indices [B, S, K]
     (+ extra_kv_cache [blocks2, bs2, D], extra_indices [B, S, K2]) -> [B, S, H, v_dim or D].
+    Packed caches (uint8 [blocks, bs, 584], fp8_ds_mla, D = 512) are decoded in the gather:
+    half the bytes per row of a bf16 cache.
 
     No host sync (CUDA-graph safe). Tuning keywords (None = ``DECODE_TUNING`` for the vendor):
     block_h heads per program (default: all, up to acc_budget // block_v), block_v output
@@ -211,6 +215,10 @@ def sparse_mla_decode_supported(q: torch.Tensor, kv_cache: torch.Tensor, indices
     for name, cache in (("kv_cache", kv_cache), ("extra_kv_cache", extra_kv_cache)):
         if cache is not None and (cache.stride(2) != 1 or cache.stride(0) != cache.shape[1] * cache.stride(1)):
             return f"{name} must be viewable as rows [blocks * block_size, D] without a copy"
+    try:
+        check_packed_caches(q, kv_cache, extra_kv_cache)
+    except ValueError as exc:
+        return str(exc)
     dv = q.shape[-1] if v_dim is None else int(v_dim)
     return _common_check(q, (kv_cache, extra_kv_cache), (indices, extra_indices), dv, out_rope)
 
