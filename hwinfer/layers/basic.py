@@ -11,7 +11,7 @@ from torch import nn
 
 from hwinfer.backend.select import OpTable
 from hwinfer.ops.activation import gated_act
-from hwinfer.ops.dense import add_rms_norm_linear
+from hwinfer.ops.dense import add_rms_norm_linear, rms_norm_gated_linear
 
 
 class Linear(nn.Module):
@@ -25,20 +25,38 @@ class Linear(nn.Module):
         self.weight = nn.Parameter(torch.empty(out_features, in_features, dtype=dtype), requires_grad=False)
         self.bias = nn.Parameter(torch.empty(out_features, dtype=dtype), requires_grad=False) if bias else None
         self.matmul = F.linear
+        # ``rms_norm_gated_linear`` (the reference until bind_dense_ops binds the device's op);
+        # like ``matmul``, the one entry a tensor-parallel wrap reduces around.
+        self.gated_norm_matmul = rms_norm_gated_linear
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.matmul(x, self.weight, self.bias)
 
+    def gated_norm(self, x: torch.Tensor, gate: torch.Tensor, norm_weight: torch.Tensor | None, *,
+                   eps: float, activation: str) -> torch.Tensor:
+        """self(rms_norm_gated(x, gate, norm_weight).reshape(T, -1)) with the norm inside the
+        product (one GEMV in decode); x, gate [T, H, D] -> [T, out]."""
+        y = self.gated_norm_matmul(x, gate, norm_weight, self.weight, eps=eps, activation=activation)
+        return y if self.bias is None else y + self.bias
+
 
 def bind_dense_ops(model: nn.Module, ops) -> None:
-    """Make every Linear of ``model`` run the OpTable's ``linear`` op and every GatedMLP its
-    ``gated_act`` (layers built without an OpTable run plain torch until then)."""
+    """Make every Linear of ``model`` run the OpTable's ``linear`` (and ``rms_norm_gated_linear``)
+    op and every GatedMLP its ``gated_act`` and ``add_rms_norm_linear`` (layers built without an
+    OpTable run plain torch / the references until then)."""
     for module in model.modules():
         if isinstance(module, Linear):
             module.matmul = ops.linear
+            module.gated_norm_matmul = ops.rms_norm_gated_linear
         elif isinstance(module, GatedMLP):
             module.gated_act = ops.gated_act
             module.add_rms_norm_linear = ops.add_rms_norm_linear
+
+
+def _reduces(linear: Linear) -> bool:
+    """Whether ``linear``'s matmul sums its output across ranks (a row-parallel shard): a fused
+    op called with its weight directly would skip that sum."""
+    return getattr(linear.matmul, "row_parallel", False)
 
 
 class MergedProjection:
@@ -72,7 +90,7 @@ class MergedProjection:
         """(this projection of norm(x + residual), as its parts; x + residual) through ``op``, the
         bound ``add_rms_norm_linear`` (one GEMV in decode); with a bias, the ops one by one."""
         weight, bias = self.stacked()
-        if bias is not None:
+        if bias is not None or _reduces(self.linears[0]):
             h, residual = norm.add(x, residual)
             return self(h), residual
         y, residual = op(x, residual, norm.weight, weight, eps=norm.eps, weight_offset=norm.offset)
@@ -154,7 +172,7 @@ class GatedMLP(nn.Module):
         """(self(norm(x + residual)), x + residual) with the add, the norm, the gate|up
         projection and the activation as one op (one GEMV in decode); x, residual [T, H]."""
         weight, bias = self.gate_up.stacked()
-        if bias is not None:  # no fused form with a bias: the ops one by one
+        if bias is not None or _reduces(self.gate_proj):  # no fused form: the ops one by one
             h, residual = norm.add(x, residual)
             return self(h), residual
         a, residual = self.add_rms_norm_linear(x, residual, norm.weight, weight, eps=norm.eps,

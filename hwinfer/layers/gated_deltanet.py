@@ -77,9 +77,8 @@ class GatedDeltaNet(nn.Module):
         if cache is not None and batch.capture is not None:
             batch.capture.record(self, cache, pre=pre, q=q[0], k=k[0], v=v[0], g=g[0], beta=beta[0])
         z = z.view(t, self.nv, self.dv)
-        # The gated norm and out_proj: one op (one GEMV in decode).
-        return ops.rms_norm_gated_linear(o[0], z, self.norm.weight, self.out_proj.weight,
-                                         eps=self.eps, activation="silu")
+        # The gated norm inside out_proj's product (one GEMV in decode).
+        return self.out_proj.gated_norm(o[0], z, self.norm.weight, eps=self.eps, activation="silu")
 
     def replay(self, cache: dict, slots: torch.Tensor, state: dict[str, torch.Tensor],
                inputs: dict[str, torch.Tensor], cu_seqlens: torch.Tensor) -> None:

@@ -93,6 +93,5 @@ class KimiDeltaAttention(nn.Module):
         if not self.full_rank_gate:
             gate = self.g_b_proj(gate)
         gate = gate.view(t, h, d)
-        # The gated norm and o_proj: one op (one GEMV in decode).
-        return ops.rms_norm_gated_linear(o[0], gate, self.o_norm.weight, self.o_proj.weight,
-                                         eps=self.eps, activation="sigmoid")
+        # The gated norm inside o_proj's product (one GEMV in decode).
+        return self.o_proj.gated_norm(o[0], gate, self.o_norm.weight, eps=self.eps, activation="sigmoid")

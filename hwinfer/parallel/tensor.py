@@ -69,7 +69,8 @@ def _column_parallel(linear: Linear, parts: list[tuple[int, int]]) -> None:
 
 def _row_parallel(linear: Linear, start: int, length: int, group) -> None:
     """Keep the input columns [start, start + length) of ``linear``; its output is summed over
-    the group, then the bias (whole on every rank) added once."""
+    the group, then the bias (whole on every rank) added once. Both entries of the Linear
+    (``matmul`` and the fused ``gated_norm_matmul``) are wrapped."""
     linear.weight = _new_param(linear.weight, linear.weight.data.narrow(1, start, length))
     inner = linear.matmul
 
@@ -80,6 +81,14 @@ def _row_parallel(linear: Linear, start: int, length: int, group) -> None:
 
     matmul.row_parallel = True
     linear.matmul = matmul
+    inner_gated = linear.gated_norm_matmul
+
+    def gated_norm_matmul(*args, **kwargs) -> torch.Tensor:   # the fused norm + product: the same sum
+        y = inner_gated(*args, **kwargs).contiguous()
+        dist.all_reduce(y, group=group)
+        return y
+
+    linear.gated_norm_matmul = gated_norm_matmul
 
 
 def _restack(module: nn.Module) -> None:

@@ -97,8 +97,8 @@ def sparse_mla_decode(q: torch.Tensor, kv_cache: torch.Tensor, indices: torch.Te
             extra = extra_indices.reshape(b * s, -1).to(idx.dtype)
             sets.append((extra_kv_cache.reshape(-1, extra_kv_cache.shape[-1]), extra))
             check_index_range(extra, sets[1][0].shape[0], "sparse_mla_decode")
-        rows = torch.cat([r.index_select(0, i.clamp(min=0).flatten().long()).view(b * s, i.shape[1], -1)
-                          for r, i in sets], dim=1).flatten(0, 1)
+        rows = torch.cat([r.index_select(0, i.clamp(min=0).flatten().long())
+                          .view(b * s, i.shape[1], r.shape[-1]) for r, i in sets], dim=1).flatten(0, 1)
         if packed:
             rows = unpack_fp8_ds_mla(rows).to(q.dtype)
         both = torch.cat([i for _, i in sets], dim=1)
