@@ -3,7 +3,8 @@
 Decode: DeepSeek-V4-Flash shapes (H=64, D=512, bf16, sinks, inverse RoPE on the last 64
 channels): the sliding-window ring (128 rows, ``kv_cache``) plus compressed entries
 (``extra_kv_cache``): CSA-like K = 128 + 512 indexer picks, HCA-like K = 128 + 8192 entries (1M
-context at ratio 128); and GLM-5 absorbed MLA (D=576, v_dim=512, top-2048, no sinks). S=1.
+context at ratio 128), HCA also with both caches packed (fp8_ds_mla: 584 B a row, the bytes
+counted as such); and GLM-5 absorbed MLA (D=576, v_dim=512, top-2048, no sinks). S=1.
 The Triton decode is timed in CUDA graph replays (the engine's decode path), the rest eagerly.
 Bytes = gathered KV rows (every index valid: K * D * 2 per token, counted once) + q + o, against
 the H200's 4,270 GB/s. Prefill: V4 CSA (K = 128 + 512) and GLM-5 (K = 2048) over T tokens,
@@ -32,6 +33,7 @@ from hwinfer.kernels.torch.sparse_mla import sparse_mla_decode as torch_decode
 from hwinfer.kernels.torch.sparse_mla import sparse_mla_prefill as torch_prefill
 from hwinfer.kernels.triton.sparse_mla import sparse_mla_decode as triton_decode
 from hwinfer.kernels.triton.sparse_mla import sparse_mla_prefill as triton_prefill
+from hwinfer.ops.kv_pack import pack_fp8_ds_mla
 from hwinfer.ops.sparse_mla import sparse_mla_decode as ref_decode
 from hwinfer.ops.sparse_mla import sparse_mla_prefill as ref_prefill
 
@@ -85,10 +87,17 @@ def prefill_inputs(tokens: int, kind: str, dtype=torch.bfloat16):
     return inputs
 
 
+def packed(inputs: dict) -> dict:
+    """The same decode inputs with DeepSeek-V4's packed FP8 caches (fp8_ds_mla, 584 B a row)."""
+    return {**inputs, **{name: pack_fp8_ds_mla(inputs[name]) for name in ("kv_cache", "extra_kv_cache")
+                         if inputs.get(name) is not None}}
+
+
 def decode_bytes(inputs: dict, out: torch.Tensor) -> int:
     q = inputs["q"]
     k = inputs["indices"].shape[-1] + (inputs["extra_indices"].shape[-1] if "extra_indices" in inputs else 0)
-    return q.shape[0] * q.shape[1] * k * q.shape[-1] * q.element_size() + q.nbytes + out.nbytes
+    row = inputs["kv_cache"].shape[-1] * inputs["kv_cache"].element_size()   # 584 B when packed
+    return q.shape[0] * q.shape[1] * k * row + q.nbytes + out.nbytes
 
 
 def prefill_flops(inputs: dict, out: torch.Tensor) -> float:
@@ -164,6 +173,7 @@ def main() -> None:
     for batch in batches:
         for label, make in ((f"dsv4_csa_K128+512_B{batch}", lambda: dsv4_inputs(batch, 512)),
                             (f"dsv4_hca_K128+8192_B{batch}", lambda: dsv4_inputs(batch, None)),
+                            (f"dsv4_hca_fp8cache_K128+8192_B{batch}", lambda: packed(dsv4_inputs(batch, None))),
                             (f"glm5_D576_K2048_B{batch}", lambda: glm5_inputs(batch))):
             if only not in label:
                 continue

@@ -28,6 +28,8 @@
 #                                         # PDL; chunked GDN / KDA variants vs fla
 #   bash scripts/device_issue6.sh decode    # Qwen3.5-0.8B decode path (PDL GEMVs, fused norms,
 #                                         # overlapped steps): tests on the card, speed
+#   bash scripts/device_issue6.sh next      # MiniMax-M3 Triton block-sparse decode on the card,
+#                                         # sparse MLA over packed FP8 caches vs bf16
 #   bash scripts/device_issue6.sh diagnose  # model oracle + CUDA-graph tests on the GPU, then
 #                                         # the failures again under HWINFER_SHADOW=raise, which
 #                                         # names the first op whose kernel leaves its reference
@@ -247,6 +249,18 @@ elif [ "$phase" = decode ]; then
   HWINFER_PDL=0 timeout 90 python3 scripts/bench_model.py --preset qwen3.5-0.8b --batch 1 --prompt 1024 \
     --new 64 --no-hf --no-eager > "$out/bench_model_qwen_nopdl.txt" 2>&1
   grep "^{\|Error" "$out/bench_model_qwen_nopdl.txt" | tail -3
+elif [ "$phase" = next ]; then
+  # What the seventh session wrote after its device time, besides the decode phase: MiniMax-M3's
+  # Triton block_sparse_decode (conformance, graph + oracle tests on the card) and sparse MLA
+  # decode over packed FP8 caches (conformance; HCA bf16 vs fp8 cache timing).
+  timeout 120 python3 -m pytest tests/conformance --backend nvidia --strict -q -p no:cacheprovider \
+    -k "block_sparse or sparse_mla" > "$out/conformance.txt" 2>&1
+  grep -E "passed|failed|FAILED" "$out/conformance.txt" | tail -6
+  HWINFER_TEST_DEVICE=cuda timeout 200 python3 -m pytest tests/engine/test_graphs.py tests/models/test_minimax_m3.py \
+    -q -p no:cacheprovider -k "minimax" -rf --tb=short > "$out/tests.txt" 2>&1
+  grep -E "^FAILED|passed|failed" "$out/tests.txt" | cut -c1-300 | tail -8
+  timeout 200 python3 scripts/bench_sparse_mla.py --only hca > "$out/bench_sparse_mla.csv" 2> "$out/bench_sparse_mla.err"
+  echo "== bench_sparse_mla rc=$?"; grep -v "Warn\|warn" "$out/bench_sparse_mla.err" | tail -20
 elif [ "$phase" = profile ]; then
   # Where the time goes in the models that trail transformers: kernels of one prefill step and of
   # decode steps (eager and graphs) at batch 1 and 32, then the chunked linear attention vs fla.
