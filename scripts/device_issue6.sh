@@ -22,8 +22,6 @@
 #                                         # tilings, DeepSeek-V4 speed
 #   bash scripts/device_issue6.sh diag      # KDA's diagonal-block kernel: conformance, vs fla,
 #                                         # Kimi-Linear tests and speed
-#   bash scripts/device_issue6.sh todo      # MiniMax-M3 graph decode on the card; the WY stage
-#                                         # in key-channel blocks vs the whole-tile one vs fla
 #   bash scripts/device_issue6.sh pdl       # Qwen3.5-0.8B's decode GEMV chain with / without
 #                                         # PDL; chunked GDN / KDA variants vs fla
 #   bash scripts/device_issue6.sh decode    # Qwen3.5-0.8B decode path (PDL GEMVs, fused norms,
@@ -191,27 +189,6 @@ elif [ "$phase" = diag ]; then
   timeout 100 python3 scripts/bench_model.py --preset kimi-linear-48b-a3b --layers 4 --batch 1,32 \
     --prompt 1024 --new 32 --no-eager --no-hf --csv "$out/model.csv" > "$out/bench_model_kimi.txt" 2>&1
   grep "^{\|Error" "$out/bench_model_kimi.txt" | tail -4
-elif [ "$phase" = todo ]; then
-  # What the sixth session wrote after its device time: MiniMax-M3's graph-safe decode
-  # (block_sparse_decode: syncs, conformance, graph and oracle tests on the card) and the WY
-  # stage in key-channel blocks (block_k 32 / 64 against the whole-tile kernel and fla).
-  timeout 120 python3 scripts/find_syncs.py minimax_m3 > "$out/syncs.txt" 2>&1
-  echo "== find_syncs rc=$?"; grep -v "Warn\|warn" "$out/syncs.txt" | tail -6
-  timeout 100 python3 -m pytest tests/conformance --backend nvidia --strict -q -p no:cacheprovider \
-    -k "block_sparse or chunked" > "$out/conformance.txt" 2>&1
-  grep -E "passed|failed|FAILED" "$out/conformance.txt" | tail -6
-  HWINFER_TEST_DEVICE=cuda timeout 200 python3 -m pytest tests/engine/test_graphs.py tests/models/test_minimax_m3.py \
-    -q -p no:cacheprovider -k "minimax" -rf --tb=short > "$out/tests.txt" 2>&1
-  grep -E "^FAILED|passed|failed" "$out/tests.txt" | cut -c1-300 | tail -8
-  timeout 120 python3 -m pytest tests/kernels/test_delta_chunk.py -q -p no:cacheprovider > "$out/delta_chunk_tests.txt" 2>&1
-  grep -E "passed|failed" "$out/delta_chunk_tests.txt" | tail -2
-  timeout 200 python3 scripts/bench_delta_chunk.py --no-variants --no-torch --shapes 1x16384,8x2048 \
-    --breakdown > "$out/bench_delta_chunk.csv" 2> "$out/bench_delta_chunk.err"
-  echo "== bench_delta_chunk rc=$?"; grep -v "Warn\|warn\|at::native\|Memcpy" "$out/bench_delta_chunk.err" | tail -50
-  # GDN at 1 x 16k with the state kernel's value-block variants (more programs at B = 1)
-  timeout 100 python3 scripts/bench_delta_chunk.py --no-torch --kinds gdn --shapes 1x16384 \
-    > "$out/bench_delta_chunk_gdn.csv" 2> "$out/bench_delta_chunk_gdn.err"
-  echo "== gdn variants rc=$?"; grep "us " "$out/bench_delta_chunk_gdn.err" | tail -10
 elif [ "$phase" = pdl ]; then
   # The decode weight stream (97 GEMVs of Qwen3.5-0.8B) with the whole-row GEMV, with and
   # without programmatic dependent launch; chunked GDN / KDA with the channel-blocked WY stage

@@ -180,32 +180,25 @@ def _kda_diag_kernel(q_ptr, k_ptr, g_ptr, b_ptr, a_ptr, xd_ptr, tab_ptr, Hk, Hv,
     live = tl.load(tab_ptr + 2 * i_c + 1) - r0
     if live > 0:
         r = tl.arange(0, 16)
+        cols = tl.arange(0, DK)
         k = _qk_rows(k_ptr, tok0, live, i_hk, Hk, 1.0, eps, 0, 16, DK, USE_L2NORM)
         b = tl.load(b_ptr + (tok0 + r) * Hv + i_h, mask=r < live, other=0.0).to(tl.float32)
         akk = tl.zeros([16, 16], dtype=tl.float32)
         aqk = tl.zeros([16, 16], dtype=tl.float32)
         dec = tl.zeros([16, DK], dtype=tl.float32)
         for t in range(0, tl.minimum(live, 16)):
-            dec, akk, aqk = _diag_row(q_ptr, k_ptr, g_ptr, k, dec, akk, aqk, t, tok0, i_h, i_hk, Hk, Hv, scale, eps, DK, USE_L2NORM)
+            row = r[:, None] == t
+            kt = _qk_row(k_ptr, tok0 + t, i_hk, Hk, 1.0, eps, DK, USE_L2NORM)
+            qt = _qk_row(q_ptr, tok0 + t, i_hk, Hk, scale, eps, DK, USE_L2NORM)
+            et = tl.exp(tl.load(g_ptr + ((tok0 + t) * Hv + i_h) * DK + cols).to(tl.float32))
+            dec = dec * et[None, :]
+            akk = tl.where(row, tl.sum(dec * k * kt[None, :], axis=1)[None, :], akk)
+            dec = tl.where(row, 1.0, dec)
+            aqk = tl.where(row, tl.sum(dec * k * qt[None, :], axis=1)[None, :], aqk)
         x = _inv16(akk * b[:, None], live)
         out = ((tok0 + r) * Hv + i_h)[:, None]
         tl.store(xd_ptr + out * 16 + r[None, :], x, mask=(r < live)[:, None])
         tl.store(a_ptr + out * 64 + r0 + r[None, :], aqk, mask=(r < live)[:, None])
-
-
-@triton.jit
-def _diag_row(q_ptr, k_ptr, g_ptr, k, dec, akk, aqk, t, tok0, i_h, i_hk, Hk, Hv, scale, eps,
-              DK: tl.constexpr, USE_L2NORM: tl.constexpr):
-    """Row t of the diagonal blocks (see ``_kda_diag_kernel``)."""
-    row = tl.arange(0, 16)[:, None] == t
-    kt = _qk_row(k_ptr, tok0 + t, i_hk, Hk, 1.0, eps, DK, USE_L2NORM)
-    qt = _qk_row(q_ptr, tok0 + t, i_hk, Hk, scale, eps, DK, USE_L2NORM)
-    et = tl.exp(tl.load(g_ptr + ((tok0 + t) * Hv + i_h) * DK + tl.arange(0, DK)).to(tl.float32))
-    dec = dec * et[None, :]
-    akk = tl.where(row, tl.sum(dec * k * kt[None, :], axis=1)[None, :], akk)
-    dec = tl.where(row, 1.0, dec)
-    aqk = tl.where(row, tl.sum(dec * k * qt[None, :], axis=1)[None, :], aqk)
-    return dec, akk, aqk
 
 
 @triton.jit
