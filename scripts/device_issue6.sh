@@ -26,7 +26,7 @@
 #                                         # PDL; chunked GDN / KDA variants vs fla
 #   bash scripts/device_issue6.sh decode    # Qwen3.5-0.8B decode path (PDL GEMVs, fused norms,
 #                                         # overlapped steps): tests on the card, speed
-#   bash scripts/device_issue6.sh next      # MiniMax-M3 Triton block-sparse decode on the card,
+#   bash scripts/device_issue6.sh sparse    # MiniMax-M3 Triton block-sparse decode on the card,
 #                                         # sparse MLA over packed FP8 caches vs bf16
 #   bash scripts/device_issue6.sh diagnose  # model oracle + CUDA-graph tests on the GPU, then
 #                                         # the failures again under HWINFER_SHADOW=raise, which
@@ -226,7 +226,7 @@ elif [ "$phase" = decode ]; then
   HWINFER_PDL=0 timeout 90 python3 scripts/bench_model.py --preset qwen3.5-0.8b --batch 1 --prompt 1024 \
     --new 64 --no-hf --no-eager > "$out/bench_model_qwen_nopdl.txt" 2>&1
   grep "^{\|Error" "$out/bench_model_qwen_nopdl.txt" | tail -3
-elif [ "$phase" = next ]; then
+elif [ "$phase" = sparse ]; then
   # What the seventh session wrote after its device time, besides the decode phase: MiniMax-M3's
   # Triton block_sparse_decode (conformance, graph + oracle tests on the card) and sparse MLA
   # decode over packed FP8 caches (conformance; HCA bf16 vs fp8 cache timing).
