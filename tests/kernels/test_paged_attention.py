@@ -3,7 +3,8 @@ not reach, interpreted (``TRITON_INTERPRET`` is read at decoration, hence a fres
 
 paged_attention: Sq = 8 with several row blocks per kv head, many splits (those before the
 window or past the end exit, table entries there are -1), one split (no combine), an odd block
-size (5), Dk != Dv, q fp32 over an fp16 cache, NaN in unwritten slots, window + sinks + gate.
+size (5), Dk != Dv, q fp32 over an fp16 cache, NaN in unwritten slots, window + sinks + gate; the default splits, which share each sequence's visible keys on the
+device (with and without a window).
 causal_conv1d: an empty packed sequence, chunks shorter than K-1 (state read across chunks),
 K = 1 and 2, an fp32 state with fp16 inputs.
 """
@@ -27,7 +28,8 @@ for lens, sq, hq, hkv, dk, dv, bs, extra, kw in (
         ([40, 8, 77], 8, 8, 2, 32, 32, 16, dict(window=20, sinks=True, gate=True), dict(block_m=16, split=16)),
         ([33, 9], 2, 4, 1, 32, 64, 5, dict(window=7, unused="big"), dict(split=8)),
         ([60, 3], 1, 4, 2, 48, None, 16, dict(sinks=True), dict(split=4096)),
-        ([25, 64], 4, 4, 4, 16, 16, 8, dict(gate=True), {})):
+        ([25, 64], 4, 4, 4, 16, 16, 8, dict(gate=True), {}),
+        ([90, 30], 1, 4, 2, 32, None, 8, dict(window=24, sinks=True, unused="big"), {})):
     inputs = ref_pa._paged_case(lens, sq, hq, hkv, dk, dv, bs, **extra)(gen, torch.float16, "cpu")
     want = ref_pa.paged_attention(**inputs)
     assert pa.paged_attention_supported(**inputs) is None

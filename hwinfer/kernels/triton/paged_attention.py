@@ -17,7 +17,9 @@ Flash decoding without host syncs (the decode step is captured in a CUDA graph):
   that the sequence's own length makes live (recomputed from seq_lens), then sinks, gate, cast.
 
 The number of splits depends on shapes only (block_table.shape[1] * block_size is the longest
-possible sequence), so one graph capture serves every length. Dot precision as in
+possible sequence), so one graph capture serves every length; each sequence's visible keys are
+shared among the splits on the device (``_split_span``), so a short sequence in a graph sized
+for long ones still runs on many programs. Dot precision as in
 sparse_mla.py: fp32 right after the load; bf16/fp16 dots on a GPU when q and the cache share
 that dtype, fp32 ("ieee") dots otherwise and in the interpreter.
 """
@@ -40,6 +42,15 @@ def _seq_bounds(seq_ptr, b, SQ, W, HAS_WINDOW: tl.constexpr):
     L = tl.load(seq_ptr + b).to(tl.int32)
     lo = tl.maximum(L * 0, L - SQ - W + 1) if HAS_WINDOW else L * 0
     return lo, L
+
+
+@triton.jit
+def _split_span(lo, L, SPLIT, NSPLIT, BLOCK_N: tl.constexpr):
+    """Keys per split of sequence b: its visible range [lo, L) shared by the NSPLIT splits in
+    whole BLOCK_N tiles, at least SPLIT. Read from the device, so a graph captured for the
+    longest sequence still spreads a short one over many programs."""
+    per = tl.cdiv(tl.cdiv(L - lo, NSPLIT), BLOCK_N) * BLOCK_N
+    return tl.maximum(per, SPLIT)
 
 
 @triton.jit
@@ -88,8 +99,9 @@ def _paged_split_kernel(
     hkv = (pid // N_MB) % HKV
     b = pid // (N_MB * HKV)
     lo, L = _seq_bounds(seq_ptr, b, SQ, W, HAS_WINDOW)
-    start = tl.maximum(lo, sp * SPLIT)
-    end = tl.minimum(L, sp * SPLIT + SPLIT)
+    span = _split_span(lo, L, SPLIT, nsplit, BLOCK_N)
+    start = lo + sp * span
+    end = tl.minimum(L, start + span)
     if start >= end:
         return  # nothing visible here; the combine skips this split
 
@@ -159,8 +171,8 @@ def _paged_split_kernel(
 def _paged_combine_kernel(pm_ptr, pl_ptr, pacc_ptr, seq_ptr, sink_ptr, gate_ptr, out_ptr,
                           HKV, G, SQ, DV, W, SPLIT, N_MB, NSPLIT,
                           stride_gb, stride_gq, stride_gh, stride_ob, stride_oq, stride_oh,
-                          BLOCK_M: tl.constexpr, BLOCK_C: tl.constexpr, HAS_WINDOW: tl.constexpr,
-                          HAS_SINK: tl.constexpr, HAS_GATE: tl.constexpr):
+                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_C: tl.constexpr,
+                          HAS_WINDOW: tl.constexpr, HAS_SINK: tl.constexpr, HAS_GATE: tl.constexpr):
     pid = tl.program_id(0)
     cb = tl.program_id(1)
     mb = pid % N_MB
@@ -174,7 +186,8 @@ def _paged_combine_kernel(pm_ptr, pl_ptr, pacc_ptr, seq_ptr, sink_ptr, gate_ptr,
     l = tl.zeros((BLOCK_M,), tl.float32)
     acc = tl.zeros((BLOCK_M, BLOCK_C), tl.float32)
     # only the splits the split kernel wrote: those meeting [lo, L)
-    for sp in range(lo // SPLIT, tl.minimum(NSPLIT, (L + SPLIT - 1) // SPLIT)):
+    span = _split_span(lo, L, SPLIT, NSPLIT, BLOCK_N)
+    for sp in range(0, tl.minimum(NSPLIT, tl.cdiv(L - lo, span))):
         prow = (pid.to(tl.int64) * NSPLIT + sp) * BLOCK_M + tl.arange(0, BLOCK_M)
         mi = tl.load(pm_ptr + prow)
         li = tl.load(pl_ptr + prow)
@@ -196,19 +209,20 @@ def _num_sms(device: torch.device) -> int:
 
 def _plan(b: int, hkv: int, rows: int, bdk: int, bdv: int, capacity: int, device: torch.device,
           lowp: bool, block_m: int | None, block_n: int | None, split: int | None):
-    """(BLOCK_M, row blocks, BLOCK_N, split tokens, splits): from shapes only, never from data."""
+    """(BLOCK_M, row blocks, BLOCK_N, fewest keys per split, splits): from shapes only, never
+    from data (the kernels share each sequence's visible keys among the splits themselves)."""
     width = max(bdk, bdv)
     cap = max(16, (16384 if lowp else 8192) // width)  # [BLOCK_M, D] fp32 acc stays in registers
     bm = block_m or max(16, min(cap, triton.next_power_of_2(rows)))
     n_mb = triton.cdiv(rows, bm)
     bn = block_n or ((32 if width >= 512 else 64) if lowp  # fp32: fit MI300's 64 KB LDS
                      else (16 if width >= 256 else 32))
-    if split is None:
-        # ~4 programs per SM, but >= 4 tiles per split on a GPU (partials << the K/V read)
-        want = max(1, (4 * _num_sms(device)) // (b * hkv * n_mb))
-        split = max(triton.cdiv(capacity, want), 4 * bn if device.type == "cuda" else bn)
-    split = max(bn, triton.cdiv(split, bn) * bn)
-    return bm, n_mb, bn, split, max(1, triton.cdiv(capacity, split))
+    if split is not None:  # a fixed split size: as many splits as the capacity needs
+        split = max(bn, triton.cdiv(split, bn) * bn)
+        return bm, n_mb, bn, split, max(1, triton.cdiv(capacity, split))
+    # ~4 programs per SM over the batch's kv heads, each at least one tile of keys
+    want = max(1, (4 * _num_sms(device)) // (b * hkv * n_mb))
+    return bm, n_mb, bn, bn, max(1, min(want, triton.cdiv(capacity, bn)))
 
 
 def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor | None,
@@ -221,8 +235,9 @@ def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
     [blocks, bs, Hkv, Dv] or None, block_table [B, max_blocks], seq_lens [B] -> [B, Sq, Hq, Dv].
 
     No host sync: seq_lens / block_table contents are trusted and read by the kernels only.
-    Tuning (None = heuristic): block_m rows per program, block_n keys per step, split keys per
-    program (a multiple of block_n; one split = no combine kernel), num_warps / num_stages.
+    Tuning (None = heuristic): block_m rows per program, block_n keys per step, split: a fixed
+    number of keys per program (a multiple of block_n; one split = no combine kernel; None: the
+    splits share each sequence's length, ~4 programs per SM), num_warps / num_stages.
     """
     bsz, sq, hq, dk = q.shape
     _, block_size, hkv, _ = k_cache.shape
@@ -270,7 +285,7 @@ def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
         _paged_combine_kernel[(p0, triton.cdiv(dv, bc))](
             pm, pl, pacc, seq_lens, sink, gt, out, hkv, group, sq, dv, w, split, n_mb, nsplit,
             gt.stride(0), gt.stride(1), gt.stride(2), out.stride(0), out.stride(1), out.stride(2),
-            BLOCK_M=bm, BLOCK_C=bc, HAS_WINDOW=window is not None, HAS_SINK=sinks is not None,
+            BLOCK_M=bm, BLOCK_N=bn, BLOCK_C=bc, HAS_WINDOW=window is not None, HAS_SINK=sinks is not None,
             HAS_GATE=gate is not None, num_warps=4)
     return out
 
@@ -338,7 +353,7 @@ def _aot_specs():
     specs.append(AotSpec("paged_combine[bf16,gate]", _paged_combine_kernel,
                          _sig(_paged_combine_kernel, {"out_ptr": "*bf16", "gate_ptr": "*bf16",
                                                       "seq_ptr": "*i32"}),
-                         {"BLOCK_M": 16, "BLOCK_C": 128, "HAS_WINDOW": False, "HAS_SINK": False,
+                         {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_C": 128, "HAS_WINDOW": False, "HAS_SINK": False,
                           "HAS_GATE": True}))
     return specs
 

@@ -74,6 +74,13 @@ def _num_sms(device: torch.device) -> int:
     return num_sms(device, 8)  # interpreter: small grids that still take the split + merge path
 
 
+def _native_fp8(device: torch.device) -> bool:
+    """Whether the e4m3 bytes of packed caches convert with the GPU's own instruction (NVIDIA
+    sm_89+; AMD's fp8 types differ, the interpreter has none: both decode with integer ops)."""
+    return device.type == "cuda" and not torch.version.hip and \
+        torch.cuda.get_device_capability(device) >= (8, 9)
+
+
 def _tuning(table: dict, device: torch.device, overrides: dict) -> dict:
     tune = dict(table["hip" if torch.version.hip else "cuda"])
     tune.update({k: v for k, v in overrides.items() if v is not None})
@@ -90,7 +97,9 @@ def _launch(q3, kv, stride_kv, idx, kv2, stride_kv2, idx2, k2, sinks, out_rope, 
     bd1, bd2, tail = _dims(d)
     wide = 2 if q3.dtype == torch.float32 else 1  # fp32 operands: twice the bytes per element
     bk = max(16, tune["block_k"] // wide) if not interp else 16
-    bv = max(16, min(tune["block_v"] or 1 << 30, triton.next_power_of_2(dv)))
+    packed = kv.dtype == torch.uint8
+    # packed rows decode 64-channel scale groups: value tiles of at least one group
+    bv = max(64 if packed else 16, min(tune["block_v"] or 1 << 30, triton.next_power_of_2(dv)))
     nv = triton.cdiv(dv, bv)
     # fp32 accumulator [BH, BV] capped at acc_budget (halved with fp32 operands, as block_k is)
     budget = tune["acc_budget"] // wide
@@ -120,7 +129,8 @@ def _launch(q3, kv, stride_kv, idx, kv2, stride_kv2, idx2, k2, sinks, out_rope, 
         stride_cs, o3.stride(0), o3.stride(1),
         BLOCK_H=bh, BLOCK_K=bk, BD1=bd1, BD2=bd2, BLOCK_V=bv, HAS_TAIL=tail,
         V_IS_K=nv == 1 and bv == bd1, SINGLE=nsplit == 1, HAS_SINK=sinks is not None,
-        HAS_ROPE=has_rope, LOWP=lowp, FP8_DS=kv.dtype == torch.uint8, num_warps=tune["num_warps"],
+        HAS_ROPE=has_rope, LOWP=lowp, FP8_DS=packed, FP8_NATIVE=packed and _native_fp8(q3.device),
+        num_warps=tune["num_warps"],
         num_stages=tune["num_stages"])
     if nsplit > 1:
         bc = min(64, triton.next_power_of_2(dv))
@@ -215,6 +225,8 @@ def sparse_mla_decode_supported(q: torch.Tensor, kv_cache: torch.Tensor, indices
     for name, cache in (("kv_cache", kv_cache), ("extra_kv_cache", extra_kv_cache)):
         if cache is not None and (cache.stride(2) != 1 or cache.stride(0) != cache.shape[1] * cache.stride(1)):
             return f"{name} must be viewable as rows [blocks * block_size, D] without a copy"
+        if cache is not None and cache.dtype == torch.uint8 and cache.stride(1) % 8:
+            return f"packed {name} rows must start 8-byte aligned (row stride {cache.stride(1)})"
     try:
         check_packed_caches(q, kv_cache, extra_kv_cache)
     except ValueError as exc:

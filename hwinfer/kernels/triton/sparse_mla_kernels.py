@@ -9,27 +9,38 @@ import triton.language as tl
 
 
 @triton.jit
-def _row_tile(rows, cols, ok, D, FP8_DS: tl.constexpr):
+def _row_tile(rows, cols, ok, D, FP8_DS: tl.constexpr, FP8_NATIVE: tl.constexpr):
     """Channels ``cols`` of the gathered rows (``rows``: [BK, 1] row pointers) as fp32, 0 where
-    masked. FP8_DS: the rows are fp8_ds_mla entries (uint8, :mod:`hwinfer.ops.kv_pack`),
-    decoded exactly with integer ops (no fp8 type needed, so every target compiles it):
-    channels < 448 are e4m3 bytes times their group's UE8M0 scale, channels 448-511 bf16."""
+    masked. FP8_DS: the rows are fp8_ds_mla entries (uint8, :mod:`hwinfer.ops.kv_pack`; ``cols``
+    a 64-aligned run of a multiple of 64 channels): channels < 448 are e4m3 bytes times their
+    group's UE8M0 scale, channels 448-511 bf16. FP8_NATIVE converts e4m3 with the hardware's
+    instruction; otherwise integer ops decode it exactly (every target and the interpreter)."""
     if FP8_DS:
+        BK: tl.constexpr = rows.shape[0]
+        BC: tl.constexpr = cols.shape[0]
+        G: tl.constexpr = BC // 64
         nope = cols < 448
-        m1 = ok[:, None] & nope[None, :]
-        b = tl.load(rows + cols[None, :], mask=m1, other=0).to(tl.int32)
-        e = (b >> 3) & 15
-        mant = (b & 7).to(tl.float32)
-        # e4m3: (8 + m) * 2^(e - 10), subnormals m * 2^-9; powers of two built from their bits
-        mag = tl.where(e == 0, mant * 0.001953125,
-                       (mant + 8.0) * ((e + 117) << 23).to(tl.float32, bitcast=True))
-        sexp = tl.load(rows + 576 + cols[None, :] // 64, mask=m1, other=127).to(tl.int32)
-        val = tl.where(b >= 128, -mag, mag) * (sexp << 23).to(tl.float32, bitcast=True)
-        m2 = ok[:, None] & ((cols >= 448) & (cols < 512))[None, :]
-        off = 448 + 2 * (cols - 448)
-        lo = tl.load(rows + off[None, :], mask=m2, other=0).to(tl.int32)
-        hi = tl.load(rows + off[None, :] + 1, mask=m2, other=0).to(tl.int32)
-        rope = ((hi << 24) | (lo << 16)).to(tl.float32, bitcast=True)
+        b = tl.load(rows + cols[None, :], mask=ok[:, None] & nope[None, :], other=0)
+        if FP8_NATIVE:
+            mag = b.to(tl.float8e4nv, bitcast=True).to(tl.float32)
+        else:
+            bi = b.to(tl.int32)
+            e = (bi >> 3) & 15
+            mant = (bi & 7).to(tl.float32)
+            # e4m3: (8 + m) * 2^(e - 10), subnormals m * 2^-9; powers of two built from their bits
+            mag = tl.where(e == 0, mant * 0.001953125,
+                           (mant + 8.0) * ((e + 117) << 23).to(tl.float32, bitcast=True))
+            mag = tl.where(bi >= 128, -mag, mag)
+        # one scale byte per (row, 64-channel group), broadcast over the group in registers
+        grp = tl.min(tl.reshape(cols, (G, 64)), axis=1) // 64
+        sb = tl.load(rows + 576 + grp[None, :], mask=ok[:, None] & (grp < 7)[None, :], other=127)
+        scale = (sb.to(tl.int32) << 23).to(tl.float32, bitcast=True)
+        val = tl.reshape(tl.reshape(mag, (BK, G, 64)) * scale[:, :, None], (BK, BC))
+        # the RoPE channels: bf16 = the high half of an fp32
+        rel = cols - 448
+        r16 = (rows + 448).to(tl.pointer_type(tl.int16))
+        h = tl.load(r16 + rel[None, :], mask=ok[:, None] & ((rel >= 0) & (cols < 512))[None, :], other=0)
+        rope = (h.to(tl.int32) << 16).to(tl.float32, bitcast=True)
         return tl.where(nope[None, :], val, rope)
     else:
         return tl.load(rows + cols[None, :], mask=ok[:, None] & (cols < D)[None, :],
@@ -39,20 +50,23 @@ def _row_tile(rows, cols, ok, D, FP8_DS: tl.constexpr):
 @triton.jit
 def _gather_chunk(q1, q2, m, l, acc, idx_ptr, p0, p_end, kv_ptr, stride_kv, D, DV, qk_scale,
                   offs_k, cols1, cols2, vcols, HAS_TAIL: tl.constexpr, V_IS_K: tl.constexpr,
-                  LOWP: tl.constexpr, FP8_DS: tl.constexpr):
+                  LOWP: tl.constexpr, FP8_DS: tl.constexpr, FP8_NATIVE: tl.constexpr):
     """One BK-row chunk: gather rows idx[p0:p0+BK] (masked at p_end and at -1), update the
     online softmax state (m, l in the log2 domain) and the accumulator of this value tile.
     LOWP: the dot operands in q's 16-bit type (exact for kv rows, also when decoded from FP8)."""
     pos = p0 + offs_k
     idx = tl.load(idx_ptr + pos, mask=pos < p_end, other=-1)
     ok = idx >= 0
-    rows = kv_ptr + tl.where(ok, idx, 0).to(tl.int64)[:, None] * stride_kv
-    k1 = _row_tile(rows, cols1, ok, D, FP8_DS)
+    off = tl.where(ok, idx, 0).to(tl.int64) * stride_kv
+    if FP8_DS:
+        off = tl.multiple_of(off, 8)  # 584-byte rows: 8-byte vector loads (the wrapper checks)
+    rows = kv_ptr + off[:, None]
+    k1 = _row_tile(rows, cols1, ok, D, FP8_DS, FP8_NATIVE)
     if LOWP:
         k1 = k1.to(q1.dtype)
     s = tl.dot(q1, tl.trans(k1), input_precision="ieee")
     if HAS_TAIL:
-        k2 = _row_tile(rows, cols2, ok, D, FP8_DS)
+        k2 = _row_tile(rows, cols2, ok, D, FP8_DS, FP8_NATIVE)
         if LOWP:
             k2 = k2.to(q1.dtype)
         s += tl.dot(q2, tl.trans(k2), input_precision="ieee")
@@ -67,7 +81,7 @@ def _gather_chunk(q1, q2, m, l, acc, idx_ptr, p0, p_end, kv_ptr, stride_kv, D, D
         v = k1  # one value tile = the first BD1 channels: reuse the loaded rows
     else:
         # the program's value tile (an L1/L2 hit: the same rows were just read for QK)
-        v = _row_tile(rows, vcols, ok, DV, FP8_DS)
+        v = _row_tile(rows, vcols, ok, DV, FP8_DS, FP8_NATIVE)
         if LOWP:
             v = v.to(q1.dtype)
     acc = acc * alpha[:, None] + tl.dot(p, v, input_precision="ieee")
@@ -106,7 +120,7 @@ def _sparse_mla_split_kernel(
         BLOCK_H: tl.constexpr, BLOCK_K: tl.constexpr, BD1: tl.constexpr, BD2: tl.constexpr,
         BLOCK_V: tl.constexpr, HAS_TAIL: tl.constexpr, V_IS_K: tl.constexpr, SINGLE: tl.constexpr,
         HAS_SINK: tl.constexpr, HAS_ROPE: tl.constexpr, LOWP: tl.constexpr,
-        FP8_DS: tl.constexpr):
+        FP8_DS: tl.constexpr, FP8_NATIVE: tl.constexpr):
     pid = tl.program_id(0)
     vt = pid % NV  # value tiles of one head block are adjacent: they share rows through L2
     hb = pid // NV
@@ -142,11 +156,11 @@ def _sparse_mla_split_kernel(
     for p0 in range(lo, tl.minimum(hi, K1), BLOCK_K):
         m, l, acc = _gather_chunk(q1, q2, m, l, acc, idx_ptr + t * stride_it, p0,
                                   tl.minimum(hi, K1), kv_ptr, stride_kv, D, DV, qk_scale,
-                                  offs_k, cols1, cols2, vcols, HAS_TAIL, V_IS_K, LOWP, FP8_DS)
+                                  offs_k, cols1, cols2, vcols, HAS_TAIL, V_IS_K, LOWP, FP8_DS, FP8_NATIVE)
     for p0 in range(tl.maximum(lo, K1) - K1, hi - K1, BLOCK_K):
         m, l, acc = _gather_chunk(q1, q2, m, l, acc, idx2_ptr + t * stride_i2t, p0,
                                   hi - K1, kv2_ptr, stride_kv2, D, DV, qk_scale,
-                                  offs_k, cols1, cols2, vcols, HAS_TAIL, V_IS_K, LOWP, FP8_DS)
+                                  offs_k, cols1, cols2, vcols, HAS_TAIL, V_IS_K, LOWP, FP8_DS, FP8_NATIVE)
 
     if SINGLE:
         big = m
@@ -239,17 +253,21 @@ def _aot_specs():
             ("dsv4_nv2", "bf16", 512, 64, 256, 32, False, False, True),
             ("glm5", "bf16", 576, 64, 512, 64, True, False, False),
             ("dsv4_fp32", "fp32", 512, 32, 512, 32, True, True, True),
-            ("dsv4_fp8_cache", "bf16", 512, 64, 512, 64, True, False, True)):
+            ("dsv4_fp8_cache", "bf16", 512, 64, 512, 64, True, False, True),
+            ("dsv4_fp8_cache_native", "bf16", 512, 64, 512, 64, True, False, True)):
         bd1, bd2, tail = _dims(d)
-        fp8 = name.endswith("fp8_cache")   # fp8_ds_mla rows: uint8 caches
+        fp8 = "fp8_cache" in name   # fp8_ds_mla rows: uint8 caches
+        native = name.endswith("native")  # hardware e4m3 conversion: NVIDIA only (sm_89+)
         kv = "*u8" if fp8 else f"*{dt}"
         sig = _sig(_sparse_mla_split_kernel, {"q_ptr": f"*{dt}", "kv_ptr": kv, "kv2_ptr": kv,
                                               "out_ptr": f"*{dt}", "idx_ptr": "*i32", "idx2_ptr": "*i32"})
         const = {"BLOCK_H": bh, "BLOCK_K": bk, "BD1": bd1, "BD2": bd2, "BLOCK_V": bv,
                  "HAS_TAIL": tail, "V_IS_K": nv1, "SINGLE": single, "HAS_SINK": rope_sink,
-                 "HAS_ROPE": rope_sink, "LOWP": dt != "fp32", "FP8_DS": fp8}
+                 "HAS_ROPE": rope_sink, "LOWP": dt != "fp32", "FP8_DS": fp8,
+                 "FP8_NATIVE": native}
         specs.append(AotSpec(f"sparse_mla_split[{name}]", _sparse_mla_split_kernel, sig, const,
-                             {"num_warps": 8, "num_stages": 2}))
+                             {"num_warps": 8, "num_stages": 2},
+                             ("sm_90", "sm_100") if native else None))
     specs.append(AotSpec("sparse_mla_merge[bf16,rope,sink]", _sparse_mla_merge_kernel,
                          _sig(_sparse_mla_merge_kernel, {"out_ptr": "*bf16"}),
                          {"BLOCK_H": 16, "BLOCK_C": 64, "HAS_SINK": True, "HAS_ROPE": True}))
