@@ -14,7 +14,8 @@ import torch
 from hwinfer.runtime.batch import ForwardBatch
 
 
-def _in_place(batch: ForwardBatch, cache: dict | None) -> bool:
+def decodes_in_place(batch: ForwardBatch, cache: dict | None) -> bool:
+    """Whether this step runs the ops on the cache's state rows in place (see above)."""
     return cache is not None and batch.is_decode and batch.capture is None
 
 
@@ -26,7 +27,7 @@ def run_short_conv(conv, batch: ForwardBatch, cache: dict | None, x: torch.Tenso
     cu = batch.cu_seqlens
     if cache is None:
         return conv(x[None], weight, None, None, activation="silu", cu_seqlens=cu)[0][0]
-    if _in_place(batch, cache):
+    if decodes_in_place(batch, cache):
         return conv(x[None], weight, None, cache["conv"], activation="silu", cu_seqlens=cu,
                     state_slots=batch.slots)[0][0]
     y, state = conv(x[None], weight, None, cache["conv"][batch.slots], activation="silu", cu_seqlens=cu)
@@ -42,7 +43,7 @@ def run_delta_rule(recurrent, chunked, batch: ForwardBatch, cache: dict | None, 
     cu, rule = batch.cu_seqlens, recurrent if batch.is_decode else chunked
     if cache is None:
         return rule(q, k, v, g, beta, None, use_qk_l2norm=True, cu_seqlens=cu)[0]
-    if _in_place(batch, cache):
+    if decodes_in_place(batch, cache):
         return recurrent(q, k, v, g, beta, cache["ssm"], use_qk_l2norm=True, cu_seqlens=cu,
                          state_slots=batch.slots)[0]
     o, state = rule(q, k, v, g, beta, cache["ssm"][batch.slots], use_qk_l2norm=True, cu_seqlens=cu)

@@ -2,7 +2,8 @@
 
 x [T, H] -> in_proj_qkv -> causal conv1d + SiLU -> q, k [nk, dk], v [nv, dv]; beta = sigmoid(b),
 g = gdn_gate(a); the gated delta rule (chunked for prefill, recurrent for decode, state carried
-in the cache per request); output = gated RMSNorm(o, z) -> out_proj. Speculative decoding: with
+in the cache per request; decode computes the gates inside it, ``gdn_gated_recurrent``);
+output = gated RMSNorm(o, z) -> out_proj. Speculative decoding: with
 ``batch.capture`` set the layer records its per-token state inputs, and :meth:`replay` rebuilds
 a request's state over an accepted prefix (:mod:`hwinfer.runtime.capture`).
 """
@@ -16,7 +17,7 @@ from torch import nn
 from hwinfer.backend.select import OpTable
 from hwinfer.cache.spec import CacheTensor
 from hwinfer.layers.basic import Linear, MergedProjection
-from hwinfer.layers.delta_state import run_delta_rule, run_short_conv
+from hwinfer.layers.delta_state import decodes_in_place, run_delta_rule, run_short_conv
 from hwinfer.runtime.batch import ForwardBatch
 
 
@@ -71,11 +72,17 @@ class GatedDeltaNet(nn.Module):
         q = q.reshape(1, t, self.nk, self.dk)
         k = k.reshape(1, t, self.nk, self.dk)
         v = v.reshape(1, t, self.nv, self.dv)
-        beta = torch.sigmoid(b)[None]  # in the model dtype, as transformers (b.sigmoid()); one kernel
-        g = ops.gdn_gate(a[None], self.A_log, self.dt_bias)
-        o = run_delta_rule(ops.gdn_recurrent, ops.gdn_chunked, batch, cache, q, k, v, g, beta)
-        if cache is not None and batch.capture is not None:
-            batch.capture.record(self, cache, pre=pre, q=q[0], k=k[0], v=v[0], g=g[0], beta=beta[0])
+        if decodes_in_place(batch, cache):
+            # decode: the gates computed inside the recurrence (two kernels fewer per layer)
+            o = ops.gdn_gated_recurrent(q, k, v, a[None], b[None], self.A_log, self.dt_bias,
+                                        cache["ssm"], use_qk_l2norm=True,
+                                        cu_seqlens=batch.cu_seqlens, state_slots=batch.slots)[0]
+        else:
+            beta = torch.sigmoid(b)[None]  # in the model dtype, as transformers (b.sigmoid())
+            g = ops.gdn_gate(a[None], self.A_log, self.dt_bias)
+            o = run_delta_rule(ops.gdn_recurrent, ops.gdn_chunked, batch, cache, q, k, v, g, beta)
+            if cache is not None and batch.capture is not None:
+                batch.capture.record(self, cache, pre=pre, q=q[0], k=k[0], v=v[0], g=g[0], beta=beta[0])
         z = z.view(t, self.nv, self.dv)
         # The gated norm inside out_proj's product (one GEMV in decode).
         return self.out_proj.gated_norm(o[0], z, self.norm.weight, eps=self.eps, activation="silu")

@@ -2,7 +2,8 @@
 
 Under the interpreter the wrapper uses one value block per head; here ``block_v=16`` splits Dv
 over programs, with GQA (Hv = 2 Hk), q/k as strided views of one projection, packed sequences
-(one of them empty) and no initial state. ``TRITON_INTERPRET`` is read when a kernel is
+(one of them empty) and no initial state; gdn_gated_recurrent with its gate inputs as strided
+views. ``TRITON_INTERPRET`` is read when a kernel is
 decorated, so the check runs in a fresh interpreter process.
 """
 from __future__ import annotations
@@ -37,6 +38,22 @@ for per_channel in (False, True):
         o2, s2 = f_r(q, k, v, g, beta, **kw)
         assert o1.shape == o2.shape and s1.shape == s2.shape and s1.dtype == torch.float32
         assert rel(o1, o2) < 1e-5 and rel(s1, s2) < 1e-5, (per_channel, list(kw))
+# gdn_gated_recurrent: a, b as strided views of one projection (prefill-like T > 1 and a
+# B > 1 decode batch), against the reference that computes the gates first
+for B, T, cu in ((1, 7, torch.tensor([0, 3, 3, 7], dtype=torch.int32)), (3, 1, None)):
+    Hk, Hv, Dk, Dv = 2, 4, 16, 32
+    proj = torch.randn(B, T, Hk, 3 * Dk)
+    q, k = proj[..., :Dk], proj[..., Dk:2 * Dk]
+    v = torch.randn(B, T, Hv, Dv).bfloat16()
+    ab = (torch.randn(B, T, 2 * Hv + 3) * 3).bfloat16()
+    b, a = ab[..., :Hv], ab[..., Hv + 3:]
+    A_log, dt = torch.rand(Hv) * 3 - 2, torch.randn(Hv)
+    n = 3
+    kw = dict(cu_seqlens=cu, initial_state=torch.randn(n, Hv, Dk, Dv))
+    o1, s1 = tr.gdn_gated_recurrent(q, k, v, a, b, A_log, dt, block_v=16, **kw)
+    o2, s2 = ref.gdn_gated_recurrent(q, k, v, a, b, A_log, dt, **kw)
+    # beta rounds to bf16 in both (the interpreter truncates where the reference rounds)
+    assert rel(o1, o2) < 1e-2 and rel(s1, s2) < 1e-2, (B, T, rel(o1, o2), rel(s1, s2))
 print("ok")
 """
 

@@ -71,7 +71,8 @@ def test_catalog_is_the_one_place_a_kernel_is_added():
         triton = [i for i in get_backend(backend).impls() if i.name == "triton"]
         assert [(i.op, i.target, i.check) for i in triton] == list(PORTABLE_TRITON_KERNELS)
         assert all(i.requires == ("triton",) and i.interpretable for i in triton)
-    assert ops_of_module("hwinfer.kernels.triton.delta_rule") == ["gdn_recurrent", "kda_recurrent"]
+    assert ops_of_module("hwinfer.kernels.triton.delta_rule") == ["gdn_recurrent", "gdn_gated_recurrent",
+                                                                  "kda_recurrent"]
 
 
 @pytest.mark.parametrize("name,arch,family", [

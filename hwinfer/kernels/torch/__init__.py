@@ -32,6 +32,7 @@ KERNELS: dict[str, tuple[str, str | None]] = {
     "linear_fp8_block": (f"{_P}.quant:linear_fp8_block", None),
     "linear_fp4": (f"{_P}.quant:linear_fp4", None),
     "gdn_recurrent": (f"{_P}.linear_attention:gdn_recurrent", None),
+    "gdn_gated_recurrent": (f"{_P}.linear_attention:gdn_gated_recurrent", None),
     "gdn_chunked": (f"{_P}.linear_attention:gdn_chunked", None),
     "kda_recurrent": (f"{_P}.linear_attention:kda_recurrent", None),
     "kda_chunked": (f"{_P}.linear_attention:kda_chunked", None),

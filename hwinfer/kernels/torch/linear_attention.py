@@ -238,6 +238,20 @@ def gdn_recurrent(q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor,
                 cu_seqlens, False, _GDN_CHUNK)
 
 
+def gdn_gated_recurrent(q: Tensor, k: Tensor, v: Tensor, a: Tensor, b: Tensor, A_log: Tensor,
+                        dt_bias: Tensor, initial_state: Tensor | None = None, *,
+                        scale: float | None = None, use_qk_l2norm: bool = True,
+                        cu_seqlens: Tensor | None = None,
+                        state_slots: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    """``gdn_gated_recurrent`` (contract in hwinfer.ops.linear_attention): the gate expression,
+    then :func:`gdn_recurrent`."""
+    from hwinfer.ops.linear_attention import compose_gdn_gated_recurrent, gdn_gate
+
+    return compose_gdn_gated_recurrent(gdn_gate, gdn_recurrent, q, k, v, a, b, A_log, dt_bias,
+                                       initial_state, scale=scale, use_qk_l2norm=use_qk_l2norm,
+                                       cu_seqlens=cu_seqlens, state_slots=state_slots)
+
+
 def gdn_chunked(q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor,
                 initial_state: Tensor | None = None, *, scale: float | None = None,
                 use_qk_l2norm: bool = True, cu_seqlens: Tensor | None = None,

@@ -12,6 +12,8 @@ PORTABLE_TRITON_KERNELS: tuple[tuple[str, str, str | None], ...] = (
      "hwinfer.kernels.triton.norm:rms_norm_supported"),
     ("gdn_recurrent", "hwinfer.kernels.triton.delta_rule:gdn_recurrent",
      "hwinfer.kernels.triton.delta_rule:delta_rule_supported"),
+    ("gdn_gated_recurrent", "hwinfer.kernels.triton.delta_rule:gdn_gated_recurrent",
+     "hwinfer.kernels.triton.delta_rule:gdn_gated_recurrent_supported"),
     ("kda_recurrent", "hwinfer.kernels.triton.delta_rule:kda_recurrent",
      "hwinfer.kernels.triton.delta_rule:delta_rule_supported"),
     ("sparse_mla_decode", "hwinfer.kernels.triton.sparse_mla:sparse_mla_decode",

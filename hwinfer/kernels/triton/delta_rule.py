@@ -1,5 +1,6 @@
-"""Triton fused recurrent gated delta rule (contracts: :func:`hwinfer.ops.linear_attention.gdn_recurrent`
-and :func:`hwinfer.ops.linear_attention.kda_recurrent`).
+"""Triton fused recurrent gated delta rule (contracts: :func:`hwinfer.ops.linear_attention.gdn_recurrent`,
+:func:`~hwinfer.ops.linear_attention.gdn_gated_recurrent` and
+:func:`~hwinfer.ops.linear_attention.kda_recurrent`).
 
 One kernel serves both: GDN's decay is one scalar per token and value head, KDA's one value per
 key channel (``PER_CHANNEL``). One program owns one (sequence, value head, block of BV value
@@ -9,7 +10,9 @@ of its sequence, per token
     q, k <- l2norm (optional, eps 1e-6 inside the sqrt), q <- q * scale
     S <- diag(e^g) S;  delta = beta (v - S^T k);  S <- S + k delta^T;  o = S^T q
 
-then stores the final state. Made for decode (T=1) and short multi-token steps (speculative
+then stores the final state. ``RAW_GATES`` (gdn_gated_recurrent) reads the projections a, b
+instead of g, beta and computes ``g = -e^{A_log} softplus(a + dt_bias)`` and ``beta =
+sigmoid(b)`` per token itself: the decode step's two gate kernels per layer disappear. Made for decode (T=1) and short multi-token steps (speculative
 verification); long prefills belong to the chunked form. The value channels of one head are
 independent of each other in this recurrence (every step reads S only through ``S^T x`` per
 value column), so splitting Dv over programs needs no communication; q/k (and their norms) are
@@ -38,12 +41,13 @@ _FLOATS = (torch.float16, torch.bfloat16, torch.float32)
 
 
 @triton.jit
-def _delta_rule_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, h0_ptr, o_ptr, ht_ptr, cu_ptr,
-                       slot_ptr, T, Hk, Hv, sq_b, sq_t, sq_h, sv_b, sv_t, sv_h, scale, eps,
+def _delta_rule_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, alog_ptr, dt_ptr, h0_ptr, o_ptr,
+                       ht_ptr, cu_ptr, slot_ptr, T, Hk, Hv, sq_b, sq_t, sq_h, sv_b, sv_t, sv_h,
+                       sg_t, sb_t, scale, eps,
                        DK: tl.constexpr, DV: tl.constexpr, BV: tl.constexpr,
                        PER_CHANNEL: tl.constexpr, USE_L2NORM: tl.constexpr,
                        HAS_H0: tl.constexpr, IS_VARLEN: tl.constexpr, HAS_SLOTS: tl.constexpr,
-                       PDL: tl.constexpr):
+                       RAW_GATES: tl.constexpr, PDL: tl.constexpr):
     pdl_enter(PDL)
     # Axis 0 (up to 2^31 programs) carries sequence x head, axis 1 (<= 65535) the value blocks.
     i_nh = tl.program_id(0)
@@ -65,13 +69,16 @@ def _delta_rule_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, h0_ptr, o_ptr, ht_p
     p_q = q_ptr + i_b * sq_b + bos * sq_t + i_hk * sq_h + offs_k
     p_k = k_ptr + i_b * sq_b + bos * sq_t + i_hk * sq_h + offs_k
     p_v = v_ptr + i_b * sv_b + bos * sv_t + i_h * sv_h + offs_v
-    tok0 = i_b * T + bos            # flat token index into o, g, beta (all contiguous)
+    tok0 = i_b * T + bos            # flat token index into o, g, beta (token strides sg_t, sb_t)
     p_o = o_ptr + (tok0 * Hv + i_h) * DV + offs_v
-    p_beta = beta_ptr + tok0 * Hv + i_h
+    p_beta = beta_ptr + tok0 * sb_t + i_h
     if PER_CHANNEL:
         p_g = g_ptr + (tok0 * Hv + i_h) * DK + offs_k
     else:
-        p_g = g_ptr + tok0 * Hv + i_h
+        p_g = g_ptr + tok0 * sg_t + i_h
+    if RAW_GATES:  # g and beta given as the projections a, b: gdn_gate and sigmoid in here
+        neg_a = -tl.exp(tl.load(alog_ptr + i_h).to(tl.float32))
+        dt = tl.load(dt_ptr + i_h).to(tl.float32)
     if HAS_SLOTS:
         # State pool: this sequence's row, read and written in place (ht_ptr == h0_ptr).
         state_row = tl.load(slot_ptr + i_n).to(tl.int64) * Hv + i_h
@@ -89,12 +96,19 @@ def _delta_rule_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, h0_ptr, o_ptr, ht_p
         b_k = tl.load(p_k).to(tl.float32)
         b_v = tl.load(p_v).to(tl.float32)
         b_beta = tl.load(p_beta).to(tl.float32)
+        if RAW_GATES:
+            # beta rounded to b's dtype, as the model's b.sigmoid() gives it
+            b_beta = (1.0 / (1.0 + tl.exp(-b_beta))).to(beta_ptr.dtype.element_ty).to(tl.float32)
         if USE_L2NORM:
             b_q = b_q * tl.rsqrt(tl.sum(b_q * b_q, axis=0) + eps)
             b_k = b_k * tl.rsqrt(tl.sum(b_k * b_k, axis=0) + eps)
         b_q = b_q * scale
         if PER_CHANNEL:
             h = h * tl.exp(tl.load(p_g).to(tl.float32))[:, None]   # row i decays by e^{g[i]}
+        elif RAW_GATES:
+            x = tl.load(p_g).to(tl.float32) + dt   # softplus as the gdn_gate kernel computes it
+            soft = tl.where(x > 20.0, x, tl.maximum(x, 0.0) + tl.log(1.0 + tl.exp(-tl.abs(x))))
+            h = h * tl.exp(neg_a * soft)
         else:
             h = h * tl.exp(tl.load(p_g).to(tl.float32))
         delta = b_beta * (b_v - tl.sum(h * b_k[:, None], axis=0))
@@ -105,11 +119,11 @@ def _delta_rule_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, h0_ptr, o_ptr, ht_p
         p_k += sq_t
         p_v += sv_t
         p_o += Hv * DV
-        p_beta += Hv
+        p_beta += sb_t
         if PER_CHANNEL:
             p_g += Hv * DK
         else:
-            p_g += Hv
+            p_g += sg_t
     tl.store(ht_ptr + state_off, h)
 
 
@@ -140,8 +154,21 @@ def delta_rule_supported(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: t
     return None
 
 
+def _token_rows(x: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """x [B, T, Hv] -> (x or a contiguous copy, its token stride): unit head stride and flat
+    token index b * T + t, which views into a projection's output already are."""
+    B, T = x.shape[:2]
+    step = x.stride(1) if T > 1 else x.stride(0)
+    if x.stride(2) != 1 or (B > 1 and T > 1 and x.stride(0) != T * x.stride(1)):
+        x = x.contiguous()
+        step = x.shape[2]
+    return x, step
+
+
 def _run(op: str, q, k, v, g, beta, initial_state, scale, use_qk_l2norm, cu_seqlens,
-         per_channel: bool, block_v: int | None, num_warps: int | None, state_slots=None):
+         per_channel: bool, block_v: int | None, num_warps: int | None, state_slots=None,
+         gates: tuple[torch.Tensor, torch.Tensor] | None = None):
+    """Both ops, and with ``gates`` = (A_log, dt_bias) gdn_gated_recurrent (g, beta = a, b)."""
     varlen = cu_seqlens is not None
     pool = state_slots is not None
     # Validate shapes as the reference does; cu_seqlens contents are trusted (no host sync).
@@ -170,7 +197,12 @@ def _run(op: str, q, k, v, g, beta, initial_state, scale, use_qk_l2norm, cu_seql
     q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
     if q.stride() != k.stride():
         q, k = q.contiguous(), k.contiguous()
-    g, beta = g.contiguous(), beta.contiguous()
+    if per_channel:
+        g, sg = g.contiguous(), Hv * Dk
+    else:
+        g, sg = _token_rows(g)
+    beta, sb = _token_rows(beta)
+    alog, dt = (t.contiguous() for t in gates) if gates is not None else (beta, beta)
     o = torch.empty(B, T, Hv, Dv, dtype=v.dtype, device=v.device)
     ht = initial_state if pool else torch.empty(n, Hv, Dk, Dv, dtype=torch.float32, device=v.device)
     if n * Hv == 0:
@@ -194,11 +226,12 @@ def _run(op: str, q, k, v, g, beta, initial_state, scale, use_qk_l2norm, cu_seql
     # Any integer dtype (the kernel widens each slot to int64): no conversion kernel per layer.
     slots = state_slots if pool else o
     _delta_rule_kernel[(n * Hv, triton.cdiv(Dv, bv))](
-        q, k, v, g, beta, h0 if h0 is not None else ht, o, ht, cu, slots,
+        q, k, v, g, beta, alog, dt, h0 if h0 is not None else ht, o, ht, cu, slots,
         T, Hk, Hv, q.stride(0), q.stride(1), q.stride(2), v.stride(0), v.stride(1), v.stride(2),
-        float(Dk ** -0.5 if scale is None else scale), L2NORM_EPS,
+        sg, sb, float(Dk ** -0.5 if scale is None else scale), L2NORM_EPS,
         DK=Dk, DV=Dv, BV=bv, PER_CHANNEL=per_channel, USE_L2NORM=bool(use_qk_l2norm),
-        HAS_H0=h0 is not None, IS_VARLEN=varlen, HAS_SLOTS=pool, num_warps=warps,
+        HAS_H0=h0 is not None, IS_VARLEN=varlen, HAS_SLOTS=pool, RAW_GATES=gates is not None,
+        num_warps=warps,
         PDL=pdl_ok(v.device), **launch_kwargs(v.device))
     return o, ht
 
@@ -214,6 +247,34 @@ def gdn_recurrent(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Te
     final state [N, Hv, Dk, Dv] fp32. ``block_v`` / ``num_warps`` are tuning knobs."""
     return _run("gdn_recurrent", q, k, v, g, beta, initial_state, scale, use_qk_l2norm,
                 cu_seqlens, False, block_v, num_warps, state_slots)
+
+
+def gdn_gated_recurrent(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, a: torch.Tensor,
+                        b: torch.Tensor, A_log: torch.Tensor, dt_bias: torch.Tensor,
+                        initial_state: torch.Tensor | None = None, *, scale: float | None = None,
+                        use_qk_l2norm: bool = True, cu_seqlens: torch.Tensor | None = None,
+                        state_slots: torch.Tensor | None = None, block_v: int | None = None,
+                        num_warps: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Triton ``gdn_gated_recurrent``: :func:`gdn_recurrent` reading the raw gate inputs a, b
+    [B, T, Hv] (strided views welcome) with A_log, dt_bias [Hv]; the gate and the sigmoid are
+    computed per token in the recurrence."""
+    reason = gdn_gated_recurrent_supported(q, k, v, a, b, A_log, dt_bias)
+    if reason is not None:
+        raise ValueError(f"gdn_gated_recurrent (triton): {reason}")
+    return _run("gdn_gated_recurrent", q, k, v, a, b, initial_state, scale, use_qk_l2norm,
+                cu_seqlens, False, block_v, num_warps, state_slots, gates=(A_log, dt_bias))
+
+
+def gdn_gated_recurrent_supported(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                                  a: torch.Tensor, b: torch.Tensor, A_log: torch.Tensor,
+                                  dt_bias: torch.Tensor, initial_state: torch.Tensor | None = None,
+                                  state_slots: torch.Tensor | None = None, **_: object) -> str | None:
+    """Per-call check of :func:`gdn_gated_recurrent`: the delta rule's, plus the gate inputs."""
+    if a.dim() != 3 or a.shape != b.shape:
+        return f"a and b must be [B, T, Hv] of one shape, got {list(a.shape)} and {list(b.shape)}"
+    if A_log.shape != (a.shape[2],) or dt_bias.shape != (a.shape[2],):
+        return f"A_log and dt_bias must be [{a.shape[2]}], got {list(A_log.shape)} and {list(dt_bias.shape)}"
+    return delta_rule_supported(q, k, v, a, b, initial_state, state_slots)
 
 
 def kda_recurrent(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
@@ -236,21 +297,27 @@ def _aot_specs():
         for dtype in ("bf16", "fp32"):
             for d, bv, warps in ((128, 16, 1), (128, 64, 4), (256, 16, 1)):
                 ptr = f"*{dtype}"
-                sig = {"q_ptr": ptr, "k_ptr": ptr, "v_ptr": ptr, "g_ptr": "*fp32",
-                       "beta_ptr": "*fp32", "h0_ptr": "*fp32", "o_ptr": ptr, "ht_ptr": "*fp32",
-                       "cu_ptr": "*i32", "slot_ptr": "*i32", "T": "i32", "Hk": "i32", "Hv": "i32",
-                       "sq_b": "i32", "sq_t": "i32", "sq_h": "i32",
-                       "sv_b": "i32", "sv_t": "i32", "sv_h": "i32", "scale": "fp32",
-                       "eps": "fp32", "DK": "constexpr", "DV": "constexpr", "BV": "constexpr",
-                       "PER_CHANNEL": "constexpr", "USE_L2NORM": "constexpr",
-                       "HAS_H0": "constexpr", "IS_VARLEN": "constexpr", "HAS_SLOTS": "constexpr",
-                       "PDL": "constexpr"}
-                kind = "kda" if per_channel else "gdn"
-                specs.append(AotSpec(
-                    f"delta_rule[{kind},{dtype},{d},bv{bv}]", _delta_rule_kernel, sig,
-                    {"DK": d, "DV": d, "BV": bv, "PER_CHANNEL": per_channel, "USE_L2NORM": True,
-                     "HAS_H0": True, "IS_VARLEN": bv == 16, "HAS_SLOTS": bv == 64, "PDL": False},
-                    {"num_warps": warps}))
+                # GDN decode with bv 64 also in its raw-gate form (gdn_gated_recurrent)
+                for raw in (False, True) if not per_channel and bv == 64 else (False,):
+                    gate_t = ptr if raw else "*fp32"
+                    sig = {"q_ptr": ptr, "k_ptr": ptr, "v_ptr": ptr, "g_ptr": gate_t,
+                           "beta_ptr": gate_t, "alog_ptr": "*fp32", "dt_ptr": "*fp32",
+                           "h0_ptr": "*fp32", "o_ptr": ptr, "ht_ptr": "*fp32",
+                           "cu_ptr": "*i32", "slot_ptr": "*i32", "T": "i32", "Hk": "i32",
+                           "Hv": "i32", "sq_b": "i32", "sq_t": "i32", "sq_h": "i32",
+                           "sv_b": "i32", "sv_t": "i32", "sv_h": "i32", "sg_t": "i32",
+                           "sb_t": "i32", "scale": "fp32", "eps": "fp32", "DK": "constexpr",
+                           "DV": "constexpr", "BV": "constexpr", "PER_CHANNEL": "constexpr",
+                           "USE_L2NORM": "constexpr", "HAS_H0": "constexpr",
+                           "IS_VARLEN": "constexpr", "HAS_SLOTS": "constexpr",
+                           "RAW_GATES": "constexpr", "PDL": "constexpr"}
+                    kind = ("gdn_raw" if raw else "gdn") if not per_channel else "kda"
+                    specs.append(AotSpec(
+                        f"delta_rule[{kind},{dtype},{d},bv{bv}]", _delta_rule_kernel, sig,
+                        {"DK": d, "DV": d, "BV": bv, "PER_CHANNEL": per_channel, "USE_L2NORM": True,
+                         "HAS_H0": True, "IS_VARLEN": bv == 16, "HAS_SLOTS": bv == 64,
+                         "RAW_GATES": raw, "PDL": False},
+                        {"num_warps": warps}))
     return specs
 
 
