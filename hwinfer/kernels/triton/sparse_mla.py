@@ -60,6 +60,9 @@ DECODE_TUNING = {
     "hip": dict(block_v=256, block_k=32, acc_budget=16384, num_warps=8, num_stages=2, waves=1.0,
                 min_rows=256),
 }
+# Packed (fp8_ds_mla) caches: the uint8 rows are staged besides the decoded bf16 tile, so the
+# CUDA default's two stages need 246 KB of shared memory (over Hopper's 227 KB): one stage.
+PACKED_DECODE_TUNING = {"cuda": dict(num_stages=1), "hip": {}}
 PREFILL_TUNING = {
     "cuda": dict(block_v=512, block_k=64, acc_budget=32768, num_warps=8, num_stages=2),
     "hip": dict(block_v=256, block_k=32, acc_budget=16384, num_warps=8, num_stages=2),
@@ -81,8 +84,11 @@ def _native_fp8(device: torch.device) -> bool:
         torch.cuda.get_device_capability(device) >= (8, 9)
 
 
-def _tuning(table: dict, device: torch.device, overrides: dict) -> dict:
-    tune = dict(table["hip" if torch.version.hip else "cuda"])
+def _tuning(table: dict, device: torch.device, overrides: dict, packed: bool = False) -> dict:
+    vendor = "hip" if torch.version.hip else "cuda"
+    tune = dict(table[vendor])
+    if packed:
+        tune.update(PACKED_DECODE_TUNING[vendor])
     tune.update({k: v for k, v in overrides.items() if v is not None})
     return tune
 
@@ -170,7 +176,8 @@ def sparse_mla_decode(q: torch.Tensor, kv_cache: torch.Tensor, indices: torch.Te
     else:
         idx2, kv2, k2, stride_kv2 = idx, kv_cache, 0, 0
     _launch(q3, kv_cache, kv_cache.stride(1), idx, kv2, stride_kv2, idx2, k2, sinks, out_rope,
-            out.view(t, h, dv), scale, _tuning(DECODE_TUNING, q.device, tuning), num_splits)
+            out.view(t, h, dv), scale,
+            _tuning(DECODE_TUNING, q.device, tuning, kv_cache.dtype == torch.uint8), num_splits)
     return out
 
 
