@@ -8,6 +8,7 @@ from typing import Mapping
 import torch
 
 from hwinfer.backend import resolve_device, select
+from hwinfer.cache.spec import check_kv_format
 from hwinfer.layers.basic import bind_dense_ops
 from hwinfer.loader.checkpoint import CheckpointError, CheckpointReader
 from hwinfer.loader.config import (
@@ -47,7 +48,8 @@ def pick_layout(layouts: list[Layout], reader: CheckpointReader) -> Layout:
 
 def load_model(path: str | Path, device: str = "auto", dtype: str | torch.dtype | None = None, *,
                impl: Mapping[str, str] | None = None, strict: bool = False,
-               progress: bool | None = None, tensor_parallel: int = 1, expert_parallel: int = 1):
+               progress: bool | None = None, tensor_parallel: int = 1, expert_parallel: int = 1,
+               kv_format: str = "auto"):
     """Load a checkpoint directory (config.json, *.safetensors, tokenizer.json, ...).
 
     ``device``: cpu, cuda[:N] (NVIDIA or AMD), xpu[:N], npu[:N] or auto. ``dtype``: the compute
@@ -63,13 +65,25 @@ def load_model(path: str | Path, device: str = "auto", dtype: str | torch.dtype 
     joins the job's rendezvous instead (N must equal WORLD_SIZE; ranks other than 0 serve rank 0
     and exit). ``expert_parallel``: 1, or N to spread MoE experts over the same ranks. See
     docs/parallel.md.
+
+    ``kv_format``: how the caches the model allocates store KV rows: ``"auto"`` / ``"bf16"``
+    (default: the compute dtype, as always) or ``"fp8"`` (DeepSeek-V4's packed ``fp8_ds_mla``
+    rows; other models refuse it). See :meth:`hwinfer.models.base.CausalLM.set_kv_format`.
     """
+    check_kv_format(kv_format)  # a bad name fails before anything is read
     if tensor_parallel != 1 or expert_parallel != 1:
         from hwinfer.parallel.driver import check_sizes, load_parallel
 
         if check_sizes(tensor_parallel, expert_parallel) != (1, 1):
-            return load_parallel(path, device, dtype, tensor_parallel=tensor_parallel,
-                                 expert_parallel=expert_parallel, impl=impl, strict=strict)
+            # Rank 0's cache declarations travel to the followers with each allocation.
+            model = load_parallel(path, device, dtype, tensor_parallel=tensor_parallel,
+                                  expert_parallel=expert_parallel, impl=impl, strict=strict)
+            try:
+                model.set_kv_format(kv_format)
+            except ValueError:
+                model.close()
+                raise
+            return model
     root = Path(path)
     if not root.exists():
         raise CheckpointError(f"checkpoint path {root} does not exist")
@@ -83,6 +97,7 @@ def load_model(path: str | Path, device: str = "auto", dtype: str | torch.dtype 
     reader = CheckpointReader(root)
     with torch.device("meta"):
         model = cls(config, ops, compute_dtype)
+    model.set_kv_format(kv_format)  # refuse an unsupported format before reading any weight
     model = model.to_empty(device="cpu")
     layout = pick_layout(model.layouts(), reader)
     for name in layout.without:
@@ -108,10 +123,12 @@ def load_model(path: str | Path, device: str = "auto", dtype: str | torch.dtype 
 
 
 def random_model(config_path: str | Path, device: str = "auto", dtype: str | torch.dtype | None = None,
-                 *, seed: int = 0, impl: Mapping[str, str] | None = None, strict: bool = False):
+                 *, seed: int = 0, impl: Mapping[str, str] | None = None, strict: bool = False,
+                 kv_format: str = "auto"):
     """A model at the real dimensions of a config (a checkpoint directory, a config.json, or a
     preset name) with deterministic random weights: for benchmarks without the weights. It has
-    no tokenizer; generation_config.json defaults apply when the directory has one."""
+    no tokenizer; generation_config.json defaults apply when the directory has one.
+    ``kv_format`` as in :func:`load_model`."""
     from hwinfer.testing.checkpoints import random_init
 
     config = load_config(config_path)
@@ -127,4 +144,5 @@ def random_model(config_path: str | Path, device: str = "auto", dtype: str | tor
     bind_dense_ops(model, model.ops)
     model.generation_defaults = load_generation_config(Path(config_path), config) \
         if Path(config_path).is_dir() else model.generation_defaults
+    model.set_kv_format(kv_format)
     return model.eval()

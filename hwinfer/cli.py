@@ -4,6 +4,12 @@ from __future__ import annotations
 import argparse
 import sys
 
+from hwinfer.cache.spec import KV_FORMATS
+
+# The stored KV format of the caches a serving command allocates (CausalLM.set_kv_format).
+_KV_HELP = ("cache storage: auto / bf16 = the compute dtype (default); fp8 = DeepSeek-V4's packed "
+            "fp8_ds_mla rows (584 B per 512-wide entry; other models refuse it)")
+
 
 def _build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hwinfer", description="hwinfer: one model definition, every accelerator")
@@ -34,7 +40,7 @@ def _build_parser() -> argparse.ArgumentParser:
                         help="checkpoint directory, config.json, or preset name (see hwinfer.presets)")
     ledger.add_argument("--context", required=True, help="context length in tokens: 8192, 128K, 1M (K = 1024)")
     ledger.add_argument("--json", action="store_true", help="print the ledger as JSON (bytes)")
-    ledger.add_argument("--kv-format", default="auto", choices=["auto", "bf16", "fp8"],
+    ledger.add_argument("--kv-format", default="auto", choices=KV_FORMATS,
                         help="auto: each architecture's deployed format (default); bf16; fp8")
     _add_serving_commands(sub)
     bench = sub.add_parser("bench", help="benchmarks: serve (latency / throughput against a running server)")
@@ -63,6 +69,7 @@ def _add_serving_commands(sub) -> None:
                        help="tensor parallelism: shard the model over N processes, one per device (docs/parallel.md)")
     serve.add_argument("--ep", "--expert-parallel", dest="ep", type=int, default=1,
                        help="expert parallelism: 1, or the same N as --tp to spread MoE experts over those ranks")
+    serve.add_argument("--kv-format", default="auto", choices=KV_FORMATS, help=_KV_HELP)
     serve.add_argument("--log-level", default="info")
 
     for name, helptext in (("generate", "stream a completion of PROMPT to the terminal"),
@@ -75,6 +82,7 @@ def _add_serving_commands(sub) -> None:
         else:
             cmd.add_argument("--system", default=None, help="system message")
         cmd.add_argument("--device", default="auto")
+        cmd.add_argument("--kv-format", default="auto", choices=KV_FORMATS, help=_KV_HELP)
         cmd.add_argument("--max-tokens", type=int, default=128)
         cmd.add_argument("--temperature", type=float, default=None)
         if name == "generate":
@@ -102,21 +110,23 @@ def _serving(args: argparse.Namespace) -> int:
             from hwinfer.server.default_model import default_checkpoint
 
             load_model(args.path or default_checkpoint(), device=args.device, dtype=args.dtype,
-                       tensor_parallel=args.tp, expert_parallel=args.ep)
+                       tensor_parallel=args.tp, expert_parallel=args.ep, kv_format=args.kv_format)
             return 0
         config = ServerConfig(model_path=args.path, device=args.device, dtype=args.dtype,
                               served_model_name=args.served_model_name, api_key=args.api_key,
                               max_model_len=args.max_model_len, max_num_seqs=args.max_num_seqs,
                               cache_bytes=args.cache_bytes, enable_prefix_caching=args.enable_prefix_caching,
-                              tensor_parallel=args.tp, expert_parallel=args.ep)
+                              tensor_parallel=args.tp, expert_parallel=args.ep, kv_format=args.kv_format)
         serve(config, host=args.host, port=args.port, log_level=args.log_level)
         return 0
     from hwinfer.interactive import chat_main, generate_main
 
     try:
         if args.command == "generate":
-            return generate_main(args.path, args.prompt, args.device, args.max_tokens, args.temperature, args.seed)
-        return chat_main(args.path, args.device, args.max_tokens, args.temperature, args.system)
+            return generate_main(args.path, args.prompt, args.device, args.max_tokens, args.temperature, args.seed,
+                                 kv_format=args.kv_format)
+        return chat_main(args.path, args.device, args.max_tokens, args.temperature, args.system,
+                         kv_format=args.kv_format)
     except (ValueError, OSError) as exc:
         print(f"hwinfer {args.command}: {exc}", file=sys.stderr)
         return 2

@@ -8,12 +8,12 @@ from hwinfer.engine.engine import Engine
 from hwinfer.engine.request import SamplingParams
 
 
-def _open(path: str | None, device: str):
+def _open(path: str | None, device: str, kv_format: str = "auto"):
     from hwinfer.api import load_model
     from hwinfer.server.default_model import default_checkpoint
     from hwinfer.server.state import CPU_CACHE_BYTES
 
-    model = load_model(path or default_checkpoint(), device=device)
+    model = load_model(path or default_checkpoint(), device=device, kv_format=kv_format)
     if model.tokenizer is None:
         raise ValueError("this checkpoint has no tokenizer.json")
     cache = CPU_CACHE_BYTES if model.device.type == "cpu" else None
@@ -42,9 +42,9 @@ def stream_text(engine: Engine, prompt_ids: list[int], params: SamplingParams,
 
 
 def generate_main(path: str | None, prompt: str, device: str, max_tokens: int, temperature: float | None,
-                  seed: int | None, out: TextIO | None = None) -> int:
+                  seed: int | None, out: TextIO | None = None, kv_format: str = "auto") -> int:
     out = out or sys.stdout
-    model, engine = _open(path, device)
+    model, engine = _open(path, device, kv_format)
     ids = model.tokenizer.encode(prompt)
 
     def write(piece: str) -> None:
@@ -58,10 +58,10 @@ def generate_main(path: str | None, prompt: str, device: str, max_tokens: int, t
 
 
 def chat_main(path: str | None, device: str, max_tokens: int, temperature: float | None, system: str | None,
-              inp: TextIO | None = None, out: TextIO | None = None) -> int:
+              inp: TextIO | None = None, out: TextIO | None = None, kv_format: str = "auto") -> int:
     """An interactive chat: one user turn per line of input, until end of input or /exit."""
     inp, out = inp or sys.stdin, out or sys.stdout
-    model, engine = _open(path, device)
+    model, engine = _open(path, device, kv_format)
     messages = [{"role": "system", "content": system}] if system else []
     interactive = inp.isatty()
     while True:

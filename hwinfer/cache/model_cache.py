@@ -6,6 +6,9 @@ Storage shapes (``S`` request slots, ``NB`` blocks of ``BS`` tokens):
 * ``per="ring"``: ``[S, rows, *shape]``;
 * ``per="request"``: ``[S, *shape]``.
 
+A tensor declared packed (``CacheTensor.packed_bytes``) is stored as uint8 with ``(packed_bytes,)``
+in place of ``shape``.
+
 Requests own a slot (ring and request tensors) and a row of the block table (token tensors).
 :class:`SimpleAllocator` hands out slots and blocks for ``generate``; the engine's scheduler
 (issue 4) replaces it with a pool shared by many requests.
@@ -47,12 +50,12 @@ class ModelCache:
                 if s.per == "token":
                     if block_size % s.ratio:
                         raise ValueError(f"block size {block_size} is not a multiple of {s.name}'s ratio {s.ratio}")
-                    shape = (num_blocks, block_size // s.ratio, *s.shape)
+                    shape = (num_blocks, block_size // s.ratio, *s.storage_shape)
                 elif s.per == "ring":
-                    shape = (num_slots, s.rows, *s.shape)
+                    shape = (num_slots, s.rows, *s.storage_shape)
                 else:
-                    shape = (num_slots, *s.shape)
-                tensors[s.name] = torch.zeros(shape, dtype=s.dtype, device=device)
+                    shape = (num_slots, *s.storage_shape)
+                tensors[s.name] = torch.zeros(shape, dtype=s.storage_dtype, device=device)
             layers.append(LayerCache(specs, tensors))
         return cls(layers, block_size, num_blocks, num_slots)
 

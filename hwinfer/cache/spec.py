@@ -20,6 +20,13 @@ the ledger reports beside what this pool allocates:
   rows are ever read (a deployed cache keeps just those, like a ring);
 * ``shared_with``: rows an engine need not store because they are derived from another tensor's
   (Gemma 4 ``attention_k_eq_v``: V and K both come from one normalised key projection).
+
+One field changes what the pool allocates: ``packed_bytes`` says the tensor is *stored* packed,
+each row as ``packed_bytes`` uint8 bytes (a layer's own format, e.g. DeepSeek-V4's 584-byte
+``fp8_ds_mla`` rows). ``shape`` and ``dtype`` stay the logical row the layer computes with; the
+layer packs on every write and unpacks on every read (it tells the two storages apart by the
+tensor's dtype). A model declares packed tensors only when asked to through its ``kv_format``
+(:data:`KV_FORMATS`, :meth:`hwinfer.models.base.CausalLM.set_kv_format`).
 """
 from __future__ import annotations
 
@@ -27,6 +34,17 @@ import math
 from dataclasses import dataclass
 
 import torch
+
+# Names of the stored KV formats, shared by the memory ledger (what a format would cost) and
+# the models' allocation (what the pool stores); see hwinfer.engine.ledger and CausalLM.set_kv_format.
+KV_FORMATS = ("auto", "bf16", "fp8")
+
+
+def check_kv_format(kv_format: str) -> str:
+    """``kv_format`` itself if it is one of :data:`KV_FORMATS`, else a ValueError naming the option."""
+    if kv_format not in KV_FORMATS:
+        raise ValueError(f"kv_format must be one of {', '.join(KV_FORMATS)}, got {kv_format!r}")
+    return kv_format
 
 
 @dataclass(frozen=True)
@@ -40,16 +58,30 @@ class CacheTensor:
     fp8_row_bytes: int | None = None
     window: int | None = None
     shared_with: str | None = None
+    packed_bytes: int | None = None
 
     def __post_init__(self) -> None:
         if self.per not in ("token", "ring", "request"):
             raise ValueError(f"cache tensor {self.name}: per must be token, ring or request")
         if self.per == "ring" and self.rows <= 0:
             raise ValueError(f"cache tensor {self.name}: a ring needs rows > 0")
+        if self.packed_bytes is not None and self.packed_bytes <= 0:
+            raise ValueError(f"cache tensor {self.name}: packed_bytes must be > 0")
+
+    @property
+    def storage_shape(self) -> tuple[int, ...]:
+        """Shape of one stored row: ``(packed_bytes,)`` when packed, else ``shape``."""
+        return (self.packed_bytes,) if self.packed_bytes is not None else self.shape
+
+    @property
+    def storage_dtype(self) -> torch.dtype:
+        """dtype of the stored tensor: uint8 when packed, else ``dtype``."""
+        return torch.uint8 if self.packed_bytes is not None else self.dtype
 
     @property
     def row_bytes(self) -> int:
-        return math.prod(self.shape) * self.dtype.itemsize
+        """Bytes of one stored row (the packed row when packed)."""
+        return math.prod(self.storage_shape) * self.storage_dtype.itemsize
 
     def bytes_per_token(self) -> float:
         return self.row_bytes / self.ratio if self.per == "token" else 0.0

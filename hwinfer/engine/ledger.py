@@ -15,7 +15,9 @@ a layer declares in ``fp8_row_bytes``, else the declared dtype, i.e. the model d
 fp32 for recurrent and compressor state); ``"bf16"`` ignores the FP8 rows; ``"fp8"`` also stores
 undeclared model-dtype KV rows (token and ring tensors) as one e4m3 byte per value. Rows that
 ``shared_with`` another tensor are not stored in either format. ``pool_*`` report what
-hwinfer's own cache pool allocates today (declared dtypes; V stored even where it is derived from K).
+hwinfer's own cache pool allocates for the model as built (declared dtypes, or the packed rows a
+model declares when its ``kv_format`` is ``"fp8"``, see :meth:`hwinfer.models.base.CausalLM.set_kv_format`;
+V stored even where it is derived from K).
 """
 from __future__ import annotations
 
@@ -27,9 +29,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from hwinfer.cache.spec import CacheTensor
+# KV_FORMATS lives with the cache declarations (allocation validates the same names); kept here too.
+from hwinfer.cache.spec import KV_FORMATS, CacheTensor, check_kv_format  # noqa: F401
 
-KV_FORMATS = ("auto", "bf16", "fp8")
 _DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 # model_type -> the model_type whose class has the same cache geometry, for configs that hwinfer
 # cannot load yet but whose cache the ledger can still count (text stack as in the target).
@@ -82,8 +84,7 @@ class Ledger:
 
 def row_bytes(spec: CacheTensor, kv_format: str, model_dtype: torch.dtype) -> int:
     """Bytes of one stored row of ``spec`` in ``kv_format`` (0 if another tensor's row serves)."""
-    if kv_format not in KV_FORMATS:
-        raise ValueError(f"kv_format must be one of {', '.join(KV_FORMATS)}, got {kv_format!r}")
+    check_kv_format(kv_format)
     if spec.shared_with is not None:
         return 0
     if kv_format != "bf16" and spec.fp8_row_bytes is not None:

@@ -15,6 +15,18 @@ rows (``sparse_mla_decode`` on the ring plus the entry store); prefill and chunk
 the rows they need into one workspace for ``sparse_mla_prefill``. Nothing is ever recomputed.
 Rings are indexed by position modulo their row count (read from the tensor): with speculative
 decoding they carry spare rows, so rejected draft tokens need no undo.
+
+Packed FP8 storage (``cache_specs(..., packed=True)``, the model's ``kv_format="fp8"``): ``swa``
+and ``comp`` are then uint8 [.., 584] ``fp8_ds_mla`` rows (:mod:`hwinfer.ops.kv_pack`; D = 512,
+64 RoPE channels). A packed row is exactly ``pack_fp8_ds_mla`` of the row the model-dtype cache
+would hold. Every write packs (:func:`_to_store`), every read outside ``sparse_mla_decode``
+unpacks (:func:`_from_store`), and decode hands the uint8 caches to ``sparse_mla_decode``, which
+dequantizes only the rows it gathers. Which storage a tensor has is read from its dtype, never
+from a flag, so the code cannot disagree with the cache it is given. Every row a cached step
+attends is the row as stored: prefill attends its new tokens' KV round-tripped through the
+packed format, as decode (which reads its own row back from the ring) does, so outputs do not
+depend on how a sequence is split into steps. The cache-less forward (``model(ids)``) stores
+nothing and quantizes nothing.
 """
 from __future__ import annotations
 
@@ -27,6 +39,7 @@ from torch import nn
 from hwinfer.backend.select import OpTable
 from hwinfer.cache.spec import CacheTensor, fp8_indexer_row_bytes, fp8_v4_row_bytes
 from hwinfer.layers.basic import Linear, RMSNorm
+from hwinfer.ops.kv_pack import FP8_DS_BYTES, FP8_DS_DIM, pack_fp8_ds_mla, unpack_fp8_ds_mla
 from hwinfer.runtime.batch import ForwardBatch
 
 RopeTables = tuple[torch.Tensor, torch.Tensor]
@@ -64,6 +77,17 @@ class StepInfo:
         return self.cached and self.batch.is_decode
 
 
+def _to_store(rows: torch.Tensor, store: torch.Tensor) -> torch.Tensor:
+    """rows [..., D] in the model dtype -> what ``store`` holds: packed uint8 [..., 584]
+    (``fp8_ds_mla``) when ``store`` is uint8, else the rows cast to its dtype."""
+    return pack_fp8_ds_mla(rows) if store.dtype == torch.uint8 else rows.to(store.dtype)
+
+
+def _from_store(rows: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Stored rows [..., 584] uint8 or [..., D] float -> [..., D] in ``dtype`` (exact unpack)."""
+    return unpack_fp8_ds_mla(rows).to(dtype) if rows.dtype == torch.uint8 else rows.to(dtype)
+
+
 def _exclusive_cumsum(counts: list[int], device: torch.device) -> torch.Tensor:
     out = torch.zeros(len(counts), dtype=torch.int64, device=device)
     if len(counts) > 1:
@@ -88,13 +112,15 @@ class Compressor(nn.Module):
         self.ops, self.dim, self.ratio, self.overlap, self.rope, self.eps = ops, dim, ratio, overlap, rope, eps
         self.name, self.rows = name, (2 if overlap else 1) * ratio
 
-    def cache_specs(self, dtype: torch.dtype, spare_rows: int = 0) -> list[CacheTensor]:
+    def cache_specs(self, dtype: torch.dtype, spare_rows: int = 0, packed: bool = False) -> list[CacheTensor]:
         """``spare_rows``: room for that many rejected draft tokens (rounded up to m, the op
-        wants R % m == 0), so their writes never clobber rows the next step still reads."""
+        wants R % m == 0), so their writes never clobber rows the next step still reads.
+        ``packed``: store the entries as 584-byte ``fp8_ds_mla`` rows (the caller checked D)."""
         width, rows = self.ape.shape[1], self.rows + -(-spare_rows // self.ratio) * self.ratio
         # Deployed FP8 rows: entries as fp8_ds_mla, indexer keys ("idx") as e4m3 + fp32 scale.
         fp8 = fp8_indexer_row_bytes(self.dim) if self.name == "idx" else fp8_v4_row_bytes(self.dim, self.rope.dim)
-        return [CacheTensor(self.name, "token", (self.dim,), dtype, ratio=self.ratio, fp8_row_bytes=fp8),
+        return [CacheTensor(self.name, "token", (self.dim,), dtype, ratio=self.ratio, fp8_row_bytes=fp8,
+                            packed_bytes=FP8_DS_BYTES if packed else None),
                 CacheTensor(f"{self.name}_kv", "ring", (width,), torch.float32, rows=rows),
                 CacheTensor(f"{self.name}_score", "ring", (width,), torch.float32, rows=rows)]
 
@@ -104,7 +130,8 @@ class Compressor(nn.Module):
 
     def entries(self, x: torch.Tensor, step: StepInfo, cache: dict | None) -> tuple[torch.Tensor, torch.Tensor]:
         """Compress the step's tokens; return every request's entries packed [sum E_i, dim] and
-        each request's first row [N] (from the store when there is a cache)."""
+        each request's first row [N] (from the store when there is a cache: the entries as
+        stored, unpacked from a packed store, in x.dtype)."""
         new, counts = self.update(x, step, cache), self.counts(step)
         starts = _exclusive_cumsum(counts, x.device)
         if cache is None:
@@ -113,7 +140,7 @@ class Compressor(nn.Module):
         reqs = torch.repeat_interleave(torch.arange(n, device=x.device), torch.tensor(counts, device=x.device))
         pos = torch.cat([torch.arange(e, device=x.device) * m for e in counts])
         rows = step.batch.rows_for(pos, reqs, m)
-        return cache[self.name].flatten(0, 1).index_select(0, rows), starts
+        return _from_store(cache[self.name].flatten(0, 1).index_select(0, rows), x.dtype), starts
 
     def update(self, x: torch.Tensor, step: StepInfo, cache: dict | None) -> torch.Tensor | None:
         """Without a cache: every request's entries, packed. With one: store the new entries and
@@ -123,7 +150,7 @@ class Compressor(nn.Module):
             parts = [self._pool(kv[s:s + n], score[s:s + n], 0) for s, n in zip(step.starts, step.new)]
             return torch.cat(parts).to(x.dtype)
         if step.decode:
-            self._step(kv, score, step, cache)
+            self._step(kv, score, step, cache, x.dtype)
             return None
         ring_kv, ring_score = cache[f"{self.name}_kv"], cache[f"{self.name}_score"]
         m, rows, b = self.ratio, ring_kv.shape[1], step.batch
@@ -140,7 +167,8 @@ class Compressor(nn.Module):
             if fresh.shape[0]:
                 pos = (c // m + torch.arange(fresh.shape[0], device=x.device)) * m
                 dest = b.rows_for(pos, torch.full_like(pos, i), m)
-                cache[self.name].flatten(0, 1)[dest] = fresh.to(cache[self.name].dtype)
+                store = cache[self.name].flatten(0, 1)
+                store[dest] = _to_store(fresh.to(x.dtype), store)
         # Ring rows of each request's last `rows` positions (older ones would be overwritten).
         pos, reqs = b.positions, step.requests
         keep = pos >= b.seq_lens.long()[reqs] - rows
@@ -156,18 +184,26 @@ class Compressor(nn.Module):
                                     overlap=self.overlap, eps=self.eps, rope=self.rope.tables(self.ops, pos),
                                     rope_dim=self.rope.dim)
 
-    def _step(self, kv: torch.Tensor, score: torch.Tensor, step: StepInfo, cache: dict) -> None:
+    def _step(self, kv: torch.Tensor, score: torch.Tensor, step: StepInfo, cache: dict, dtype: torch.dtype) -> None:
         """One token per request, in place: the op writes the token's ring row into the pool
         and, where a window closes, its entry into the store row of the window's first
-        position. Which rows change is decided on the device (CUDA graphs)."""
+        position. Which rows change is decided on the device (CUDA graphs). A packed store
+        cannot take the op's float write: the op returns the step's candidate entries [B, D]
+        and ``emitted`` [B] instead, and only rows whose window closed get the packed entry
+        (a device-side ``torch.where``; the others are written back as they were)."""
         b, m = step.batch, self.ratio
         start = (b.positions // m) * m
         req = torch.arange(b.num_requests, device=kv.device)
-        self.ops.kv_compress_step(
+        store, rows = cache[self.name].flatten(0, 1), b.rows_for(start, req, m)
+        packed = store.dtype == torch.uint8
+        entries, emitted, _, _ = self.ops.kv_compress_step(
             kv, score, b.positions, cache[f"{self.name}_kv"], cache[f"{self.name}_score"], self.ape,
             self.norm.weight, ratio=m, overlap=self.overlap, eps=self.eps,
             rope=self.rope.tables(self.ops, start), rope_dim=self.rope.dim, state_slots=b.slots,
-            entry_store=cache[self.name].flatten(0, 1), entry_rows=b.rows_for(start, req, m))
+            entry_store=None if packed else store, entry_rows=None if packed else rows)
+        if packed:
+            dest = rows.long()
+            store[dest] = torch.where(emitted[:, None], _to_store(entries.to(dtype), store), store[dest])
 
 
 class Indexer(nn.Module):
@@ -240,13 +276,26 @@ class DeepseekV4Attention(nn.Module):
         self.indexer = Indexer(cfg, ops, ratio, rope, dtype) if indexer else None
         self.ops, self.rope, self.rope_key, self.eps, self.ratio = ops, rope, rope_key, eps, ratio
 
-    def cache_specs(self, dtype: torch.dtype, spare_rows: int = 0) -> list[CacheTensor]:
+    @property
+    def packs_fp8(self) -> bool:
+        """Can ``swa`` / ``comp`` be stored as ``fp8_ds_mla`` rows? Its layout is fixed: D = 512
+        with the RoPE on the last 64 channels (every released V4)."""
+        return self.head_dim == FP8_DS_DIM and fp8_v4_row_bytes(self.head_dim, self.rope.dim) == FP8_DS_BYTES
+
+    def cache_specs(self, dtype: torch.dtype, spare_rows: int = 0, packed: bool = False) -> list[CacheTensor]:
         """``spare_rows`` > 0 (speculative decoding): every ring gets room for that many rejected
-        draft tokens (ENGINES.md §3.4); the layer reads ring sizes from the tensors."""
+        draft tokens (ENGINES.md §3.4); the layer reads ring sizes from the tensors. ``packed``:
+        ``swa`` and ``comp`` stored as uint8 [.., 584] ``fp8_ds_mla`` rows (module docstring);
+        the compressor state stays fp32 and the indexer keys ``idx`` keep ``dtype``: their FP8
+        format is another one (e4m3 + one fp32 scale per 128, 132 B), not implemented."""
+        if packed and not self.packs_fp8:
+            raise ValueError(f"fp8_ds_mla storage needs head_dim {FP8_DS_DIM} with 64 RoPE channels, this layer "
+                             f"has head_dim {self.head_dim} and {self.rope.dim}")
         specs = [CacheTensor("swa", "ring", (self.head_dim,), dtype, rows=self.window + spare_rows,
-                             fp8_row_bytes=fp8_v4_row_bytes(self.head_dim, self.rope.dim))]
+                             fp8_row_bytes=fp8_v4_row_bytes(self.head_dim, self.rope.dim),
+                             packed_bytes=FP8_DS_BYTES if packed else None)]
         if self.compressor is not None:
-            specs += self.compressor.cache_specs(dtype, spare_rows)
+            specs += self.compressor.cache_specs(dtype, spare_rows, packed)
         if self.indexer is not None:
             specs += self.indexer.compressor.cache_specs(dtype, spare_rows)
         return specs
@@ -285,12 +334,20 @@ class DeepseekV4Attention(nn.Module):
         """Workspace rows per request: its cached window rows (up to W-1, from the ring), its new
         KV; then every request's compressed entries. Index lists point into it."""
         b, w = step.batch, self.window
+        stored = None
+        if cache is not None:
+            stored = _to_store(kv, cache["swa"])
+            if stored.dtype == torch.uint8:
+                # Attend the new rows as stored, as decode does (it reads its own row back from
+                # the ring): the output then does not depend on how a sequence was split into
+                # steps (prefill chunks, speculative verifies).
+                kv = _from_store(stored, kv.dtype)
         old = [min(w - 1, c) for c in step.ctx]
         parts = []
         for i, (s, n) in enumerate(zip(step.starts, step.new)):
             if old[i]:
                 p = torch.arange(step.ctx[i] - old[i], step.ctx[i], device=x.device)
-                parts.append(cache["swa"][b.slots[i], p % cache["swa"].shape[1]].to(kv.dtype))
+                parts.append(_from_store(cache["swa"][b.slots[i], p % cache["swa"].shape[1]], kv.dtype))
             parts.append(kv[s:s + n])
         rows = torch.cat(parts)
         req, pos = step.requests, b.positions
@@ -301,7 +358,7 @@ class DeepseekV4Attention(nn.Module):
         if cache is not None:
             r = cache["swa"].shape[1]
             keep = pos >= b.seq_lens.long()[req] - r
-            cache["swa"][b.slots[req[keep]], pos[keep] % r] = kv[keep].to(cache["swa"].dtype)
+            cache["swa"][b.slots[req[keep]], pos[keep] % r] = stored[keep]
         if self.compressor is not None:
             entries, starts = self.compressor.entries(x, step, cache)
             base = rows.shape[0] + starts[req]
@@ -318,10 +375,11 @@ class DeepseekV4Attention(nn.Module):
     def _decode(self, q: torch.Tensor, kv: torch.Tensor, x: torch.Tensor, picks: torch.Tensor | None,
                 step: StepInfo, cache: dict) -> torch.Tensor:
         """One token per request: the window through global slots of the ring [slots, W, D], the
-        entries through global rows of the paged store, in one ``sparse_mla_decode``."""
+        entries through global rows of the paged store, in one ``sparse_mla_decode`` (which
+        takes the packed uint8 [.., 584] ring and store as they are)."""
         b, ring = step.batch, cache["swa"]
         pos, slots, r = b.positions, b.slots, ring.shape[1]
-        ring[slots, pos % r] = kv.to(ring.dtype)
+        ring[slots, pos % r] = _to_store(kv, ring)
         win = self._window(pos)
         idx = torch.where(win >= 0, slots[:, None] * r + win % r, -1)
         extra = extra_idx = None

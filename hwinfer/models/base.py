@@ -10,6 +10,9 @@ A model file subclasses :class:`CausalLM` and supplies:
 * ``layouts() -> list[Layout]``: the checkpoint layouts it loads (published first, then
   transformers' ``save_pretrained`` layout);
 * ``lm_head`` (a Linear) for the logits.
+
+Optionally ``supports_fp8_kv()`` True when its ``cache_specs()`` honour ``kv_format == "fp8"``
+(packed rows, see :meth:`CausalLM.set_kv_format`).
 """
 from __future__ import annotations
 
@@ -23,7 +26,7 @@ from torch import nn
 
 from hwinfer.backend.select import OpTable
 from hwinfer.cache.model_cache import ModelCache, SimpleAllocator
-from hwinfer.cache.spec import CacheTensor
+from hwinfer.cache.spec import CacheTensor, check_kv_format
 from hwinfer.loader.config import GenerationDefaults
 from hwinfer.loader.weights import Layout
 from hwinfer.runtime.batch import ForwardBatch
@@ -45,6 +48,8 @@ class CausalLM(nn.Module, metaclass=abc.ABCMeta):
     ops: OpTable
     tokenizer: Any = None
     generation_defaults: GenerationDefaults = GenerationDefaults()
+    # How cache_specs() asks the pool to store KV rows; see set_kv_format.
+    kv_format: str = "auto"
 
     # --- supplied by the model file ---------------------------------------------------------
     @abc.abstractmethod
@@ -58,6 +63,35 @@ class CausalLM(nn.Module, metaclass=abc.ABCMeta):
     @abc.abstractmethod
     def layouts(self) -> list[Layout]:
         """Checkpoint layouts this model loads: published first, then transformers'."""
+
+    def supports_fp8_kv(self) -> bool:
+        """Whether ``cache_specs()`` can declare packed FP8 KV rows (``kv_format="fp8"``)."""
+        return False
+
+    def set_kv_format(self, kv_format: str) -> None:
+        """Choose how caches allocated from now on store KV rows (the engine's pool,
+        ``new_cache``, ``generate``; caches already allocated keep their format, and layers tell
+        the formats apart by the stored tensor's dtype, so they stay usable).
+
+        * ``"auto"`` (default) and ``"bf16"``: every tensor in its declared dtype, i.e. KV rows
+          in the model's compute dtype (bf16 on accelerators, fp32 on the CPU by default) and
+          state in fp32. Unlike the memory ledger, whose ``"auto"`` reports each architecture's
+          deployed format, allocation never picks a lossy format by itself.
+        * ``"fp8"``: the packed FP8 rows of the layers that support them, the other tensors in
+          their declared dtype. Only DeepSeek-V4 supports it today (its sliding-window ring and
+          compressed entries as 584-byte ``fp8_ds_mla`` rows; the indexer keys and compressor
+          state keep their dtype); any other model raises a ValueError naming it rather than
+          silently keeping bf16.
+
+        Unknown names raise a ValueError naming ``kv_format``.
+        """
+        check_kv_format(kv_format)
+        if kv_format == "fp8" and not self.supports_fp8_kv():
+            name = (getattr(self, "config", None) or {}).get("model_type") or type(self).__name__
+            raise ValueError(f"kv_format='fp8': {name} ({type(self).__name__}) has no cache hwinfer can store "
+                             "in FP8 (today only DeepSeek-V4 attention with 512-wide heads and 64 RoPE "
+                             "channels: fp8_ds_mla rows); use kv_format='auto' or 'bf16'")
+        self.kv_format = kv_format
 
     def cache_block_size(self) -> int:
         """Tokens per cache block: a multiple of every compression ratio the model uses."""

@@ -166,8 +166,16 @@ class DeepseekV4ForCausalLM(CausalLM):
         mtp = [MTPBlock(config, ops, dtype, kind, self.ropes) for kind in kinds[n:]]
         self.mtp = nn.ModuleList(mtp) if mtp else None
 
+    def supports_fp8_kv(self) -> bool:
+        """``kv_format="fp8"`` stores every layer's window ring and compressed entries as
+        ``fp8_ds_mla`` rows: needs 512-wide heads with 64 RoPE channels in every attention
+        (the released V4s; the tiny test configs with 64-wide heads do not qualify)."""
+        blocks = [*self.layers, *(self.mtp or [])]
+        return all(block.attn.packs_fp8 for block in blocks)
+
     def cache_specs(self) -> list[list[CacheTensor]]:
-        return [layer.attn.cache_specs(self.dtype) for layer in self.layers]
+        packed = self.kv_format == "fp8"
+        return [layer.attn.cache_specs(self.dtype, packed=packed) for layer in self.layers]
 
     def step_info(self, batch: ForwardBatch) -> StepInfo:
         starts = [0, *accumulate(batch.new_lens[:-1])]
@@ -192,7 +200,8 @@ class DeepseekV4ForCausalLM(CausalLM):
     def spec_cache_specs(self, num_draft: int) -> list[list[CacheTensor]]:
         """Every ring (sliding window, compressor partial windows) gets ``num_draft`` spare rows,
         so rejected draft tokens need no undo; then ``mtp[0]``'s own cache as one more layer."""
-        return [layer.attn.cache_specs(self.dtype, num_draft) for layer in [*self.layers, self.mtp[0]]]
+        packed = self.kv_format == "fp8"
+        return [layer.attn.cache_specs(self.dtype, num_draft, packed) for layer in [*self.layers, self.mtp[0]]]
 
     def mtp_forward(self, streams: torch.Tensor, batch: ForwardBatch) -> tuple[torch.Tensor, torch.Tensor]:
         """streams [T, N, H] at batch.positions, batch.input_ids [T] the token after each

@@ -30,6 +30,7 @@ class ServerConfig:
     enable_prefix_caching: bool = False
     tensor_parallel: int = 1
     expert_parallel: int = 1
+    kv_format: str = "auto"  # cache storage, see hwinfer.models.base.CausalLM.set_kv_format
     max_body_bytes: int = 8 << 20
     engine_kwargs: dict[str, Any] = field(default_factory=dict)
 
@@ -63,7 +64,8 @@ class ServerState:
             path = Path(self.config.model_path) if self.config.model_path else default_checkpoint()
             self.model = load_model(path, device=self.config.device, dtype=self.config.dtype,
                                     tensor_parallel=self.config.tensor_parallel,
-                                    expert_parallel=self.config.expert_parallel)
+                                    expert_parallel=self.config.expert_parallel,
+                                    kv_format=self.config.kv_format)
             if self.model.tokenizer is None:
                 raise ValueError(f"{path}: no tokenizer.json; the server needs a tokenizer")
             cache_bytes = self.config.cache_bytes

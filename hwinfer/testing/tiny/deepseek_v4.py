@@ -5,7 +5,8 @@ entry). The HCA rate is lowered to 8 through ``compress_rate_hca`` (a field tran
 into ``compress_rates``; it rejects other values inside ``compress_ratios``), so 40-token
 sequences complete several HCA windows; ``sliding_window`` 8 and ``index_topk`` 3 make the window
 and the indexer's top-k actually bind. 8 indexer heads keep exact-zero score ties rare
-(MODELS.md §9).
+(MODELS.md §9). ``tiny_d512``: the same at the released head widths (attention 512 with 64 RoPE
+channels, indexer 128), which the packed ``fp8_ds_mla`` cache (``kv_format="fp8"``) needs.
 """
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ SIZES = {
                   index_head_dim=64, index_topk=16, n_routed_experts=16, num_experts_per_tok=4,
                   moe_intermediate_size=64, num_hash_layers=2, compress_ratios=[0, 0, 4, 128, 4, 128, 0]),
 }
+SIZES["tiny_d512"] = {**SIZES["tiny"], "head_dim": 512, "qk_rope_head_dim": 64, "index_head_dim": 128}
 
 
 def config(size: str) -> dict[str, Any]:
