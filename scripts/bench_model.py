@@ -241,6 +241,7 @@ def main() -> None:
     ap.add_argument("--profile", action="store_true", help="kernel breakdown of prefill and decode steps")
     ap.add_argument("--profile-prompt", type=int, default=256, help="prompt length when profiling")
     ap.add_argument("--impl", default="", help="op=impl overrides, comma-separated")
+    ap.add_argument("--kv-format", default="auto", help="stored KV format (auto, bf16, fp8)")
     ap.add_argument("--csv", default=None, help="append rows (model, impl, batch, metric, value, unit)")
     args = ap.parse_args()
     import atexit
@@ -254,7 +255,8 @@ def main() -> None:
     config_dir = shrunk_config(args.preset, args.layers)
     name = args.preset + (f" ({args.layers} layers)" if args.layers else "")
     impl = dict(kv.split("=", 1) for kv in args.impl.split(",") if kv)
-    model = random_model(config_dir, device=args.device, dtype="bf16", impl=impl or None)
+    model = random_model(config_dir, device=args.device, dtype="bf16", impl=impl or None,
+                         kv_format=args.kv_format)
     weight_bytes = decode_weight_bytes(model)
     print(f"# {name}: {weight_bytes / 1e9:.3f} GB of weights per batch-1 decode step; "
           f"roofline {PEAK_BYTES_S / weight_bytes:,.0f} tok/s at batch 1", file=sys.stderr)

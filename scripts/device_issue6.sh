@@ -31,6 +31,8 @@
 #   bash scripts/device_issue6.sh fused     # the eighth session's kernels: gdn_gated_recurrent,
 #                                         # device-side paged splits, FP8 sparse MLA loads;
 #                                         # Qwen3.5 tests and speed, FP8-cache MLA tilings
+#   bash scripts/device_issue6.sh v4fp8     # DeepSeek-V4 with packed FP8 caches (kv_format fp8):
+#                                         # its tests on the card, 4-layer speed bf16 vs fp8
 #   bash scripts/device_issue6.sh diagnose  # model oracle + CUDA-graph tests on the GPU, then
 #                                         # the failures again under HWINFER_SHADOW=raise, which
 #                                         # names the first op whose kernel leaves its reference
@@ -257,6 +259,16 @@ elif [ "$phase" = fused ]; then
   timeout 150 python3 scripts/bench_sparse_mla.py --sweep-focused --only fp8cache > "$out/bench_sparse_mla_fp8.csv" \
     2> "$out/bench_sparse_mla_fp8.err"
   echo "== bench_sparse_mla fp8 sweep rc=$?"; grep "triton" "$out/bench_sparse_mla_fp8.err" | cut -c1-150 | tail -40
+elif [ "$phase" = v4fp8 ]; then
+  HWINFER_TEST_DEVICE=cuda timeout 200 python3 -m pytest tests/models/test_deepseek_v4_fp8_cache.py \
+    tests/models/test_deepseek_v4.py -q -p no:cacheprovider -rf --tb=short > "$out/tests.txt" 2>&1
+  grep -E "^FAILED|passed|failed" "$out/tests.txt" | cut -c1-300 | tail -8
+  for fmt in bf16 fp8; do
+    timeout 130 python3 scripts/bench_model.py --preset deepseek-v4-flash --layers 4 --batch 1,32 \
+      --prompt 1024 --new 32 --no-hf --no-eager --kv-format $fmt --csv "$out/model.csv" \
+      > "$out/bench_model_dsv4_$fmt.txt" 2>&1
+    grep "^{\|Error" "$out/bench_model_dsv4_$fmt.txt" | tail -3
+  done
 elif [ "$phase" = profile ]; then
   # Where the time goes in the models that trail transformers: kernels of one prefill step and of
   # decode steps (eager and graphs) at batch 1 and 32, then the chunked linear attention vs fla.
