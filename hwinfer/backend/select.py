@@ -219,11 +219,14 @@ def select(
 def _apply_override(op: str, wanted: str, verdicts: list[Verdict], chain: list) -> list:
     if wanted == REFERENCE:
         return []
-    for v in verdicts:
-        if _matches(v.impl, wanted):
-            if v.reason is not None:
-                raise SelectionError(f"impl {wanted!r} was requested for op {op!r} but cannot run: {v.reason}")
+    # A short name ("torch") can match one impl per backend: the first that can run here wins.
+    matching = [v for v in verdicts if _matches(v.impl, wanted)]
+    for v in matching:
+        if v.reason is None:
             return [entry for entry in chain if entry[0] is v.impl]
+    if matching:
+        raise SelectionError(f"impl {wanted!r} was requested for op {op!r} but cannot run: "
+                             f"{matching[0].reason}")
     names = ", ".join(v.impl.qualname for v in verdicts) or "none"
     raise SelectionError(f"impl {wanted!r} was requested for op {op!r}, which has no such impl "
                          f"(impls: {names}, or 'reference')")

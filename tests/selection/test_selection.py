@@ -138,6 +138,9 @@ def test_explicit_override_wins_or_fails_loudly(monkeypatch):
                impl={"rms_norm": "nonexistent"})
     with pytest.raises(SelectionError, match="unknown op"):
         select(fake_device("sm_90"), backends=_toy_backends(), impl={"no_such_op": "x"})
+    # a short name that several backends' impls carry: the one that can run on this device
+    real = select(fake_device("sm_90"), ops=["rms_norm"], impl={"rms_norm": "torch"})
+    assert real.chosen("rms_norm") == "nvidia.torch"
     monkeypatch.setenv("HWINFER_IMPL", "rms_norm=reference")
     assert select(fake_device("sm_90"), backends=_toy_backends(), ops=["rms_norm"]).chosen("rms_norm") == "reference"
     monkeypatch.setenv("HWINFER_IMPL", "rms_norm")
