@@ -19,8 +19,9 @@ decoding they carry spare rows, so rejected draft tokens need no undo.
 Packed FP8 storage (``cache_specs(..., packed=True)``, the model's ``kv_format="fp8"``): ``swa``
 and ``comp`` are then uint8 [.., 584] ``fp8_ds_mla`` rows (:mod:`hwinfer.ops.kv_pack`; D = 512,
 64 RoPE channels). A packed row is exactly ``pack_fp8_ds_mla`` of the row the model-dtype cache
-would hold. Every write packs (:func:`_to_store`), every read outside ``sparse_mla_decode``
-unpacks (:func:`_from_store`), and decode hands the uint8 caches to ``sparse_mla_decode``, which
+would hold. Every write packs (:func:`_to_store`; decode through the ``kv_store_fp8_ds_mla`` op,
+one kernel a write), every read outside ``sparse_mla_decode`` unpacks (:func:`_from_store`), and
+decode hands the uint8 caches to ``sparse_mla_decode``, which
 dequantizes only the rows it gathers. Which storage a tensor has is read from its dtype, never
 from a flag, so the code cannot disagree with the cache it is given. Every row a cached step
 attends is the row as stored: prefill attends its new tokens' KV round-tripped through the
@@ -189,8 +190,8 @@ class Compressor(nn.Module):
         and, where a window closes, its entry into the store row of the window's first
         position. Which rows change is decided on the device (CUDA graphs). A packed store
         cannot take the op's float write: the op returns the step's candidate entries [B, D]
-        and ``emitted`` [B] instead, and only rows whose window closed get the packed entry
-        (a device-side ``torch.where``; the others are written back as they were)."""
+        and ``emitted`` [B] instead, and ``kv_store_fp8_ds_mla`` packs only the rows whose
+        window closed (a device-side mask)."""
         b, m = step.batch, self.ratio
         start = (b.positions // m) * m
         req = torch.arange(b.num_requests, device=kv.device)
@@ -201,9 +202,8 @@ class Compressor(nn.Module):
             self.norm.weight, ratio=m, overlap=self.overlap, eps=self.eps,
             rope=self.rope.tables(self.ops, start), rope_dim=self.rope.dim, state_slots=b.slots,
             entry_store=None if packed else store, entry_rows=None if packed else rows)
-        if packed:
-            dest = rows.long()
-            store[dest] = torch.where(emitted[:, None], _to_store(entries.to(dtype), store), store[dest])
+        if packed:  # one kernel packs the closed windows' entries into their rows
+            self.ops.kv_store_fp8_ds_mla(entries.to(dtype), store, rows, emitted)
 
 
 class Indexer(nn.Module):
@@ -379,7 +379,10 @@ class DeepseekV4Attention(nn.Module):
         takes the packed uint8 [.., 584] ring and store as they are)."""
         b, ring = step.batch, cache["swa"]
         pos, slots, r = b.positions, b.slots, ring.shape[1]
-        ring[slots, pos % r] = _to_store(kv, ring)
+        if ring.dtype == torch.uint8:
+            self.ops.kv_store_fp8_ds_mla(kv, ring, slots * r + pos % r)
+        else:
+            ring[slots, pos % r] = kv.to(ring.dtype)
         win = self._window(pos)
         idx = torch.where(win >= 0, slots[:, None] * r + win % r, -1)
         extra = extra_idx = None

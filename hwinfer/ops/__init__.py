@@ -23,6 +23,7 @@ from hwinfer.ops import (  # noqa: F401  (importing a family module declares its
     dense,
     hyper_connection,
     indexer,
+    kv_pack,
     linear_attention,
     moe,
     norm,

@@ -28,6 +28,8 @@ IMPLS = [
          when=family("cdna3", "cdna4", "rdna3", "rdna4"), priority=10,
          check="hwinfer.kernels.triton.delta_rule:delta_rule_supported",
          requires=("triton",), interpretable=True),
+    Impl("kv_store_fp8_ds_mla", "triton", "hwinfer.kernels.triton.kv_pack:kv_store_fp8_ds_mla",
+         when=family("cdna3", "cdna4", "rdna3", "rdna4"), priority=10, requires=("triton",), interpretable=True),
     Impl("gdn_gated_recurrent", "triton", "hwinfer.kernels.triton.delta_rule:gdn_gated_recurrent",
          when=family("cdna3", "cdna4", "rdna3", "rdna4"), priority=10,
          check="hwinfer.kernels.triton.delta_rule:gdn_gated_recurrent_supported",

@@ -27,6 +27,8 @@ IMPLS = [
          when=min_sm(80), priority=10,
          check="hwinfer.kernels.triton.delta_rule:delta_rule_supported",
          requires=("triton",), interpretable=True),
+    Impl("kv_store_fp8_ds_mla", "triton", "hwinfer.kernels.triton.kv_pack:kv_store_fp8_ds_mla",
+         when=min_sm(80), priority=10, requires=("triton",), interpretable=True),
     Impl("gdn_gated_recurrent", "triton", "hwinfer.kernels.triton.delta_rule:gdn_gated_recurrent",
          when=min_sm(80), priority=10,
          check="hwinfer.kernels.triton.delta_rule:gdn_gated_recurrent_supported",
