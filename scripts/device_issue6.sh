@@ -32,7 +32,8 @@
 #                                         # device-side paged splits, FP8 sparse MLA loads;
 #                                         # Qwen3.5 tests and speed, FP8-cache MLA tilings
 #   bash scripts/device_issue6.sh v4fp8     # DeepSeek-V4 with packed FP8 caches (kv_format fp8):
-#                                         # its tests on the card, 4-layer speed bf16 vs fp8
+#                                         # the packing kernel's conformance, the model tests on
+#                                         # the card, 4-layer speed bf16 vs fp8
 #   bash scripts/device_issue6.sh diagnose  # model oracle + CUDA-graph tests on the GPU, then
 #                                         # the failures again under HWINFER_SHADOW=raise, which
 #                                         # names the first op whose kernel leaves its reference
@@ -46,6 +47,21 @@ if ls .whl/*.whl >/dev/null 2>&1; then
 fi
 python3 -m pip install -q --no-deps --no-build-isolation -e . > "$out/install.log" 2>&1 || { cat "$out/install.log"; exit 1; }
 git rev-parse --short HEAD > "$out/commit.txt" 2>/dev/null
+
+strict() {  # strict conformance on the card of the ops matching $2, within $1 seconds
+  timeout "$1" python3 -m pytest tests/conformance --backend nvidia --strict -q -p no:cacheprovider \
+    -k "$2" > "$out/conformance.txt" 2>&1
+  grep -E "passed|failed|FAILED" "$out/conformance.txt" | tail -6
+}
+
+qwen_on_card() {  # Qwen3.5 tests on the card (graphs, overlapped steps), then its decode speed
+  HWINFER_TEST_DEVICE=cuda timeout 150 python3 -m pytest tests/models tests/engine/test_graphs.py -q \
+    -p no:cacheprovider -k "qwen or overlap" -rf --tb=short > "$out/tests.txt" 2>&1
+  grep -E "^FAILED|passed|failed" "$out/tests.txt" | cut -c1-300 | tail -8
+  timeout 150 python3 scripts/bench_model.py --preset qwen3.5-0.8b --batch 1,32 --prompt 1024 --new 64 \
+    --no-hf --no-eager --profile --csv "$out/model.csv" > "$out/bench_model_qwen.txt" 2>&1
+  grep "^{\|Error\|# profile" "$out/bench_model_qwen.txt" | tail -6
+}
 if [ "$phase" = check ]; then
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$out/gpu.txt"
   python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" | tee -a "$out/gpu.txt"
@@ -219,15 +235,8 @@ elif [ "$phase" = decode ]; then
   # runs were this phase at three trees.)
   timeout 60 python3 -m pytest tests/kernels/test_gemv.py -q -p no:cacheprovider -k cuda > "$out/gemv_tests.txt" 2>&1
   grep -E "passed|failed|FAILED" "$out/gemv_tests.txt" | tail -2
-  timeout 120 python3 -m pytest tests/conformance --backend nvidia --strict -q -p no:cacheprovider \
-    -k "linear or recurrent or rms_norm or gated_act or conv or gdn_gate" > "$out/conformance.txt" 2>&1
-  grep -E "passed|failed|FAILED" "$out/conformance.txt" | tail -6
-  HWINFER_TEST_DEVICE=cuda timeout 150 python3 -m pytest tests/models tests/engine/test_graphs.py -q \
-    -p no:cacheprovider -k "qwen or overlap" -rf --tb=short > "$out/tests.txt" 2>&1
-  grep -E "^FAILED|passed|failed" "$out/tests.txt" | cut -c1-300 | tail -8
-  timeout 150 python3 scripts/bench_model.py --preset qwen3.5-0.8b --batch 1,32 --prompt 1024 --new 64 \
-    --no-hf --no-eager --profile --csv "$out/model.csv" > "$out/bench_model_qwen.txt" 2>&1
-  grep "^{\|Error\|# profile" "$out/bench_model_qwen.txt" | tail -6
+  strict 120 "linear or recurrent or rms_norm or gated_act or conv or gdn_gate"
+  qwen_on_card
   HWINFER_PDL=0 timeout 90 python3 scripts/bench_model.py --preset qwen3.5-0.8b --batch 1 --prompt 1024 \
     --new 64 --no-hf --no-eager > "$out/bench_model_qwen_nopdl.txt" 2>&1
   grep "^{\|Error" "$out/bench_model_qwen_nopdl.txt" | tail -3
@@ -235,9 +244,7 @@ elif [ "$phase" = sparse ]; then
   # What the seventh session wrote after its device time, besides the decode phase: MiniMax-M3's
   # Triton block_sparse_decode (conformance, graph + oracle tests on the card) and sparse MLA
   # decode over packed FP8 caches (conformance; HCA bf16 vs fp8 cache timing).
-  timeout 120 python3 -m pytest tests/conformance --backend nvidia --strict -q -p no:cacheprovider \
-    -k "block_sparse or sparse_mla" > "$out/conformance.txt" 2>&1
-  grep -E "passed|failed|FAILED" "$out/conformance.txt" | tail -6
+  strict 120 "block_sparse or sparse_mla"
   HWINFER_TEST_DEVICE=cuda timeout 200 python3 -m pytest tests/engine/test_graphs.py tests/models/test_minimax_m3.py \
     -q -p no:cacheprovider -k "minimax" -rf --tb=short > "$out/tests.txt" 2>&1
   grep -E "^FAILED|passed|failed" "$out/tests.txt" | cut -c1-300 | tail -8
@@ -247,19 +254,13 @@ elif [ "$phase" = fused ]; then
   # gdn_gated_recurrent (gates inside the recurrence), paged decode splits sized on the device,
   # sparse MLA over packed FP8 rows (8-byte loads, group scales, hardware e4m3): conformance on
   # the card, Qwen3.5 tests (graphs, overlap) and speed, FP8-cache sparse MLA tilings.
-  timeout 100 python3 -m pytest tests/conformance --backend nvidia --strict -q -p no:cacheprovider \
-    -k "gdn_gated or recurrent or paged or sparse_mla" > "$out/conformance.txt" 2>&1
-  grep -E "passed|failed|FAILED" "$out/conformance.txt" | tail -6
-  HWINFER_TEST_DEVICE=cuda timeout 150 python3 -m pytest tests/models tests/engine/test_graphs.py -q \
-    -p no:cacheprovider -k "qwen or overlap" -rf --tb=short > "$out/tests.txt" 2>&1
-  grep -E "^FAILED|passed|failed" "$out/tests.txt" | cut -c1-300 | tail -8
-  timeout 150 python3 scripts/bench_model.py --preset qwen3.5-0.8b --batch 1,32 --prompt 1024 --new 64 \
-    --no-hf --no-eager --profile --csv "$out/model.csv" > "$out/bench_model_qwen.txt" 2>&1
-  grep "^{\|Error\|# profile" "$out/bench_model_qwen.txt" | tail -6
+  strict 100 "gdn_gated or recurrent or paged or sparse_mla"
+  qwen_on_card
   timeout 150 python3 scripts/bench_sparse_mla.py --sweep-focused --only fp8cache > "$out/bench_sparse_mla_fp8.csv" \
     2> "$out/bench_sparse_mla_fp8.err"
   echo "== bench_sparse_mla fp8 sweep rc=$?"; grep "triton" "$out/bench_sparse_mla_fp8.err" | cut -c1-150 | tail -40
 elif [ "$phase" = v4fp8 ]; then
+  strict 60 "kv_store or sparse_mla or kv_compress"
   HWINFER_TEST_DEVICE=cuda timeout 200 python3 -m pytest tests/models/test_deepseek_v4_fp8_cache.py \
     tests/models/test_deepseek_v4.py -q -p no:cacheprovider -rf --tb=short > "$out/tests.txt" 2>&1
   grep -E "^FAILED|passed|failed" "$out/tests.txt" | cut -c1-300 | tail -8
