@@ -89,13 +89,20 @@ class GatedAttention(nn.Module):
         q, gate = qg[..., : self.head_dim], qg[..., self.head_dim:]
         v = v.view(t, self.kv_heads, self.head_dim)
         cos, sin = batch.rope(self.ops, self.rotary_dim, self.theta)
-        # Zero-centred q/k norm then partial rotate-half RoPE, one fused op each.
-        q = self.ops.rms_norm_rope(q, self.q_norm.weight, cos, sin, eps=self.q_norm.eps,
-                                   weight_offset=self.q_norm.offset)
-        k = self.ops.rms_norm_rope(k.view(t, self.kv_heads, self.head_dim), self.k_norm.weight, cos, sin,
-                                   eps=self.k_norm.eps, weight_offset=self.k_norm.offset)
+        k = k.view(t, self.kv_heads, self.head_dim)
+        # Zero-centred q/k norm then partial rotate-half RoPE; in decode one op also writes K and
+        # V into their cache rows (q, k, v in one kernel), elsewhere one fused op each.
+        norm = dict(eps=self.q_norm.eps, weight_offset=self.q_norm.offset)
+        store = cache is None or not batch.is_decode
+        if store:
+            q = self.ops.rms_norm_rope(q, self.q_norm.weight, cos, sin, **norm)
+            k = self.ops.rms_norm_rope(k, self.k_norm.weight, cos, sin, **norm)
+        else:
+            q = self.ops.rms_norm_rope_kv_store(q, k, v, self.q_norm.weight, self.k_norm.weight,
+                                                cos, sin, cache["k"], cache["v"],
+                                                batch.token_rows(), **norm)
         o = cached_attention(self.ops, batch, cache, q, k, v, scale=self.head_dim ** -0.5,
-                             gate=gate)
+                             gate=gate, store=store)
         return self.o_proj(o.reshape(t, -1))
 
 

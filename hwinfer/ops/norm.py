@@ -99,6 +99,68 @@ def rms_norm_rope(x: torch.Tensor, weight: torch.Tensor | None, cos: torch.Tenso
                       start=start, interleaved=interleaved)
 
 
+def rms_norm_rope_kv_store(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                           q_weight: torch.Tensor | None, k_weight: torch.Tensor | None,
+                           cos: torch.Tensor, sin: torch.Tensor, k_cache: torch.Tensor,
+                           v_cache: torch.Tensor, rows: torch.Tensor, *, eps: float = 1e-6,
+                           weight_offset: float = 0.0, start: int = 0,
+                           interleaved: bool = False) -> torch.Tensor:
+    """The decode prologue of an attention layer with q / k norms, as one op (one kernel instead
+    of four: q's and k's norm + RoPE, the K and V cache writes).
+
+    Exactly ``k_cache.flatten(0, 1)[rows] = rms_norm_rope(k, k_weight, cos, sin, ...)``,
+    ``v_cache.flatten(0, 1)[rows] = v`` (both cast to the cache dtype; in place) and returns
+    ``rms_norm_rope(q, q_weight, cos, sin, ...)`` (:func:`rms_norm_rope`, the same ``eps``,
+    ``weight_offset``, ``start``, ``interleaved`` for q and k).
+
+    Shapes: q [T, Hq, D], k [T, Hkv, D], v [T, Hkv, Dv] (strided views with a contiguous last
+    dim are fine, e.g. slices of one projection); q_weight, k_weight [D] or None; cos, sin
+    [T, R/2] fp32; k_cache [blocks, block_size, Hkv, D], v_cache [blocks, block_size, Hkv, Dv]
+    (the paged caches); rows [T] integer: the flattened cache row of each token. Rows named twice
+    get one of the values. Returns q's result [T, Hq, D] in q.dtype.
+
+    Uses: Qwen3.5's full-attention layers in decode (zero-centred ``q_norm`` / ``k_norm``,
+    ``weight_offset=1``, rotate-half RoPE on the first 64 of 256 channels).
+    """
+    return compose_rms_norm_rope_kv_store(rms_norm_rope, q, k, v, q_weight, k_weight, cos, sin,
+                                          k_cache, v_cache, rows, eps=eps,
+                                          weight_offset=weight_offset, start=start,
+                                          interleaved=interleaved)
+
+
+def compose_rms_norm_rope_kv_store(norm_rope, q, k, v, q_weight, k_weight, cos, sin, k_cache,
+                                   v_cache, rows, **kw) -> torch.Tensor:
+    """``rms_norm_rope_kv_store`` from an implementation of ``rms_norm_rope`` (the reference's
+    definition; impls reuse it for the calls they do not fuse)."""
+    t = q.shape[0]
+    if q.dim() != 3 or k.dim() != 3 or v.dim() != 3 or k.shape[0] != t or v.shape[:2] != k.shape[:2]:
+        raise ValueError(f"rms_norm_rope_kv_store: q [T, Hq, D], k [T, Hkv, D], v [T, Hkv, Dv] "
+                         f"expected, got {list(q.shape)}, {list(k.shape)}, {list(v.shape)}")
+    if k_cache.dim() != 4 or v_cache.dim() != 4 or k_cache.shape[2:] != k.shape[1:] \
+            or v_cache.shape[2:] != v.shape[1:] or rows.shape != (t,):
+        raise ValueError(f"rms_norm_rope_kv_store: caches [blocks, block_size, {k.shape[1]}, D / Dv] "
+                         f"and rows [{t}] expected, got {list(k_cache.shape)}, {list(v_cache.shape)}, "
+                         f"{list(rows.shape)}")
+    dest = rows.long()
+    k_cache.flatten(0, 1)[dest] = norm_rope(k, k_weight, cos, sin, **kw).to(k_cache.dtype)
+    v_cache.flatten(0, 1)[dest] = v.to(v_cache.dtype)
+    return norm_rope(q, q_weight, cos, sin, **kw)
+
+
+def _kv_store_case(t: int, hq: int, hkv: int, d: int, rotary: int, blocks: int, bs: int):
+    def make(gen, dtype, device):
+        base = _norm_rope_case(t, hq + 2 * hkv, d, rotary, 0, False, True, 1.0, base=1e7)(gen, dtype, device)
+        qkv = base["x"]   # one projection's output, sliced as the model does
+        k_cache = randn(gen, blocks, bs, hkv, d, dtype=dtype, device=device)
+        return {"q": qkv[:, :hq], "k": qkv[:, hq:hq + hkv], "v": qkv[:, hq + hkv:],
+                "q_weight": base["weight"], "k_weight": base["weight"].flip(0),
+                "cos": base["cos"], "sin": base["sin"], "k_cache": k_cache,
+                "v_cache": randn(gen, blocks, bs, hkv, d, dtype=dtype, device=device),
+                "rows": torch.randperm(blocks * bs, generator=gen)[:t].to(device=device, dtype=torch.int32),
+                "eps": 1e-6, "weight_offset": 1.0}
+    return make
+
+
 def _norm_case(rows: int, dim: int, weighted: bool, offset: float = 0.0):
     def make(gen, dtype, device):
         inputs = {"x": randn(gen, rows, dim, dtype=dtype, device=device, scale=3.0), "eps": 1e-6}
@@ -191,4 +253,11 @@ RMS_NORM_ROPE = define_op(
         Case("dsv4_kv_single_head_2d", _norm_rope_case(6, 0, 512, 64, 448, True, True)),
     ],
     tolerance=_TOL,
+)
+RMS_NORM_ROPE_KV_STORE = define_op(
+    rms_norm_rope_kv_store,
+    cases=[Case("qwen35_decode_B3", _kv_store_case(3, 8, 2, 256, 64, 4, 16)),
+           Case("gqa_B5_d64", _kv_store_case(5, 4, 1, 64, 32, 3, 8))],
+    tolerance=_TOL,
+    mutates=("k_cache", "v_cache"),
 )

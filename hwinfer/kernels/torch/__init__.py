@@ -41,6 +41,7 @@ KERNELS: dict[str, tuple[str, str | None]] = {
     "rms_norm_gated": (f"{_P}.norm:rms_norm_gated", None),
     "add_rms_norm": (f"{_P}.norm:add_rms_norm", None),
     "rms_norm_rope": (f"{_P}.norm:rms_norm_rope", None),
+    "rms_norm_rope_kv_store": (f"{_P}.norm:rms_norm_rope_kv_store", None),
     "apply_rope": (f"{_P}.rope:apply_rope", None),
     "linear": (f"{_P}.dense:linear", None),
     "add_rms_norm_linear": (f"{_P}.dense:add_rms_norm_linear", None),

@@ -48,3 +48,19 @@ def rms_norm_rope(x: torch.Tensor, weight: torch.Tensor | None, cos: torch.Tenso
 
     return apply_rope(rms_norm(x, weight, eps=eps, weight_offset=weight_offset), cos, sin,
                       start=start, interleaved=interleaved)
+
+
+def rms_norm_rope_kv_store(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                           q_weight: torch.Tensor | None, k_weight: torch.Tensor | None,
+                           cos: torch.Tensor, sin: torch.Tensor, k_cache: torch.Tensor,
+                           v_cache: torch.Tensor, rows: torch.Tensor, *, eps: float = 1e-6,
+                           weight_offset: float = 0.0, start: int = 0,
+                           interleaved: bool = False) -> torch.Tensor:
+    """(see hwinfer.ops.norm.rms_norm_rope_kv_store): :func:`rms_norm_rope` twice and the two
+    cache writes."""
+    from hwinfer.ops.norm import compose_rms_norm_rope_kv_store
+
+    return compose_rms_norm_rope_kv_store(rms_norm_rope, q, k, v, q_weight, k_weight, cos, sin,
+                                          k_cache, v_cache, rows, eps=eps,
+                                          weight_offset=weight_offset, start=start,
+                                          interleaved=interleaved)

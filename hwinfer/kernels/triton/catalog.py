@@ -55,6 +55,8 @@ PORTABLE_TRITON_KERNELS: tuple[tuple[str, str, str | None], ...] = (
      "hwinfer.kernels.triton.compressor:kv_compress_step_supported"),
     ("rms_norm_rope", "hwinfer.kernels.triton.norm_rope:rms_norm_rope",
      "hwinfer.kernels.triton.norm_rope:rms_norm_rope_supported"),
+    ("rms_norm_rope_kv_store", "hwinfer.kernels.triton.norm_rope:rms_norm_rope_kv_store",
+     "hwinfer.kernels.triton.norm_rope:rms_norm_rope_kv_store_supported"),
     ("sample", "hwinfer.kernels.triton.sampling:sample",
      "hwinfer.kernels.triton.sampling:sample_supported"),
     ("gdn_chunked", "hwinfer.kernels.triton.delta_chunk:gdn_chunked",
