@@ -34,6 +34,9 @@
 #   bash scripts/device_issue6.sh v4fp8     # DeepSeek-V4 with packed FP8 caches (kv_format fp8):
 #                                         # the packing kernel's conformance, the model tests on
 #                                         # the card, 4-layer speed bf16 vs fp8
+#   bash scripts/device_issue6.sh pending   # what the eighth session wrote after its device time:
+#                                         # rms_norm_rope_kv_store (Qwen3.5 attention decode) and
+#                                         # kv_store_fp8_ds_mla (V4 packed writes), on the card
 #   bash scripts/device_issue6.sh diagnose  # model oracle + CUDA-graph tests on the GPU, then
 #                                         # the failures again under HWINFER_SHADOW=raise, which
 #                                         # names the first op whose kernel leaves its reference
@@ -270,6 +273,18 @@ elif [ "$phase" = v4fp8 ]; then
       > "$out/bench_model_dsv4_$fmt.txt" 2>&1
     grep "^{\|Error" "$out/bench_model_dsv4_$fmt.txt" | tail -3
   done
+elif [ "$phase" = pending ]; then
+  # The two decode prologue / write kernels written after the eighth session's device time: strict
+  # conformance, Qwen3.5 tests and speed (attention decode: 4 kernels -> 1), V4 packed caches.
+  strict 80 "rms_norm_rope or kv_store or gdn_gated"
+  qwen_on_card
+  HWINFER_TEST_DEVICE=cuda timeout 100 python3 -m pytest tests/models/test_deepseek_v4_fp8_cache.py -q \
+    -p no:cacheprovider -rf --tb=short -k "not option_validation" > "$out/tests_v4fp8.txt" 2>&1
+  grep -E "^FAILED|passed|failed" "$out/tests_v4fp8.txt" | cut -c1-300 | tail -6
+  timeout 100 python3 scripts/bench_model.py --preset deepseek-v4-flash --layers 4 --batch 1,32 \
+    --prompt 1024 --new 32 --no-hf --no-eager --kv-format fp8 --csv "$out/model.csv" \
+    > "$out/bench_model_dsv4_fp8.txt" 2>&1
+  grep "^{\|Error" "$out/bench_model_dsv4_fp8.txt" | tail -3
 elif [ "$phase" = profile ]; then
   # Where the time goes in the models that trail transformers: kernels of one prefill step and of
   # decode steps (eager and graphs) at batch 1 and 32, then the chunked linear attention vs fla.
