@@ -89,6 +89,11 @@ class DecodeGraphs:
         self._flip = 0
         self.tables = torch.full((pool.pad_slot + 1, self.width), pool.pad_block, dtype=torch.int32,
                                  device=device)
+        # A pinned mirror the table rows are copied from without blocking the host (a blocking
+        # copy waits for the step in flight). A mirror row changes only by appending block ids,
+        # or from column 0 when a new request takes the slot, which the engine does only after
+        # draining the step in flight: a queued copy never reads a row that is being rewritten.
+        self._tables_host = torch.empty(self.tables.shape, dtype=torch.int32, pin_memory=self.capture)
         self.cu = torch.arange(size + 1, dtype=torch.int32, device=device)
         self.rows = torch.arange(size, device=device)
         self._synced: dict[int, tuple[list[int], int]] = {}
@@ -145,8 +150,9 @@ class DecodeGraphs:
             known = self._synced.get(r.slot)
             start = known[1] if known is not None and known[0] is r.blocks else 0
             if start < len(r.blocks):
-                row = torch.tensor(r.blocks[start:], dtype=torch.int32)
-                self.tables[r.slot, start:len(r.blocks)].copy_(row, non_blocking=False)
+                row = self._tables_host[r.slot, start:len(r.blocks)]
+                row.copy_(torch.tensor(r.blocks[start:], dtype=torch.int32))
+                self.tables[r.slot, start:len(r.blocks)].copy_(row, non_blocking=True)
             # Holding the list object keeps its identity unique while we compare against it.
             self._synced[r.slot] = (r.blocks, len(r.blocks))
 
