@@ -75,6 +75,19 @@ def test_catalog_is_the_one_place_a_kernel_is_added():
                                                                   "kda_recurrent"]
 
 
+def test_every_portable_kernel_has_an_nvidia_and_an_amd_impl():
+    """The GPU tables list their impls by hand (with per-family predicates): a catalog kernel
+    missing there would run as the torch composition on the card (gdn_gated_recurrent once
+    did, and its input check's sync turned CUDA graphs off)."""
+    import importlib
+
+    for vendor in ("nvidia", "amd"):
+        impls = importlib.import_module(f"hwinfer_{vendor}.impls").IMPLS
+        triton = {(i.op, i.target) for i in impls if i.name == "triton"}
+        missing = [op for op, target, _ in PORTABLE_TRITON_KERNELS if (op, target) not in triton]
+        assert not missing, f"{vendor}: no triton impl for {missing}"
+
+
 @pytest.mark.parametrize("name,arch,family", [
     ("Intel(R) Data Center GPU Max 1550", "xe-hpc", "xe"),
     ("Intel(R) Data Center GPU Flex 170", "xe-hpg", "xe"),
