@@ -3,8 +3,9 @@ not reach, interpreted (``TRITON_INTERPRET`` is read at decoration, hence a fres
 
 paged_attention: Sq = 8 with several row blocks per kv head, many splits (those before the
 window or past the end exit, table entries there are -1), one split (no combine), an odd block
-size (5), Dk != Dv, q fp32 over an fp16 cache, NaN in unwritten slots, window + sinks + gate; the default splits, which share each sequence's visible keys on the
-device (with and without a window).
+size (5), Dk != Dv, q fp32 over an fp16 cache, NaN in unwritten slots, window + sinks + gate;
+the default splits, which share each sequence's visible keys on the device (with and without a
+window).
 causal_conv1d: an empty packed sequence, chunks shorter than K-1 (state read across chunks),
 K = 1 and 2, an fp32 state with fp16 inputs.
 """

@@ -12,8 +12,9 @@ of its sequence, per token
 
 then stores the final state. ``RAW_GATES`` (gdn_gated_recurrent) reads the projections a, b
 instead of g, beta and computes ``g = -e^{A_log} softplus(a + dt_bias)`` and ``beta =
-sigmoid(b)`` per token itself: the decode step's two gate kernels per layer disappear. Made for decode (T=1) and short multi-token steps (speculative
-verification); long prefills belong to the chunked form. The value channels of one head are
+sigmoid(b)`` per token itself: the decode step's two gate kernels per layer disappear. Made for
+decode (T=1) and short multi-token steps (speculative verification); long prefills belong to the
+chunked form. The value channels of one head are
 independent of each other in this recurrence (every step reads S only through ``S^T x`` per
 value column), so splitting Dv over programs needs no communication; q/k (and their norms) are
 re-read per block, which costs Dk elements per token against Dk * BV of state.
