@@ -18,11 +18,13 @@ hint: the ops' results do not depend on it beyond rounding.
 """
 from __future__ import annotations
 
+from functools import partial
+
 import torch
 from torch import Tensor
 
 from hwinfer.ops.linear_attention_chunked import check_inputs, prepare
-from hwinfer.ops.linear_attention import on_state_slots
+from hwinfer.ops.linear_attention import compose_gdn_gated_recurrent, gdn_gate, on_state_slots
 
 _GDN_CHUNK = 64
 # KDA's pairwise per-channel decays cost T * _KDA_SUB * Dk per head, the cross-block terms grow
@@ -238,18 +240,9 @@ def gdn_recurrent(q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor,
                 cu_seqlens, False, _GDN_CHUNK)
 
 
-def gdn_gated_recurrent(q: Tensor, k: Tensor, v: Tensor, a: Tensor, b: Tensor, A_log: Tensor,
-                        dt_bias: Tensor, initial_state: Tensor | None = None, *,
-                        scale: float | None = None, use_qk_l2norm: bool = True,
-                        cu_seqlens: Tensor | None = None,
-                        state_slots: Tensor | None = None) -> tuple[Tensor, Tensor]:
-    """``gdn_gated_recurrent`` (contract in hwinfer.ops.linear_attention): the gate expression,
-    then :func:`gdn_recurrent`."""
-    from hwinfer.ops.linear_attention import compose_gdn_gated_recurrent, gdn_gate
-
-    return compose_gdn_gated_recurrent(gdn_gate, gdn_recurrent, q, k, v, a, b, A_log, dt_bias,
-                                       initial_state, scale=scale, use_qk_l2norm=use_qk_l2norm,
-                                       cu_seqlens=cu_seqlens, state_slots=state_slots)
+# ``gdn_gated_recurrent`` (contract in hwinfer.ops.linear_attention): the gate expression, then
+# gdn_recurrent above; the composition the contract defines.
+gdn_gated_recurrent = partial(compose_gdn_gated_recurrent, gdn_gate, gdn_recurrent)
 
 
 def gdn_chunked(q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor,

@@ -5,8 +5,12 @@ one fused pass on the CPU (about 3x faster at [512, 4096] on this project's 2-co
 """
 from __future__ import annotations
 
+from functools import partial
+
 import torch
 import torch.nn.functional as F
+
+from hwinfer.ops.norm import compose_rms_norm_rope_kv_store
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor | None = None, *, eps: float = 1e-6,
@@ -50,17 +54,6 @@ def rms_norm_rope(x: torch.Tensor, weight: torch.Tensor | None, cos: torch.Tenso
                       start=start, interleaved=interleaved)
 
 
-def rms_norm_rope_kv_store(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                           q_weight: torch.Tensor | None, k_weight: torch.Tensor | None,
-                           cos: torch.Tensor, sin: torch.Tensor, k_cache: torch.Tensor,
-                           v_cache: torch.Tensor, rows: torch.Tensor, *, eps: float = 1e-6,
-                           weight_offset: float = 0.0, start: int = 0,
-                           interleaved: bool = False) -> torch.Tensor:
-    """(see hwinfer.ops.norm.rms_norm_rope_kv_store): :func:`rms_norm_rope` twice and the two
-    cache writes."""
-    from hwinfer.ops.norm import compose_rms_norm_rope_kv_store
-
-    return compose_rms_norm_rope_kv_store(rms_norm_rope, q, k, v, q_weight, k_weight, cos, sin,
-                                          k_cache, v_cache, rows, eps=eps,
-                                          weight_offset=weight_offset, start=start,
-                                          interleaved=interleaved)
+# ``rms_norm_rope_kv_store`` (contract in hwinfer.ops.norm): rms_norm_rope above twice, then the
+# two cache writes; the composition the contract defines, over this module's kernel.
+rms_norm_rope_kv_store = partial(compose_rms_norm_rope_kv_store, rms_norm_rope)

@@ -259,7 +259,7 @@ def gdn_gated_recurrent(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, a: to
     """Triton ``gdn_gated_recurrent``: :func:`gdn_recurrent` reading the raw gate inputs a, b
     [B, T, Hv] (strided views welcome) with A_log, dt_bias [Hv]; the gate and the sigmoid are
     computed per token in the recurrence."""
-    reason = gdn_gated_recurrent_supported(q, k, v, a, b, A_log, dt_bias)
+    reason = _gate_inputs_reason(a, b, A_log, dt_bias)  # _run checks the rest
     if reason is not None:
         raise ValueError(f"gdn_gated_recurrent (triton): {reason}")
     return _run("gdn_gated_recurrent", q, k, v, a, b, initial_state, scale, use_qk_l2norm,
@@ -270,12 +270,17 @@ def gdn_gated_recurrent_supported(q: torch.Tensor, k: torch.Tensor, v: torch.Ten
                                   a: torch.Tensor, b: torch.Tensor, A_log: torch.Tensor,
                                   dt_bias: torch.Tensor, initial_state: torch.Tensor | None = None,
                                   state_slots: torch.Tensor | None = None, **_: object) -> str | None:
-    """Per-call check of :func:`gdn_gated_recurrent`: the delta rule's, plus the gate inputs."""
+    """Per-call check of :func:`gdn_gated_recurrent`: the gate inputs, then the delta rule's."""
+    return _gate_inputs_reason(a, b, A_log, dt_bias) or \
+        delta_rule_supported(q, k, v, a, b, initial_state, state_slots)
+
+
+def _gate_inputs_reason(a, b, A_log, dt_bias) -> str | None:
     if a.dim() != 3 or a.shape != b.shape:
         return f"a and b must be [B, T, Hv] of one shape, got {list(a.shape)} and {list(b.shape)}"
     if A_log.shape != (a.shape[2],) or dt_bias.shape != (a.shape[2],):
         return f"A_log and dt_bias must be [{a.shape[2]}], got {list(A_log.shape)} and {list(dt_bias.shape)}"
-    return delta_rule_supported(q, k, v, a, b, initial_state, state_slots)
+    return None
 
 
 def kda_recurrent(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
