@@ -123,7 +123,10 @@ def main() -> None:
             # state value blocks / output value blocks / warps of every stage; the WY stage whole
             for name, kw in (("bv16", dict(block_v=16)), ("bv16_w4", dict(block_v=16, num_warps=4)),
                              ("w4", dict(num_warps=4)), ("bv16_bvo128", dict(block_v=16, block_v_out=128)),
-                             ("whole_wy", dict(block_k=0))):
+                             ("whole_wy", dict(block_k=0)), ("bvo128", dict(block_v_out=128)),
+                             ("bvo128_w8", dict(block_v_out=128, num_warps=8)),
+                             ("out_bf16", dict(dots="bf16")),
+                             ("out_bf16_bvo128", dict(dots="bf16", block_v_out=128))):
                 impls.append((f"triton_{name}", lambda *a, _f=tri, _kw=kw, **k: _f(*a, **_kw, **k)))
         if FLA:
             impls.append(("fla", fla_call(kind)))

@@ -13,7 +13,10 @@ Peer: fla-core's causal_conv1d (state [N, C, K]) when importable.
 
 stdout: CSV `op,impl,shape,us,gbps_or_tflops,unit,pct_of_peak`; stderr: a readable table.
 
-    python3 scripts/bench_paged_attention.py [--quick] [--reference] [--sweep]
+    python3 scripts/bench_paged_attention.py [--quick] [--reference] [--sweep] [--graph]
+
+``--graph`` times every call as CUDA graph replays (the decode step's way; the portable torch
+impl syncs and is reported as failed there).
 """
 from __future__ import annotations
 
@@ -31,6 +34,7 @@ from hwinfer.ops.attention_paged import paged_attention as reference_paged
 from hwinfer.ops.conv import causal_conv1d as reference_conv
 
 PEAK_GBS = 4270.0
+GRAPH = False  # --graph
 HQ, HKV, D, BLOCK = 8, 2, 256, 64
 C, K = 6144, 4
 
@@ -48,7 +52,9 @@ def time_impl(op, shape, name, fn, ref, moved) -> None:
         out = fn()
         o, r = (out[0], ref[0]) if isinstance(out, tuple) else (out, ref)
         err = (o.float() - r.float()).abs().max().item()
-        ms = triton.testing.do_bench(fn, warmup=10, rep=50)
+        # --graph: timed as CUDA graph replays (as the decode step runs; no launch overhead)
+        ms = (triton.testing.do_bench_cudagraph(fn, rep=50) if GRAPH else
+              triton.testing.do_bench(fn, warmup=10, rep=50))
     except Exception as exc:  # OOM for the torch impl at the largest shapes, a failed tiling
         print(f"{op:<16} {shape:<28} {name:<24} failed: {type(exc).__name__}: {str(exc)[:100]}",
               file=sys.stderr)
@@ -85,8 +91,9 @@ def bench_paged(batch: int, ctx: int, sq: int, with_reference: bool, sweep: bool
     time_impl("paged_attention", shape, "torch", lambda: torch_paged(**inp), ref, moved)
     time_impl("paged_attention", shape, "triton", lambda: triton_paged(**inp), ref, moved)
     if sweep:
-        for bn, warps, split in ((32, 4, None), (64, 8, None), (128, 8, None), (64, 4, 256),
-                                 (64, 4, 1024), (64, 4, 1 << 20)):
+        for bn, warps, split in ((32, 4, None), (64, 8, None), (128, 8, None), (64, 4, 128),
+                                 (64, 4, 256), (64, 4, 512), (64, 4, 1024), (64, 4, 1 << 20),
+                                 (32, 4, 128), (32, 2, 256)):
             kw = dict(block_n=bn, num_warps=warps, split=split)
             time_impl("paged_attention", shape, f"triton n{bn} w{warps} s{split}",
                       lambda: triton_paged(**inp, **kw), ref, moved)
@@ -135,8 +142,11 @@ def bench_conv(label: str, batch: int, t: int, seqs: int | None) -> None:
 
 
 def main() -> None:
+    global GRAPH
     quick, with_reference, sweep = "--quick" in sys.argv, "--reference" in sys.argv, "--sweep" in sys.argv
-    grid = [(1, 8192, 1), (32, 8192, 1), (128, 1024, 1), (32, 8192, 4)] if quick else [
+    GRAPH = "--graph" in sys.argv
+    grid = [(1, 1024, 1), (1, 8192, 1), (32, 1024, 1), (32, 8192, 1), (128, 1024, 1),
+            (32, 8192, 4)] if quick else [
         (b, ctx, sq) for sq in (1, 4) for b in (1, 32, 128) for ctx in (1024, 8192, 32768)]
     for batch, ctx, sq in grid:
         bench_paged(batch, ctx, sq, with_reference and batch * ctx <= 32 * 8192, sweep)

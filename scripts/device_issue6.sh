@@ -37,6 +37,11 @@
 #   bash scripts/device_issue6.sh pending   # what the eighth session wrote after its device time:
 #                                         # rms_norm_rope_kv_store (Qwen3.5 attention decode) and
 #                                         # kv_store_fp8_ds_mla (V4 packed writes), on the card
+#   bash scripts/device_issue6.sh ablate    # the ninth session: paged attention with PDL, the
+#                                         # marginal cost of each kernel group in Qwen3.5's
+#                                         # decode graph, DeepSeek-V4 4 layers vs transformers
+#   bash scripts/device_issue6.sh variants  # chunked GDN/KDA output-stage variants vs fla, paged
+#                                         # attention tilings as graph replays
 #   bash scripts/device_issue6.sh diagnose  # model oracle + CUDA-graph tests on the GPU, then
 #                                         # the failures again under HWINFER_SHADOW=raise, which
 #                                         # names the first op whose kernel leaves its reference
@@ -285,6 +290,29 @@ elif [ "$phase" = pending ]; then
     --prompt 1024 --new 32 --no-hf --no-eager --kv-format fp8 --csv "$out/model.csv" \
     > "$out/bench_model_dsv4_fp8.txt" 2>&1
   grep "^{\|Error" "$out/bench_model_dsv4_fp8.txt" | tail -3
+elif [ "$phase" = ablate ]; then
+  # The ninth session: paged attention under PDL on the card, what each kernel group costs inside
+  # Qwen3.5's captured decode step (stand-ins that launch nothing), DeepSeek-V4 vs transformers.
+  strict 60 "paged"
+  timeout 240 python3 scripts/bench_ablation.py --batch 1,32 --prompt 1024 --new 32 \
+    > "$out/ablation.jsonl" 2> "$out/ablation.err"
+  echo "== ablation rc=$?"; cat "$out/ablation.jsonl"; grep -i "error" "$out/ablation.err" | tail -3
+  timeout 240 python3 scripts/bench_model.py --preset deepseek-v4-flash --layers 4 --batch 1,32 \
+    --prompt 1024 --new 32 --no-eager --csv "$out/model.csv" > "$out/bench_model_dsv4_hf.txt" 2>&1
+  grep "^{\|Error" "$out/bench_model_dsv4_hf.txt" | cut -c1-400 | tail -6
+elif [ "$phase" = variants ]; then
+  # The ninth session's sweeps: chunked GDN / KDA output-stage variants (value block 128, bf16
+  # operands) with their errors, vs fla; paged attention tilings timed as graph replays.
+  strict 60 "gdn_chunked or kda_chunked"
+  timeout 150 python3 scripts/bench_delta_chunk.py --kinds gdn --shapes 1x16384,8x2048 --no-torch \
+    > "$out/bench_delta_chunk.csv" 2> "$out/bench_delta_chunk.err"
+  echo "== bench_delta_chunk gdn rc=$?"; grep -v "Warn\|warn" "$out/bench_delta_chunk.err" | tail -30
+  timeout 100 python3 scripts/bench_delta_chunk.py --kinds kda --shapes 1x16384 --no-torch \
+    > "$out/bench_delta_chunk_kda.csv" 2> "$out/bench_delta_chunk_kda.err"
+  echo "== bench_delta_chunk kda rc=$?"; grep -v "Warn\|warn" "$out/bench_delta_chunk_kda.err" | tail -14
+  timeout 180 python3 scripts/bench_paged_attention.py --quick --sweep --graph \
+    > "$out/bench_paged.csv" 2> "$out/bench_paged.err"
+  echo "== bench_paged rc=$?"; grep -v "Warn\|warn" "$out/bench_paged.err" | cut -c1-120 | tail -90
 elif [ "$phase" = profile ]; then
   # Where the time goes in the models that trail transformers: kernels of one prefill step and of
   # decode steps (eager and graphs) at batch 1 and 32, then the chunked linear attention vs fla.

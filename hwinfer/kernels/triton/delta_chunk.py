@@ -61,6 +61,19 @@ BT = 64  # chunk length (the WY kernel is written for four 16-row tiles)
 
 
 @triton.jit
+def _mm(a, b, PREC: tl.constexpr):
+    """a @ b accumulated in fp32: PREC "bf16" rounds both operands to bf16 first (the tensor
+    cores' fastest input), else it is tl.dot's input_precision ("tf32" / "ieee")."""
+    if PREC == "bf16":
+        return tl.dot(a.to(tl.bfloat16), b.to(tl.bfloat16))
+    elif PREC == "bf16_rounded":  # the same math in fp32: Triton 3.7's interpreter gets bf16 dots wrong
+        return tl.dot(a.to(tl.bfloat16).to(tl.float32), b.to(tl.bfloat16).to(tl.float32),
+                      input_precision="ieee")
+    else:
+        return tl.dot(a, b, input_precision=PREC)
+
+
+@triton.jit
 def _state_kernel(kg_ptr, ge_ptr, w_ptr, u_ptr, h0_ptr, hs_ptr, d_ptr, ht_ptr, seq_ptr, Hv,
                   DK: tl.constexpr, DV: tl.constexpr, BV: tl.constexpr,
                   PER_CHANNEL: tl.constexpr, HAS_H0: tl.constexpr, PREC: tl.constexpr):
@@ -84,7 +97,7 @@ def _state_kernel(kg_ptr, ge_ptr, w_ptr, u_ptr, h0_ptr, hs_ptr, d_ptr, ht_ptr, s
         tl.store(hs_ptr + ((chunk0 + c) * Hv + i_h) * DK * DV + offs_s, h)
         w = _head_rows(w_ptr, t0, n, i_h, Hv, 0, 0, 64, DK, DK)
         d = _head_rows(u_ptr, t0, n, i_h, Hv, c0, 0, 64, DV, BV)
-        d -= tl.dot(w, h, input_precision=PREC)
+        d -= _mm(w, h, PREC)
         _store_rows(d_ptr, d, t0, n, i_h, Hv, c0, 0, 64, DV, BV)
         kg = _head_rows(kg_ptr, t0, n, i_h, Hv, 0, 0, 64, DK, DK)
         if PER_CHANNEL:
@@ -92,7 +105,7 @@ def _state_kernel(kg_ptr, ge_ptr, w_ptr, u_ptr, h0_ptr, hs_ptr, d_ptr, ht_ptr, s
             h = h * tl.exp(g_end)[:, None]
         else:
             h = h * tl.exp(tl.load(ge_ptr + (chunk0 + c) * Hv + i_h))
-        h += tl.dot(tl.trans(kg), d, input_precision=PREC)
+        h += _mm(tl.trans(kg), d, PREC)
     tl.store(ht_ptr + i_nh.to(tl.int64) * DK * DV + offs_s, h)
 
 
@@ -122,11 +135,11 @@ def _out_kernel(q_ptr, k_ptr, g_ptr, a_ptr, hs_ptr, d_ptr, o_ptr, tab_ptr, Hk, H
         # Decay from s to t as its own sum (G_t - G_s cancels when the decay is strong).
         span = tl.cumsum(tl.where(r[:, None] > r[None, :], g[:, None], 0.0), axis=0)
         e = tl.exp(tl.where(r[:, None] >= r[None, :], span, float("-inf")))
-        p = tl.dot(q, tl.trans(k), input_precision=PREC) * e
+        p = _mm(q, tl.trans(k), PREC) * e
     h = tl.load(hs_ptr + (i_c.to(tl.int64) * Hv + i_h) * DK * DV
                 + tl.arange(0, DK)[:, None] * DV + c0 + tl.arange(0, BV)[None, :])
     d = _head_rows(d_ptr, tok0, n, i_h, Hv, c0, 0, 64, DV, BV)
-    o = tl.dot(qg, h, input_precision=PREC) + tl.dot(p, d, input_precision=PREC)
+    o = _mm(qg, h, PREC) + _mm(p, d, PREC)
     _store_rows(o_ptr, o, tok0, n, i_h, Hv, c0, 0, 64, DV, BV)
 
 
@@ -173,7 +186,7 @@ def _tables(B: int, T: int, bounds: list[int] | None, device: torch.device):
 
 def _run(op: str, q, k, v, g, beta, initial_state, scale, use_qk_l2norm, cu_seqlens,
          per_channel: bool, block_v: int | None, block_v_out: int | None,
-         num_warps: int | None, block_k: int | None = None):
+         num_warps: int | None, block_k: int | None = None, dots: str | None = None):
     # The one host read of cu_seqlens (prefill is not graph-captured); validate a CPU copy.
     bounds = None if cu_seqlens is None else cu_seqlens.tolist()
     n = check_inputs(op, q, k, v, g, beta, initial_state,
@@ -232,6 +245,11 @@ def _run(op: str, q, k, v, g, beta, initial_state, scale, use_qk_l2norm, cu_seql
     # tf32 matmuls for 16-bit inputs on NVIDIA (their own rounding is coarser); exact fp32
     # ("ieee") for fp32 inputs, and on AMD, where tf32 is not available on every chip.
     prec = "ieee" if v.dtype == torch.float32 or torch.version.hip else "tf32"
+    if dots not in (None, "bf16", "tf32", "ieee"):
+        raise ValueError(f"{op} (triton): dots={dots!r} must be 'bf16', 'tf32' or 'ieee'")
+    # The output stage's products may take bf16 operands (a tuning knob, measured against the
+    # contract's tolerance); the WY inversion and the state recurrence always keep ``prec``.
+    prec_out = "bf16_rounded" if dots == "bf16" and _INTERPRET else dots or prec
     xd = torch.empty(B * T, Hv, 16, **f32) if per_channel else u  # KDA's diagonal inverses
     if nc and per_channel:
         _kda_diag_kernel[(4 * nc, Hv)](q, k, g, beta, a, xd, chunks, Hk, Hv, scale, L2NORM_EPS,
@@ -251,7 +269,7 @@ def _run(op: str, q, k, v, g, beta, initial_state, scale, use_qk_l2norm, cu_seql
     if nc:
         _out_kernel[(nc, Hv, Dv // bv_out)](
             q, k, g, a, hs, d, o, chunks, Hk, Hv, scale, L2NORM_EPS,
-            DK=Dk, DV=Dv, BV=bv_out, PER_CHANNEL=per_channel, USE_L2NORM=l2, PREC=prec,
+            DK=Dk, DV=Dv, BV=bv_out, PER_CHANNEL=per_channel, USE_L2NORM=l2, PREC=prec_out,
             num_warps=warps)
     return o, ht
 
@@ -261,16 +279,18 @@ def gdn_chunked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tens
                 scale: float | None = None, use_qk_l2norm: bool = True,
                 cu_seqlens: torch.Tensor | None = None, chunk_size: int = 64,
                 block_v: int | None = None, block_v_out: int | None = None,
-                num_warps: int | None = None,
-                block_k: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                num_warps: int | None = None, block_k: int | None = None,
+                dots: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Triton ``gdn_chunked``: q, k [B, T, Hk, Dk]; v [B, T, Hv, Dv]; g, beta [B, T, Hv];
     initial_state [N, Hv, Dk, Dv] fp32 or None. Returns o [B, T, Hv, Dv] (v.dtype) and the
     final state [N, Hv, Dk, Dv] fp32. ``chunk_size`` is ignored (64); ``block_v`` (value
     channels per state program), ``block_v_out`` (per output program) and ``num_warps`` are
     tuning knobs; ``block_k``: the WY stage's key channels in blocks of that many
-    (:mod:`.delta_chunk_wy_blocked`; default min(32, Dk, Dv), 0 for the whole-tile kernel)."""
+    (:mod:`.delta_chunk_wy_blocked`; default min(32, Dk, Dv), 0 for the whole-tile kernel);
+    ``dots``: "bf16" rounds the output stage's product operands to bf16 (default: tf32 for
+    16-bit inputs on NVIDIA, exact fp32 otherwise)."""
     return _run("gdn_chunked", q, k, v, g, beta, initial_state, scale, use_qk_l2norm,
-                cu_seqlens, False, block_v, block_v_out, num_warps, block_k)
+                cu_seqlens, False, block_v, block_v_out, num_warps, block_k, dots)
 
 
 def kda_chunked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
@@ -278,12 +298,12 @@ def kda_chunked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tens
                 scale: float | None = None, use_qk_l2norm: bool = True,
                 cu_seqlens: torch.Tensor | None = None, chunk_size: int = 64,
                 block_v: int | None = None, block_v_out: int | None = None,
-                num_warps: int | None = None,
-                block_k: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                num_warps: int | None = None, block_k: int | None = None,
+                dots: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Triton ``kda_chunked``: as :func:`gdn_chunked` with g [B, T, Hv, Dk] (a log-decay per
     key channel)."""
     return _run("kda_chunked", q, k, v, g, beta, initial_state, scale, use_qk_l2norm,
-                cu_seqlens, True, block_v, block_v_out, num_warps, block_k)
+                cu_seqlens, True, block_v, block_v_out, num_warps, block_k, dots)
 
 
 def _aot_specs():

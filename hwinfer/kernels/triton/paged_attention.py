@@ -32,6 +32,7 @@ import triton
 import triton.language as tl
 
 from hwinfer.kernels.triton import num_sms
+from hwinfer.kernels.triton.pdl import launch_kwargs, pdl_enter, pdl_ok
 
 _LOG2E = 1.4426950408889634
 
@@ -91,7 +92,8 @@ def _paged_split_kernel(
         stride_gb, stride_gq, stride_gh, stride_ob, stride_oq, stride_oh,
         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BDK: tl.constexpr, BDV: tl.constexpr,
         SHARED_KV: tl.constexpr, HAS_WINDOW: tl.constexpr, HAS_SINK: tl.constexpr,
-        HAS_GATE: tl.constexpr, SINGLE: tl.constexpr, LOWP: tl.constexpr):
+        HAS_GATE: tl.constexpr, SINGLE: tl.constexpr, LOWP: tl.constexpr, PDL: tl.constexpr):
+    pdl_enter(PDL)  # q and the new token's K/V come from the kernel just before
     pid = tl.program_id(0)
     sp = tl.program_id(1)
     nsplit = tl.num_programs(1)
@@ -172,7 +174,9 @@ def _paged_combine_kernel(pm_ptr, pl_ptr, pacc_ptr, seq_ptr, sink_ptr, gate_ptr,
                           HKV, G, SQ, DV, W, SPLIT, N_MB, NSPLIT,
                           stride_gb, stride_gq, stride_gh, stride_ob, stride_oq, stride_oh,
                           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_C: tl.constexpr,
-                          HAS_WINDOW: tl.constexpr, HAS_SINK: tl.constexpr, HAS_GATE: tl.constexpr):
+                          HAS_WINDOW: tl.constexpr, HAS_SINK: tl.constexpr, HAS_GATE: tl.constexpr,
+                          PDL: tl.constexpr):
+    pdl_enter(PDL)
     pid = tl.program_id(0)
     cb = tl.program_id(1)
     mb = pid % N_MB
@@ -279,14 +283,14 @@ def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
         gt.stride(0), gt.stride(1), gt.stride(2), out.stride(0), out.stride(1), out.stride(2),
         BLOCK_M=bm, BLOCK_N=bn, BDK=bdk, BDV=bdv, SHARED_KV=shared, HAS_WINDOW=window is not None,
         HAS_SINK=sinks is not None, HAS_GATE=gate is not None, SINGLE=nsplit == 1, LOWP=lowp,
-        num_warps=warps, num_stages=num_stages)
+        num_warps=warps, num_stages=num_stages, PDL=pdl_ok(q.device), **launch_kwargs(q.device))
     if nsplit > 1:
         bc = min(128, bdv)
         _paged_combine_kernel[(p0, triton.cdiv(dv, bc))](
             pm, pl, pacc, seq_lens, sink, gt, out, hkv, group, sq, dv, w, split, n_mb, nsplit,
             gt.stride(0), gt.stride(1), gt.stride(2), out.stride(0), out.stride(1), out.stride(2),
             BLOCK_M=bm, BLOCK_N=bn, BLOCK_C=bc, HAS_WINDOW=window is not None, HAS_SINK=sinks is not None,
-            HAS_GATE=gate is not None, num_warps=4)
+            HAS_GATE=gate is not None, num_warps=4, PDL=pdl_ok(q.device), **launch_kwargs(q.device))
     return out
 
 
@@ -347,14 +351,18 @@ def _aot_specs():
         const = {"BLOCK_M": bm, "BLOCK_N": 16 if dt == "fp32" else 32 if d >= 512 else 64,
                  "BDK": d, "BDV": d,
                  "SHARED_KV": shared, "HAS_WINDOW": window_sink, "HAS_SINK": window_sink,
-                 "HAS_GATE": gate, "SINGLE": single, "LOWP": dt != "fp32"}
+                 "HAS_GATE": gate, "SINGLE": single, "LOWP": dt != "fp32", "PDL": False}
         specs.append(AotSpec(f"paged_split[{name}]", _paged_split_kernel, sig, const,
                              {"num_warps": 8 if d >= 512 else 4, "num_stages": 2}))
+        if name == "qwen35":  # the launch the decode step makes on sm_90+ (PDL)
+            specs.append(AotSpec("paged_split[qwen35,pdl]", _paged_split_kernel, sig,
+                                 {**const, "PDL": True}, {"num_warps": 4, "num_stages": 2},
+                                 ("sm_90", "sm_100")))
     specs.append(AotSpec("paged_combine[bf16,gate]", _paged_combine_kernel,
                          _sig(_paged_combine_kernel, {"out_ptr": "*bf16", "gate_ptr": "*bf16",
                                                       "seq_ptr": "*i32"}),
                          {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_C": 128, "HAS_WINDOW": False, "HAS_SINK": False,
-                          "HAS_GATE": True}))
+                          "HAS_GATE": True, "PDL": False}))
     return specs
 
 

@@ -1,0 +1,84 @@
+"""What each kind of kernel costs inside a captured decode step: the step's CUDA-graph replay
+with one group of ops replaced by stand-ins that launch nothing (timing only: the tokens are
+garbage), against the full step. The difference is that group's marginal cost where it runs,
+after programmatic dependent launch and graph overlap, which a profiler's per-kernel durations
+cannot show (with PDL a kernel's measured span includes the wait for the one before it).
+
+    python3 scripts/bench_ablation.py --preset qwen3.5-0.8b --batch 1 --prompt 1024 --new 32
+
+Groups (each a list of ops; the stand-ins return an input of the output's shape):
+  conv          causal_conv1d -> (x, state)
+  delta_rule    gdn_gated_recurrent / kda_recurrent / gdn_recurrent -> (v, state)
+  attention     paged_attention -> q (needs Dk = Dv), rms_norm_rope_kv_store -> q
+  non_gemv      all of the above together: what is left is the projections, norms and glue
+stdout: one JSON row per (batch, group): graph replay ms and its difference to the full step.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_model import bench_hwinfer, shrunk_config  # noqa: E402
+
+from hwinfer.api import random_model  # noqa: E402
+
+
+def _conv(x, weight, bias=None, state=None, **_):
+    return x, state
+
+
+def _delta(q, k, v, *args, **kw):
+    # the state pool is the last 4-D positional argument (KDA's g is 4-D too, and comes first)
+    state = next((a for a in reversed(args) if hasattr(a, "dim") and a.dim() == 4), None)
+    return v, kw.get("initial_state", state)
+
+
+def _first(q, *_, **__):
+    return q
+
+
+STANDINS = {
+    "conv": {"causal_conv1d": _conv},
+    "delta_rule": {"gdn_gated_recurrent": _delta, "gdn_recurrent": _delta, "kda_recurrent": _delta},
+    "attention": {"paged_attention": _first, "rms_norm_rope_kv_store": _first},
+}
+STANDINS["non_gemv"] = {k: v for group in STANDINS.values() for k, v in group.items()}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--preset", default="qwen3.5-0.8b")
+    ap.add_argument("--layers", type=int, default=None)
+    ap.add_argument("--batch", default="1")
+    ap.add_argument("--prompt", type=int, default=1024)
+    ap.add_argument("--new", type=int, default=32)
+    ap.add_argument("--groups", default=",".join(STANDINS))
+    ap.add_argument("--device", default="cuda")
+    args = ap.parse_args()
+    model = random_model(shrunk_config(args.preset, args.layers), device=args.device, dtype="bf16")
+    ops = model.ops
+    for batch in (int(b) for b in args.batch.split(",")):
+        base = bench_hwinfer(model, batch, args.prompt, args.new, graphs=True)
+        print(json.dumps({"batch": batch, "group": "full step", "replay_ms": base.get("graph_replay_ms"),
+                          "step_ms": base["ms_per_step"]}), flush=True)
+        for group in args.groups.split(","):
+            saved = {name: getattr(ops, name) for name in STANDINS[group] if name in ops.choices}
+            for name in saved:
+                setattr(ops, name, STANDINS[group][name])
+            try:
+                row = bench_hwinfer(model, batch, args.prompt, args.new, graphs=True)
+            finally:
+                for name, fn in saved.items():
+                    setattr(ops, name, fn)
+            print(json.dumps({"batch": batch, "group": group, "ops": sorted(saved),
+                              "replay_ms": row.get("graph_replay_ms"), "step_ms": row["ms_per_step"],
+                              "saved_ms": (base.get("graph_replay_ms") or base["ms_per_step"])
+                              - (row.get("graph_replay_ms") or row["ms_per_step"])}), flush=True)
+
+
+if __name__ == "__main__":
+    main()
