@@ -42,6 +42,8 @@
 #                                         # decode graph, DeepSeek-V4 4 layers vs transformers
 #   bash scripts/device_issue6.sh variants  # chunked GDN/KDA output-stage variants vs fla, paged
 #                                         # attention tilings as graph replays
+#   bash scripts/device_issue6.sh final9    # the ninth session's last changes (conv epilogue state
+#                                         # before the PDL wait, paged split cap) on the card
 #   bash scripts/device_issue6.sh diagnose  # model oracle + CUDA-graph tests on the GPU, then
 #                                         # the failures again under HWINFER_SHADOW=raise, which
 #                                         # names the first op whose kernel leaves its reference
@@ -301,9 +303,17 @@ elif [ "$phase" = ablate ]; then
     --prompt 1024 --new 32 --no-eager --csv "$out/model.csv" > "$out/bench_model_dsv4_hf.txt" 2>&1
   grep "^{\|Error" "$out/bench_model_dsv4_hf.txt" | cut -c1-400 | tail -6
 elif [ "$phase" = variants ]; then
-  # The ninth session's sweeps: chunked GDN / KDA output-stage variants (value block 128, bf16
-  # operands) with their errors, vs fla; paged attention tilings timed as graph replays.
-  strict 60 "gdn_chunked or kda_chunked"
+  # The ninth session: add_rms_norm_linear_conv (GDN decode's conv as the projection's
+  # epilogue) on the card, Qwen3.5's tests and its decode step by kernel group; chunked GDN /
+  # KDA output-stage variants (value block 128, bf16 operands) with their errors, vs fla; paged
+  # attention tilings timed as graph replays.
+  strict 90 "add_rms_norm_linear or gdn_chunked or kda_chunked"
+  HWINFER_TEST_DEVICE=cuda timeout 150 python3 -m pytest tests/models tests/engine/test_graphs.py -q \
+    -p no:cacheprovider -k "qwen or overlap" -rf --tb=short > "$out/tests.txt" 2>&1
+  grep -E "^FAILED|passed|failed" "$out/tests.txt" | cut -c1-300 | tail -8
+  timeout 150 python3 scripts/bench_ablation.py --batch 1,32 --prompt 1024 --new 32 \
+    > "$out/ablation.jsonl" 2> "$out/ablation.err"
+  echo "== ablation rc=$?"; cat "$out/ablation.jsonl"; grep -i "error" "$out/ablation.err" | tail -3
   timeout 150 python3 scripts/bench_delta_chunk.py --kinds gdn --shapes 1x16384,8x2048 --no-torch \
     > "$out/bench_delta_chunk.csv" 2> "$out/bench_delta_chunk.err"
   echo "== bench_delta_chunk gdn rc=$?"; grep -v "Warn\|warn" "$out/bench_delta_chunk.err" | tail -30
@@ -313,6 +323,20 @@ elif [ "$phase" = variants ]; then
   timeout 180 python3 scripts/bench_paged_attention.py --quick --sweep --graph \
     > "$out/bench_paged.csv" 2> "$out/bench_paged.err"
   echo "== bench_paged rc=$?"; grep -v "Warn\|warn" "$out/bench_paged.err" | cut -c1-120 | tail -90
+elif [ "$phase" = final9 ]; then
+  # The ninth session's last changes on the card: the conv epilogue's state loaded before the
+  # PDL wait, the unfused form convolving in place, paged attention's split cap; Qwen3.5's
+  # tests and decode step by kernel group; paged attention as graph replays.
+  strict 60 "add_rms_norm_linear_conv or causal_conv1d or paged"
+  HWINFER_TEST_DEVICE=cuda timeout 130 python3 -m pytest tests/models tests/engine/test_graphs.py -q \
+    -p no:cacheprovider -k "qwen or overlap" -rf --tb=short > "$out/tests.txt" 2>&1
+  grep -E "^FAILED|passed|failed" "$out/tests.txt" | cut -c1-300 | tail -8
+  timeout 100 python3 scripts/bench_ablation.py --batch 1,32 --prompt 1024 --new 32 \
+    --groups delta_rule,attention,non_gemv > "$out/ablation.jsonl" 2> "$out/ablation.err"
+  echo "== ablation rc=$?"; cat "$out/ablation.jsonl"; grep -i "error" "$out/ablation.err" | tail -3
+  timeout 60 python3 scripts/bench_paged_attention.py --quick --graph > "$out/bench_paged.csv" \
+    2> "$out/bench_paged.err"
+  echo "== bench_paged rc=$?"; grep "triton \|sdpa" "$out/bench_paged.err" | cut -c1-120 | head -14
 elif [ "$phase" = profile ]; then
   # Where the time goes in the models that trail transformers: kernels of one prefill step and of
   # decode steps (eager and graphs) at batch 1 and 32, then the chunked linear attention vs fla.

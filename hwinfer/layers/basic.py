@@ -82,19 +82,26 @@ class MergedProjection:
 
     def __call__(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
         weight, bias = self.stacked()
-        y = self.linears[0].matmul(x, weight, bias)
+        return self.parts(self.linears[0].matmul(x, weight, bias))
+
+    def fusable(self) -> bool:
+        """Whether an op that takes the stacked weight directly computes this projection (no bias
+        to add, no sum across ranks to make)."""
+        return self.stacked()[1] is None and not _reduces(self.linears[0])
+
+    def parts(self, y: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """The stacked projection's output [..., sum of outs] as each layer's part (views)."""
         return y.split([l.weight.shape[0] for l in self.linears], dim=-1)
 
     def add_norm(self, op, x: torch.Tensor, residual: torch.Tensor,
                  norm: "RMSNorm") -> tuple[tuple[torch.Tensor, ...], torch.Tensor]:
         """(this projection of norm(x + residual), as its parts; x + residual) through ``op``, the
         bound ``add_rms_norm_linear`` (one GEMV in decode); with a bias, the ops one by one."""
-        weight, bias = self.stacked()
-        if bias is not None or _reduces(self.linears[0]):
+        if not self.fusable():
             h, residual = norm.add(x, residual)
             return self(h), residual
-        y, residual = op(x, residual, norm.weight, weight, eps=norm.eps, weight_offset=norm.offset)
-        return y.split([l.weight.shape[0] for l in self.linears], dim=-1), residual
+        y, residual = op(x, residual, norm.weight, self.weight, eps=norm.eps, weight_offset=norm.offset)
+        return self.parts(y), residual
 
     @staticmethod
     def joined(parts: tuple[torch.Tensor, ...]) -> torch.Tensor:

@@ -2,7 +2,8 @@
 
 x [T, H] -> in_proj_qkv -> causal conv1d + SiLU -> q, k [nk, dk], v [nv, dv]; beta = sigmoid(b),
 g = gdn_gate(a); the gated delta rule (chunked for prefill, recurrent for decode, state carried
-in the cache per request; decode computes the gates inside it, ``gdn_gated_recurrent``);
+in the cache per request; decode computes the gates inside it, ``gdn_gated_recurrent``, and the
+conv inside the input projection, ``add_rms_norm_linear_conv``);
 output = gated RMSNorm(o, z) -> out_proj. Speculative decoding: with
 ``batch.capture`` set the layer records its per-token state inputs, and :meth:`replay` rebuilds
 a request's state over an accepted prefix (:mod:`hwinfer.runtime.capture`).
@@ -59,15 +60,29 @@ class GatedDeltaNet(nn.Module):
     def forward_add_norm(self, x: torch.Tensor, residual: torch.Tensor, norm, batch: ForwardBatch,
                          cache: dict | None) -> tuple[torch.Tensor, torch.Tensor]:
         """(self(norm(x + residual)), x + residual), the add and the norm fused into the input
-        projection (``add_rms_norm_linear``); x, residual [T, H]."""
+        projection (``add_rms_norm_linear``; in decode also the conv, ``add_rms_norm_linear_conv``);
+        x, residual [T, H]."""
+        if decodes_in_place(batch, cache) and self.in_proj.fusable():
+            # decode: the conv is the projection's epilogue (add_rms_norm_linear_conv, one GEMV)
+            y, residual = self.ops.add_rms_norm_linear_conv(
+                x, residual, norm.weight, self.in_proj.stacked()[0], self.conv1d.weight,
+                cache["conv"], batch.slots, eps=norm.eps, weight_offset=norm.offset)
+            mixed, z, b, a = self.in_proj.parts(y)
+            return self._recur(mixed, z, b, a, batch, cache), residual
         parts, residual = self.in_proj.add_norm(self.ops.add_rms_norm_linear, x, residual, norm)
         return self._mix(parts, batch, cache), residual
 
     def _mix(self, parts: tuple[torch.Tensor, ...], batch: ForwardBatch, cache: dict | None) -> torch.Tensor:
-        ops = self.ops
         pre, z, b, a = parts
-        t = pre.shape[0]
-        mixed = run_short_conv(ops.causal_conv1d, batch, cache, pre, self.conv1d.weight)
+        mixed = run_short_conv(self.ops.causal_conv1d, batch, cache, pre, self.conv1d.weight)
+        return self._recur(mixed, z, b, a, batch, cache, pre)
+
+    def _recur(self, mixed: torch.Tensor, z: torch.Tensor, b: torch.Tensor, a: torch.Tensor,
+               batch: ForwardBatch, cache: dict | None, pre: torch.Tensor | None = None) -> torch.Tensor:
+        """The gated delta rule and the output projection over the conv output ``mixed`` [T, C]
+        (``pre``: the conv's input, kept for speculative replay when the batch records)."""
+        ops = self.ops
+        t = mixed.shape[0]
         q, k, v = mixed.split([self.nk * self.dk, self.nk * self.dk, self.nv * self.dv], dim=-1)
         q = q.reshape(1, t, self.nk, self.dk)
         k = k.reshape(1, t, self.nk, self.dk)

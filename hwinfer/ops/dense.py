@@ -133,6 +133,99 @@ ADD_RMS_NORM_LINEAR = define_op(
 )
 
 
+def add_rms_norm_linear_conv(x: torch.Tensor, residual: torch.Tensor, norm_weight: torch.Tensor | None,
+                             weight: torch.Tensor, conv_weight: torch.Tensor, conv_state: torch.Tensor,
+                             state_slots: torch.Tensor, *, eps: float = 1e-6,
+                             weight_offset: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """The decode prologue of a short-conv linear-attention layer (GDN, KDA) as one op: residual
+    add, RMSNorm, the merged input projection, then the causal conv + SiLU over the projection's
+    first C output channels, each row continuing its own request's conv state in place. One GEMV
+    in decode: the conv is its epilogue (a channel's state belongs to the one program that
+    computes that channel), so the conv kernel between the projection and the recurrence goes.
+
+    Exactly the composition ``y, s = add_rms_norm_linear(x, residual, norm_weight, weight,
+    eps=eps, weight_offset=weight_offset)`` (y rounded to x.dtype), then ``y[:, :C] =
+    causal_conv1d(y[:, None, :C], conv_weight, None, conv_state, activation="silu",
+    state_slots=state_slots)[0][:, 0]`` (every row one decode token of its own request). The other N - C channels (e.g. the output gate and the gate projections) pass
+    through as the projection gives them.
+
+    Shapes: x, residual [T, K] of one float dtype (T tokens, one per request); norm_weight [K] or
+    None; weight [N, K]; conv_weight [C, W] or [C, 1, W] with C <= N and width W <= 4;
+    conv_state the pool [S, C, W-1] (oldest input first) and state_slots [T] integer: row t reads
+    and rewrites ``conv_state[state_slots[t]]`` **in place** (in the pool's dtype; each row from
+    the old state: a repeated slot, the padding of a fixed-size batch, gets one of its results).
+    Returns ``(y [T, N], s [T, K])`` in x.dtype.
+
+    Uses: Qwen3.5's Gated DeltaNet decode (q|k|v convolved, z / b / a passed through).
+    """
+    from hwinfer.ops.conv import causal_conv1d
+
+    return compose_add_rms_norm_linear_conv(add_rms_norm_linear, causal_conv1d, x, residual,
+                                            norm_weight, weight, conv_weight, conv_state,
+                                            state_slots, eps=eps, weight_offset=weight_offset)
+
+
+def check_norm_linear_conv(x, weight, conv_weight, conv_state, state_slots) -> None:
+    """Shape checks of ``add_rms_norm_linear_conv`` (no device sync)."""
+    cw = conv_weight[:, 0] if conv_weight.dim() == 3 else conv_weight
+    if x.dim() != 2:
+        raise ValueError(f"add_rms_norm_linear_conv: x must be [T, K] (one decode token per "
+                         f"request), got shape {tuple(x.shape)}")
+    if cw.dim() != 2 or not 1 <= cw.shape[1] <= 4 or cw.shape[0] > weight.shape[0]:
+        raise ValueError(f"add_rms_norm_linear_conv: conv_weight [C, W] with C <= N = "
+                         f"{weight.shape[0]} and W <= 4 expected, got {tuple(conv_weight.shape)}")
+    if conv_state.dim() != 3 or tuple(conv_state.shape[1:]) != (cw.shape[0], cw.shape[1] - 1):
+        raise ValueError(f"add_rms_norm_linear_conv: conv_state must be a pool [S, {cw.shape[0]}, "
+                         f"{cw.shape[1] - 1}], got {tuple(conv_state.shape)}")
+    if (state_slots.dim() != 1 or state_slots.shape[0] != x.shape[0]
+            or state_slots.is_floating_point() or state_slots.dtype == torch.bool):
+        raise ValueError(f"add_rms_norm_linear_conv: state_slots must be [T={x.shape[0]}] "
+                         f"integer, got {state_slots.dtype} {tuple(state_slots.shape)}")
+
+
+def compose_add_rms_norm_linear_conv(norm_linear, conv, x, residual, norm_weight, weight,
+                                     conv_weight, conv_state, state_slots, *, eps, weight_offset):
+    """``add_rms_norm_linear_conv`` from implementations of ``add_rms_norm_linear`` and
+    ``causal_conv1d``: the reference's definition, which impls reuse for the calls they do not
+    fuse."""
+    check_norm_linear_conv(x, weight, conv_weight, conv_state, state_slots)
+    y, s = norm_linear(x, residual, norm_weight, weight, eps=eps, weight_offset=weight_offset)
+    if x.shape[0] == 0:
+        return y, s
+    # every row a batch of its own (one token of one request): [T, 1, C]
+    yc, _ = conv(y[:, None, :conv_state.shape[1]], conv_weight, None, conv_state,
+                 activation="silu", state_slots=state_slots)
+    y[:, :conv_state.shape[1]] = yc[:, 0]
+    return y, s
+
+
+def _norm_linear_conv_case(t: int, k: int, n: int, c: int, width: int, pool: int):
+    def make(gen, dtype, device):
+        inputs = _norm_linear_case(t, k, n, None, offset=1.0)(gen, dtype, device)
+        del inputs["activation"]
+        # a pool with spare rows; the requests use a scattered, reordered subset of them
+        slots = torch.randperm(pool, generator=gen)[:t].to(device=device, dtype=torch.int32)
+        inputs.update(conv_weight=randn(gen, c, 1, width, dtype=dtype, device=device, scale=width ** -0.5),
+                      conv_state=randn(gen, pool, c, width - 1, dtype=dtype, device=device),
+                      state_slots=slots)
+        return inputs
+    return make
+
+
+ADD_RMS_NORM_LINEAR_CONV = define_op(
+    add_rms_norm_linear_conv,
+    cases=[
+        Case("decode_m1", _norm_linear_conv_case(1, 256, 352, 192, 4, 3)),
+        Case("decode_m4_pool", _norm_linear_conv_case(4, 128, 200, 136, 4, 7)),   # C off the tiles
+        Case("decode_m3_w3_all_conv", _norm_linear_conv_case(3, 96, 64, 64, 3, 5)),
+        Case("decode_m6_more_rows", _norm_linear_conv_case(6, 64, 80, 48, 4, 9)),  # past the GEMV's rows
+        Case("empty", _norm_linear_conv_case(0, 64, 48, 32, 4, 2)),
+    ],
+    # add_rms_norm_linear's roundings, then the conv's fp32 sum over W bf16 inputs rounded once.
+    tolerance={torch.float32: Tol(atol=1e-5, rtol=1e-5), torch.bfloat16: Tol(atol=3e-2, rtol=3e-2)},
+    mutates=("conv_state",),
+)
+
 def rms_norm_gated_linear(x: torch.Tensor, gate: torch.Tensor, norm_weight: torch.Tensor | None,
                           weight: torch.Tensor, *, eps: float = 1e-6,
                           activation: str = "silu") -> torch.Tensor:

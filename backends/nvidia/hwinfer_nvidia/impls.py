@@ -12,6 +12,9 @@ IMPLS = [
     # the norm as its prologue.
     Impl("add_rms_norm_linear", "triton", "hwinfer.kernels.triton.gemv_norm:add_rms_norm_linear",
          when=min_sm(80), priority=10, requires=("triton",), interpretable=True),
+    Impl("add_rms_norm_linear_conv", "triton",
+         "hwinfer.kernels.triton.gemv_norm:add_rms_norm_linear_conv",
+         when=min_sm(80), priority=10, requires=("triton",), interpretable=True),
     Impl("rms_norm_gated_linear", "triton", "hwinfer.kernels.triton.gemv_norm:rms_norm_gated_linear",
          when=min_sm(80), priority=10, requires=("triton",), interpretable=True),
     Impl("add_rms_norm", "triton", "hwinfer.kernels.triton.norm:add_rms_norm", when=min_sm(80), priority=10,

@@ -45,6 +45,7 @@ KERNELS: dict[str, tuple[str, str | None]] = {
     "apply_rope": (f"{_P}.rope:apply_rope", None),
     "linear": (f"{_P}.dense:linear", None),
     "add_rms_norm_linear": (f"{_P}.dense:add_rms_norm_linear", None),
+    "add_rms_norm_linear_conv": (f"{_P}.dense:add_rms_norm_linear_conv", None),
     "rms_norm_gated_linear": (f"{_P}.dense:rms_norm_gated_linear", None),
 }
 

@@ -28,6 +28,19 @@ def add_rms_norm_linear(x: torch.Tensor, residual: torch.Tensor, norm_weight: to
                                        activation=activation)
 
 
+def add_rms_norm_linear_conv(x: torch.Tensor, residual: torch.Tensor, norm_weight: torch.Tensor | None,
+                             weight: torch.Tensor, conv_weight: torch.Tensor, conv_state: torch.Tensor,
+                             state_slots: torch.Tensor, *, eps: float = 1e-6,
+                             weight_offset: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """x, residual [T, K], weight [N, K], conv pool [S, C, W-1] (in place), state_slots [T] ->
+    (y [T, N] with the first C channels convolved, x + residual)."""
+    from hwinfer.kernels.torch.conv import causal_conv1d
+    from hwinfer.ops.dense import compose_add_rms_norm_linear_conv
+
+    return compose_add_rms_norm_linear_conv(add_rms_norm_linear, causal_conv1d, x, residual,
+                                            norm_weight, weight, conv_weight, conv_state,
+                                            state_slots, eps=eps, weight_offset=weight_offset)
+
 def rms_norm_gated_linear(x: torch.Tensor, gate: torch.Tensor, norm_weight: torch.Tensor | None,
                           weight: torch.Tensor, *, eps: float = 1e-6,
                           activation: str = "silu") -> torch.Tensor:

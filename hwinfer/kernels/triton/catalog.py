@@ -22,6 +22,7 @@ PORTABLE_TRITON_KERNELS: tuple[tuple[str, str, str | None], ...] = (
     ("block_sparse_decode", "hwinfer.kernels.triton.block_sparse:block_sparse_decode",
      "hwinfer.kernels.triton.block_sparse:block_sparse_decode_supported"),
     ("add_rms_norm_linear", "hwinfer.kernels.triton.gemv_norm:add_rms_norm_linear", None),
+    ("add_rms_norm_linear_conv", "hwinfer.kernels.triton.gemv_norm:add_rms_norm_linear_conv", None),
     ("rms_norm_gated_linear", "hwinfer.kernels.triton.gemv_norm:rms_norm_gated_linear", None),
     ("paged_attention", "hwinfer.kernels.triton.paged_attention:paged_attention",
      "hwinfer.kernels.triton.paged_attention:paged_attention_supported"),

@@ -126,13 +126,17 @@ def causal_conv1d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
                   state: torch.Tensor | None = None, *, activation: str | None = "silu",
                   cu_seqlens: torch.Tensor | None = None, state_slots: torch.Tensor | None = None,
                   block_c: int | None = None, chunk: int | None = None,
-                  num_warps: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                  num_warps: int | None = None,
+                  out: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Triton causal conv1d: x [B, T, C], weight [C, K] or [C, 1, K], bias [C], state
     [N, C, K-1], cu_seqlens [N+1] (B = 1) -> (y [B, T, C], new_state [N, C, K-1]) in x.dtype.
     With state_slots [N]: state is a pool [S, C, K-1] updated in place and returned.
 
     Shapes are checked, cu_seqlens and slot contents trusted (no host sync). Tuning (None =
-    heuristic): block_c channels per program, chunk tokens per program, num_warps.
+    heuristic): block_c channels per program, chunk tokens per program, num_warps. ``out``
+    [B, T, C] (x.dtype, unit channel stride): y is written there, which may be x itself with
+    state_slots (each sequence's tokens in one program, which reads an input before it writes
+    that token's output; used by gemv_norm to convolve a projection's output in place).
     """
     B, T, C = x.shape
     w = weight[:, 0] if weight.dim() == 3 else weight
@@ -153,7 +157,11 @@ def causal_conv1d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
     if activation not in ("silu", None):
         raise ValueError(f"causal_conv1d: activation must be 'silu' or None, got {activation!r}")
     xc = x if x.stride(2) == 1 else x.contiguous()
-    y = torch.empty((B, T, C), dtype=x.dtype, device=x.device)
+    if out is not None and (out.shape != x.shape or out.dtype != x.dtype or out.stride(2) != 1
+                            or (out.data_ptr() == x.data_ptr() and (state_slots is None or xc is not x))):
+        raise ValueError(f"causal_conv1d: out must be [B, T, C] in x.dtype with unit channel stride, "
+                         f"and may alias x only with state_slots, got {out.dtype} {list(out.shape)}")
+    y = out if out is not None else torch.empty((B, T, C), dtype=x.dtype, device=x.device)
     new_state = state if pool else torch.empty((n, C, K - 1), dtype=x.dtype, device=x.device)
     if n == 0 or C == 0:
         return y, new_state

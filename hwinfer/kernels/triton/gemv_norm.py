@@ -1,11 +1,15 @@
 """Triton norm-then-project GEMVs for decode rows (contracts:
-:func:`hwinfer.ops.dense.add_rms_norm_linear`, :func:`~hwinfer.ops.dense.rms_norm_gated_linear`).
+:func:`hwinfer.ops.dense.add_rms_norm_linear`, :func:`~hwinfer.ops.dense.add_rms_norm_linear_conv`,
+:func:`~hwinfer.ops.dense.rms_norm_gated_linear`).
 
 The whole-row GEMV of :mod:`.gemv` with the norm that precedes a projection as its prologue:
 every program recomputes the norm of the few rows of x (K values each, from L2), which is
 cheaper than the kernel boundary it removes (each one ~1-3 us in a decode step on the H200,
 docs/kernels.md). ``add_rms_norm_linear`` also takes the gated MLP's activation as its epilogue
-(output column n from gate row n and up row n + N of the merged gate|up weight). The roundings
+(output column n from gate row n and up row n + N of the merged gate|up weight), and
+``add_rms_norm_linear_conv`` a linear-attention layer's causal conv + SiLU over the first C
+output channels (each channel's state read and rewritten by the one program that computes that
+channel, so the conv kernel between the projection and the recurrence goes). The roundings
 follow the unfused ops exactly (the residual stream, the normed values and, gated, the two
 products, each to x's dtype), so the fused and unfused paths agree to summation order.
 
@@ -21,21 +25,28 @@ import triton.language as tl
 
 from hwinfer.kernels.triton import INTERPRET
 from hwinfer.kernels.triton.activation import gated_act
+from hwinfer.kernels.triton.conv import causal_conv1d
 from hwinfer.kernels.triton.gemv import MAX_ROWS, linear, rows_block_n, settled
 from hwinfer.kernels.triton.norm import add_rms_norm, rms_norm_gated
 from hwinfer.kernels.triton.pdl import pdl_enter, pdl_ok
-from hwinfer.ops.dense import compose_add_rms_norm_linear, compose_rms_norm_gated_linear
+from hwinfer.ops.dense import (check_norm_linear_conv, compose_add_rms_norm_linear,
+                               compose_rms_norm_gated_linear)
 
 
 @triton.jit
-def _add_norm_gemv_kernel(x_ptr, r_ptr, nw_ptr, w_ptr, y_ptr, s_ptr, M, N, K, stride_xm, stride_rm,
-                          stride_wn, stride_ym, stride_sm, eps, offset, BLOCK_N: tl.constexpr,
-                          KP: tl.constexpr, MAX_M: tl.constexpr, HAS_NORM_W: tl.constexpr,
-                          GATED: tl.constexpr, SILU: tl.constexpr, PDL: tl.constexpr):
+def _add_norm_gemv_kernel(x_ptr, r_ptr, nw_ptr, w_ptr, y_ptr, s_ptr, cw_ptr, cs_ptr, slot_ptr,
+                          M, N, K, C, stride_xm, stride_rm, stride_wn, stride_ym, stride_sm,
+                          stride_cwc, stride_cwk, stride_csn, stride_csc, stride_csk, eps, offset,
+                          BLOCK_N: tl.constexpr, KP: tl.constexpr, MAX_M: tl.constexpr,
+                          HAS_NORM_W: tl.constexpr, GATED: tl.constexpr, SILU: tl.constexpr,
+                          CONV: tl.constexpr, CW: tl.constexpr, PDL: tl.constexpr):
     # The whole-row GEMV with add_rms_norm as its prologue (every program recomputes the norm of
     # the few rows of x: K values each, cheaper than a kernel boundary) and, GATED, gated_act as
     # its epilogue: output column n takes gate row n and up row n + N of W. The roundings follow
-    # the unfused ops (s, h, the gate and up products to x's dtype).
+    # the unfused ops (s, h, the gate and up products to x's dtype). CONV: the causal conv (width
+    # CW) + SiLU over output channels < C as the epilogue instead, each row continuing the state
+    # row state_slots[m] of the pool in place; the program computing a channel is the only one
+    # that reads or writes its state, so no other program can race it.
     pid = tl.program_id(0)
     rn = pid * BLOCK_N + tl.arange(0, BLOCK_N)
     rk = tl.arange(0, KP)
@@ -46,6 +57,31 @@ def _add_norm_gemv_kernel(x_ptr, r_ptr, nw_ptr, w_ptr, y_ptr, s_ptr, M, N, K, st
     w = tl.load(rows, mask=wmask, other=0.0)
     if GATED:
         wu = tl.load(rows + N * stride_wn, mask=wmask, other=0.0)
+    if CONV:
+        cmask = rn < C
+        mr = tl.arange(0, MAX_M)
+        slots = tl.load(slot_ptr + mr, mask=mr < M, other=0).to(tl.int64)
+        # Every row's old state before any row's store (a repeated slot reads the old state):
+        # p2, p1, p0 = the inputs one, two, three tokens back, [MAX_M, BLOCK_N]. Loaded before
+        # the PDL wait, like W: no kernel of a decode step writes the slots or these state rows
+        # but this one (the pool rows are rewritten below, by this program only), and a wait
+        # after them would put a second round trip (slots, then state) on the critical path.
+        sbase = cs_ptr + slots[:, None] * stride_csn + rn[None, :] * stride_csc
+        smask = (mr < M)[:, None] & cmask[None, :]
+        zero = tl.zeros((MAX_M, BLOCK_N), tl.float32)
+        p2, p1, p0 = zero, zero, zero
+        cwp = cw_ptr + rn * stride_cwc
+        c3 = tl.load(cwp + (CW - 1) * stride_cwk, mask=cmask, other=0.0).to(tl.float32)
+        c2, c1, c0 = c3 * 0.0, c3 * 0.0, c3 * 0.0
+        if CW >= 2:
+            p2 = tl.load(sbase + (CW - 2) * stride_csk, mask=smask, other=0.0).to(tl.float32)
+            c2 = tl.load(cwp + (CW - 2) * stride_cwk, mask=cmask, other=0.0).to(tl.float32)
+        if CW >= 3:
+            p1 = tl.load(sbase + (CW - 3) * stride_csk, mask=smask, other=0.0).to(tl.float32)
+            c1 = tl.load(cwp + (CW - 3) * stride_cwk, mask=cmask, other=0.0).to(tl.float32)
+        if CW >= 4:
+            p0 = tl.load(sbase + (CW - 4) * stride_csk, mask=smask, other=0.0).to(tl.float32)
+            c0 = tl.load(cwp + (CW - 4) * stride_cwk, mask=cmask, other=0.0).to(tl.float32)
     pdl_enter(PDL)
     if HAS_NORM_W:
         nw = tl.load(nw_ptr + rk, mask=kmask, other=0.0).to(tl.float32) + offset
@@ -71,6 +107,22 @@ def _add_norm_gemv_kernel(x_ptr, r_ptr, nw_ptr, w_ptr, y_ptr, s_ptr, M, N, K, st
                 else:  # gelu_tanh: 0.5 g (1 + tanh z) = g sigmoid(2 z)
                     z = 0.7978845608028654 * (g + 0.044715 * g * g * g)
                     y = g / (1.0 + tl.exp(-2.0 * z)) * u
+            if CONV:
+                x0 = y.to(y_ptr.dtype.element_ty).to(tl.float32)   # the projection's rounding
+                row = (mr == m)[:, None]
+                a2 = tl.sum(tl.where(row, p2, 0.0), axis=0)
+                a1 = tl.sum(tl.where(row, p1, 0.0), axis=0)
+                a0 = tl.sum(tl.where(row, p0, 0.0), axis=0)
+                yc = c3 * x0 + c2 * a2 + c1 * a1 + c0 * a0
+                y = tl.where(cmask, yc / (1.0 + tl.exp(-yc)), y)
+                # the new state: the last CW-1 inputs, oldest first
+                sp = cs_ptr + tl.sum(tl.where(mr == m, slots, 0)) * stride_csn + rn * stride_csc
+                if CW >= 4:
+                    tl.store(sp + (CW - 4) * stride_csk, a1.to(cs_ptr.dtype.element_ty), mask=cmask)
+                if CW >= 3:
+                    tl.store(sp + (CW - 3) * stride_csk, a2.to(cs_ptr.dtype.element_ty), mask=cmask)
+                if CW >= 2:
+                    tl.store(sp + (CW - 2) * stride_csk, x0.to(cs_ptr.dtype.element_ty), mask=cmask)
             tl.store(y_ptr + m * stride_ym + rn, y.to(y_ptr.dtype.element_ty), mask=nmask)
 
 
@@ -93,27 +145,70 @@ def add_rms_norm_linear(x: torch.Tensor, residual: torch.Tensor, norm_weight: to
                          f"expected, got {tuple(weight.shape)}")
     k = x.shape[-1]
     x2, r2 = x.reshape(-1, k), residual.reshape(-1, k)
-    m = x2.shape[0]
-    fused = (0 < m <= MAX_ROWS and k <= 8192 and x.dtype in (torch.bfloat16, torch.float16)
-             and weight.dtype == x.dtype and weight.stride(1) == 1 and (x.is_cuda or INTERPRET))
-    if not fused:
+    if not _fusable(x, weight, x2.shape[0]):
         return compose_add_rms_norm_linear(add_rms_norm, linear, gated_act, x, residual,
                                            norm_weight, weight, eps=eps,
                                            weight_offset=weight_offset, activation=activation)
+    y, s = _launch_add_norm_gemv(x2, r2, norm_weight, weight, eps, weight_offset, activation)
+    return y.reshape(*x.shape[:-1], y.shape[-1]), s.reshape(x.shape)
+
+
+def _fusable(x: torch.Tensor, weight: torch.Tensor, rows: int) -> bool:
+    """Whether the one-kernel GEMV takes these (decode-sized, 16-bit, K <= 8192) calls."""
+    return (0 < rows <= MAX_ROWS and x.shape[-1] <= 8192 and x.dtype in (torch.bfloat16, torch.float16)
+            and weight.dtype == x.dtype and weight.stride(1) == 1 and (x.is_cuda or INTERPRET))
+
+
+def _launch_add_norm_gemv(x2, r2, norm_weight, weight, eps, weight_offset, activation, conv=None):
+    """The fused kernel on x2, r2 [M, K]; ``conv`` = (conv_weight [C, W], pool, slots) or None."""
     x2 = x2 if x2.stride(-1) == 1 else x2.contiguous()
     r2 = r2 if r2.stride(-1) == 1 else r2.contiguous()
+    m, k = x2.shape
     n = weight.shape[0] // 2 if activation else weight.shape[0]
-    y = torch.empty((m, n), dtype=x.dtype, device=x.device)
-    s = torch.empty((m, k), dtype=x.dtype, device=x.device)
+    y = torch.empty((m, n), dtype=x2.dtype, device=x2.device)
+    s = torch.empty((m, k), dtype=x2.dtype, device=x2.device)
+    cw, pool, slots = conv if conv is not None else (y, y[None], y)   # dummies when not CONV
     block_n = max(1, rows_block_n(n, k) // (2 if activation else 1))
-    pdl = pdl_ok(x.device) and settled(weight)
+    pdl = pdl_ok(x2.device) and settled(weight)
     _add_norm_gemv_kernel[(triton.cdiv(n, block_n),)](
-        x2, r2, norm_weight if norm_weight is not None else x2, weight, y, s, m, n, k,
-        x2.stride(0), r2.stride(0), weight.stride(0), y.stride(0), s.stride(0), eps, weight_offset,
+        x2, r2, norm_weight if norm_weight is not None else x2, weight, y, s, cw, pool, slots,
+        m, n, k, pool.shape[1] if conv is not None else 0, x2.stride(0), r2.stride(0),
+        weight.stride(0), y.stride(0), s.stride(0), cw.stride(0), cw.stride(1), pool.stride(0),
+        pool.stride(1), pool.stride(2), eps, weight_offset,
         BLOCK_N=block_n, KP=triton.next_power_of_2(max(k, 16)), MAX_M=MAX_ROWS,
         HAS_NORM_W=norm_weight is not None, GATED=activation is not None,
-        SILU=activation == "silu", PDL=pdl, num_warps=8, **({"launch_pdl": True} if pdl else {}))
-    return y.reshape(*x.shape[:-1], n), s.reshape(x.shape)
+        SILU=activation == "silu", CONV=conv is not None,
+        CW=cw.shape[1] if conv is not None else 1, PDL=pdl, num_warps=8,
+        **({"launch_pdl": True} if pdl else {}))
+    return y, s
+
+
+def add_rms_norm_linear_conv(x: torch.Tensor, residual: torch.Tensor, norm_weight: torch.Tensor | None,
+                             weight: torch.Tensor, conv_weight: torch.Tensor, conv_state: torch.Tensor,
+                             state_slots: torch.Tensor, *, eps: float = 1e-6,
+                             weight_offset: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Triton ``add_rms_norm_linear_conv`` (contract: :func:`hwinfer.ops.dense.add_rms_norm_linear_conv`):
+    x, residual [T, K], weight [N, K], conv_weight [C, W] / [C, 1, W], conv_state pool
+    [S, C, W-1] (updated in place), state_slots [T] -> (y [T, N], x + residual). Decode-sized
+    16-bit calls are one whole-row GEMV with the norm as its prologue and the conv as its
+    epilogue; other calls run this module's add_rms_norm_linear, then the Triton conv writing
+    over the projection's first C columns."""
+    check_norm_linear_conv(x, weight, conv_weight, conv_state, state_slots)
+    if residual.shape != x.shape or residual.dtype != x.dtype or weight.shape[1] != x.shape[-1]:
+        raise ValueError(f"add_rms_norm_linear_conv: x {x.dtype} {list(x.shape)}, residual "
+                         f"{residual.dtype} {list(residual.shape)}, weight {tuple(weight.shape)}")
+    cw = conv_weight[:, 0] if conv_weight.dim() == 3 else conv_weight
+    if not _fusable(x, weight, x.shape[0]):
+        # the unfused ops, the conv over the projection's first C columns in place (no copy)
+        y, s = add_rms_norm_linear(x, residual, norm_weight, weight, eps=eps,
+                                   weight_offset=weight_offset)
+        if y.shape[0]:
+            head = y[:, None, :cw.shape[0]]
+            causal_conv1d(head, cw, None, conv_state, activation="silu", state_slots=state_slots,
+                          out=head)
+        return y, s
+    return _launch_add_norm_gemv(x, residual, norm_weight, weight, eps, weight_offset, None,
+                                 conv=(cw, conv_state, state_slots))
 
 
 @triton.jit
@@ -202,12 +297,17 @@ def _aot_specs():
                  "stride_xm": "i32", "stride_rm": "i32", "stride_wn": "i32", "stride_ym": "i32",
                  "stride_sm": "i32", "eps": "fp32", "offset": "fp32", "BLOCK_N": "constexpr",
                  "KP": "constexpr", "MAX_M": "constexpr", "HAS_NORM_W": "constexpr",
-                 "GATED": "constexpr", "SILU": "constexpr", "PDL": "constexpr"}
-        for gated, pdl in ((True, False), (True, True), (False, True)):   # Qwen3.5's MLP: K 1024
-            specs.append(AotSpec(f"add_norm_gemv[{dtype},{'gated' if gated else 'plain'}"
-                                 f"{',pdl' if pdl else ''}]", _add_norm_gemv_kernel, fused,
-                                 {"BLOCK_N": 8 if gated else 16, "KP": 1024, "MAX_M": MAX_ROWS,
-                                  "HAS_NORM_W": True, "GATED": gated, "SILU": True, "PDL": pdl},
+                 "GATED": "constexpr", "SILU": "constexpr", "CONV": "constexpr", "CW": "constexpr",
+                 "PDL": "constexpr", "cw_ptr": f"*{dtype}", "cs_ptr": f"*{dtype}", "slot_ptr": "*i64",
+                 "C": "i32", **{f"stride_{n}": "i32" for n in ("cwc", "cwk", "csn", "csc", "csk")}}
+        # Qwen3.5's MLP (K 1024, gated) and its GDN input projection with the conv epilogue
+        for kind, pdl in (("gated", False), ("gated", True), ("plain", True), ("conv", False),
+                          ("conv", True)):
+            specs.append(AotSpec(f"add_norm_gemv[{dtype},{kind}{',pdl' if pdl else ''}]",
+                                 _add_norm_gemv_kernel, fused,
+                                 {"BLOCK_N": 8 if kind == "gated" else 16, "KP": 1024,
+                                  "MAX_M": MAX_ROWS, "HAS_NORM_W": True, "GATED": kind == "gated",
+                                  "SILU": True, "CONV": kind == "conv", "CW": 4, "PDL": pdl},
                                  {"num_warps": 8}, ("sm_90", "sm_100") if pdl else None))
         gated = {"x_ptr": f"*{dtype}", "z_ptr": f"*{dtype}", "nw_ptr": "*fp32", "w_ptr": f"*{dtype}",
                  "y_ptr": f"*{dtype}", "M": "i32", "N": "i32", "H": "i32", "D": "i32",

@@ -35,6 +35,7 @@ from hwinfer.kernels.triton import num_sms
 from hwinfer.kernels.triton.pdl import launch_kwargs, pdl_enter, pdl_ok
 
 _LOG2E = 1.4426950408889634
+MAX_SPLITS = 32
 
 
 @triton.jit
@@ -224,8 +225,10 @@ def _plan(b: int, hkv: int, rows: int, bdk: int, bdv: int, capacity: int, device
     if split is not None:  # a fixed split size: as many splits as the capacity needs
         split = max(bn, triton.cdiv(split, bn) * bn)
         return bm, n_mb, bn, split, max(1, triton.cdiv(capacity, split))
-    # ~4 programs per SM over the batch's kv heads, each at least one tile of keys
-    want = max(1, (4 * _num_sms(device)) // (b * hkv * n_mb))
+    # ~4 programs per SM over the batch's kv heads, each at least one tile of keys, and at most
+    # MAX_SPLITS: the combine walks the splits one by one (H200, Qwen3.5 shapes as graph
+    # replays, docs/kernels.md: B=1 x 8k keys took 69 us as 128 splits, 31 us as 32).
+    want = max(1, min(MAX_SPLITS, (4 * _num_sms(device)) // (b * hkv * n_mb)))
     return bm, n_mb, bn, bn, max(1, min(want, triton.cdiv(capacity, bn)))
 
 
