@@ -64,10 +64,21 @@ strict() {  # strict conformance on the card of the ops matching $2, within $1 s
   grep -E "passed|failed|FAILED" "$out/conformance.txt" | tail -6
 }
 
-qwen_on_card() {  # Qwen3.5 tests on the card (graphs, overlapped steps), then its decode speed
-  HWINFER_TEST_DEVICE=cuda timeout 150 python3 -m pytest tests/models tests/engine/test_graphs.py -q \
+qwen_tests() {  # Qwen3.5 tests on the card (graphs, overlapped steps), within $1 seconds
+  HWINFER_TEST_DEVICE=cuda timeout "$1" python3 -m pytest tests/models tests/engine/test_graphs.py -q \
     -p no:cacheprovider -k "qwen or overlap" -rf --tb=short > "$out/tests.txt" 2>&1
   grep -E "^FAILED|passed|failed" "$out/tests.txt" | cut -c1-300 | tail -8
+}
+
+ablation() {  # Qwen3.5's decode step by kernel group (scripts/bench_ablation.py) within $1 s
+  local secs=$1; shift
+  timeout "$secs" python3 scripts/bench_ablation.py --batch 1,32 --prompt 1024 --new 32 "$@" \
+    > "$out/ablation.jsonl" 2> "$out/ablation.err"
+  echo "== ablation rc=$?"; cat "$out/ablation.jsonl"; grep -i "error" "$out/ablation.err" | tail -3
+}
+
+qwen_on_card() {  # Qwen3.5 tests on the card, then its decode speed
+  qwen_tests 150
   timeout 150 python3 scripts/bench_model.py --preset qwen3.5-0.8b --batch 1,32 --prompt 1024 --new 64 \
     --no-hf --no-eager --profile --csv "$out/model.csv" > "$out/bench_model_qwen.txt" 2>&1
   grep "^{\|Error\|# profile" "$out/bench_model_qwen.txt" | tail -6
@@ -296,9 +307,7 @@ elif [ "$phase" = ablate ]; then
   # The ninth session: paged attention under PDL on the card, what each kernel group costs inside
   # Qwen3.5's captured decode step (stand-ins that launch nothing), DeepSeek-V4 vs transformers.
   strict 60 "paged"
-  timeout 240 python3 scripts/bench_ablation.py --batch 1,32 --prompt 1024 --new 32 \
-    > "$out/ablation.jsonl" 2> "$out/ablation.err"
-  echo "== ablation rc=$?"; cat "$out/ablation.jsonl"; grep -i "error" "$out/ablation.err" | tail -3
+  ablation 240
   timeout 240 python3 scripts/bench_model.py --preset deepseek-v4-flash --layers 4 --batch 1,32 \
     --prompt 1024 --new 32 --no-eager --csv "$out/model.csv" > "$out/bench_model_dsv4_hf.txt" 2>&1
   grep "^{\|Error" "$out/bench_model_dsv4_hf.txt" | cut -c1-400 | tail -6
@@ -308,12 +317,8 @@ elif [ "$phase" = variants ]; then
   # KDA output-stage variants (value block 128, bf16 operands) with their errors, vs fla; paged
   # attention tilings timed as graph replays.
   strict 90 "add_rms_norm_linear or gdn_chunked or kda_chunked"
-  HWINFER_TEST_DEVICE=cuda timeout 150 python3 -m pytest tests/models tests/engine/test_graphs.py -q \
-    -p no:cacheprovider -k "qwen or overlap" -rf --tb=short > "$out/tests.txt" 2>&1
-  grep -E "^FAILED|passed|failed" "$out/tests.txt" | cut -c1-300 | tail -8
-  timeout 150 python3 scripts/bench_ablation.py --batch 1,32 --prompt 1024 --new 32 \
-    > "$out/ablation.jsonl" 2> "$out/ablation.err"
-  echo "== ablation rc=$?"; cat "$out/ablation.jsonl"; grep -i "error" "$out/ablation.err" | tail -3
+  qwen_tests 150
+  ablation 150
   timeout 150 python3 scripts/bench_delta_chunk.py --kinds gdn --shapes 1x16384,8x2048 --no-torch \
     > "$out/bench_delta_chunk.csv" 2> "$out/bench_delta_chunk.err"
   echo "== bench_delta_chunk gdn rc=$?"; grep -v "Warn\|warn" "$out/bench_delta_chunk.err" | tail -30
@@ -328,12 +333,8 @@ elif [ "$phase" = final9 ]; then
   # PDL wait, the unfused form convolving in place, paged attention's split cap; Qwen3.5's
   # tests and decode step by kernel group; paged attention as graph replays.
   strict 60 "add_rms_norm_linear_conv or causal_conv1d or paged"
-  HWINFER_TEST_DEVICE=cuda timeout 130 python3 -m pytest tests/models tests/engine/test_graphs.py -q \
-    -p no:cacheprovider -k "qwen or overlap" -rf --tb=short > "$out/tests.txt" 2>&1
-  grep -E "^FAILED|passed|failed" "$out/tests.txt" | cut -c1-300 | tail -8
-  timeout 100 python3 scripts/bench_ablation.py --batch 1,32 --prompt 1024 --new 32 \
-    --groups delta_rule,attention,non_gemv > "$out/ablation.jsonl" 2> "$out/ablation.err"
-  echo "== ablation rc=$?"; cat "$out/ablation.jsonl"; grep -i "error" "$out/ablation.err" | tail -3
+  qwen_tests 130
+  ablation 100 --groups delta_rule,attention,non_gemv
   timeout 60 python3 scripts/bench_paged_attention.py --quick --graph > "$out/bench_paged.csv" \
     2> "$out/bench_paged.err"
   echo "== bench_paged rc=$?"; grep "triton \|sdpa" "$out/bench_paged.err" | cut -c1-120 | head -14

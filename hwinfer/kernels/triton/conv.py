@@ -37,6 +37,18 @@ def _prev_input(x_ptr, st_ptr, row64, p, bos, cols, cmask, stride_xt, stride_sn,
 
 
 @triton.jit
+def store_conv_state(base, sk, s0, s1, s2, mask, K: tl.constexpr):
+    """A sequence's new conv state: its last K-1 inputs (s0 oldest, s2 newest; the first 4 - K
+    unused) at ``base + j * sk``, oldest first, in the state's dtype."""
+    if K >= 4:
+        tl.store(base + (K - 4) * sk, s0.to(base.dtype.element_ty), mask=mask)
+    if K >= 3:
+        tl.store(base + (K - 3) * sk, s1.to(base.dtype.element_ty), mask=mask)
+    if K >= 2:
+        tl.store(base + (K - 2) * sk, s2.to(base.dtype.element_ty), mask=mask)
+
+
+@triton.jit
 def _conv_kernel(x_ptr, w_ptr, bias_ptr, st_ptr, cu_ptr, y_ptr, ns_ptr, slot_ptr,
                  T, C, CHUNK, stride_xb, stride_xt, stride_wc, stride_wk,
                  stride_sn, stride_sc, stride_sk, stride_yb, stride_yt,
@@ -114,12 +126,7 @@ def _conv_kernel(x_ptr, w_ptr, bias_ptr, st_ptr, cu_ptr, y_ptr, ns_ptr, slot_ptr
         else:
             nsb = ns_ptr + n64 * C * KM1 + cols * KM1
             sk = 1
-        if K >= 4:
-            tl.store(nsb + (KM1 - 3) * sk, s0.to(ns_ptr.dtype.element_ty), mask=cmask)
-        if K >= 3:
-            tl.store(nsb + (KM1 - 2) * sk, s1.to(ns_ptr.dtype.element_ty), mask=cmask)
-        if K >= 2:
-            tl.store(nsb + (KM1 - 1) * sk, s2.to(ns_ptr.dtype.element_ty), mask=cmask)
+        store_conv_state(nsb, sk, s0, s1, s2, cmask, K)
 
 
 def causal_conv1d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,

@@ -25,7 +25,7 @@ import triton.language as tl
 
 from hwinfer.kernels.triton import INTERPRET
 from hwinfer.kernels.triton.activation import gated_act
-from hwinfer.kernels.triton.conv import causal_conv1d
+from hwinfer.kernels.triton.conv import causal_conv1d, store_conv_state
 from hwinfer.kernels.triton.gemv import MAX_ROWS, linear, rows_block_n, settled
 from hwinfer.kernels.triton.norm import add_rms_norm, rms_norm_gated
 from hwinfer.kernels.triton.pdl import pdl_enter, pdl_ok
@@ -115,14 +115,8 @@ def _add_norm_gemv_kernel(x_ptr, r_ptr, nw_ptr, w_ptr, y_ptr, s_ptr, cw_ptr, cs_
                 a0 = tl.sum(tl.where(row, p0, 0.0), axis=0)
                 yc = c3 * x0 + c2 * a2 + c1 * a1 + c0 * a0
                 y = tl.where(cmask, yc / (1.0 + tl.exp(-yc)), y)
-                # the new state: the last CW-1 inputs, oldest first
                 sp = cs_ptr + tl.sum(tl.where(mr == m, slots, 0)) * stride_csn + rn * stride_csc
-                if CW >= 4:
-                    tl.store(sp + (CW - 4) * stride_csk, a1.to(cs_ptr.dtype.element_ty), mask=cmask)
-                if CW >= 3:
-                    tl.store(sp + (CW - 3) * stride_csk, a2.to(cs_ptr.dtype.element_ty), mask=cmask)
-                if CW >= 2:
-                    tl.store(sp + (CW - 2) * stride_csk, x0.to(cs_ptr.dtype.element_ty), mask=cmask)
+                store_conv_state(sp, stride_csk, a1, a2, x0, cmask, CW)
             tl.store(y_ptr + m * stride_ym + rn, y.to(y_ptr.dtype.element_ty), mask=nmask)
 
 
