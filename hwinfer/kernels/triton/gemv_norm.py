@@ -295,11 +295,13 @@ def _aot_specs():
                  "PDL": "constexpr", "cw_ptr": f"*{dtype}", "cs_ptr": f"*{dtype}", "slot_ptr": "*i64",
                  "C": "i32", **{f"stride_{n}": "i32" for n in ("cwc", "cwk", "csn", "csc", "csk")}}
         # Qwen3.5's MLP (K 1024, gated) and its GDN input projection with the conv epilogue
+        # (8 rows a program, as the model runs it: 110 registers a thread on sm_90 against 64
+        # for the plain GEMV, so 2 programs per SM instead of 4; docs/kernels.md)
         for kind, pdl in (("gated", False), ("gated", True), ("plain", True), ("conv", False),
                           ("conv", True)):
             specs.append(AotSpec(f"add_norm_gemv[{dtype},{kind}{',pdl' if pdl else ''}]",
                                  _add_norm_gemv_kernel, fused,
-                                 {"BLOCK_N": 8 if kind == "gated" else 16, "KP": 1024,
+                                 {"BLOCK_N": 8, "KP": 1024,
                                   "MAX_M": MAX_ROWS, "HAS_NORM_W": True, "GATED": kind == "gated",
                                   "SILU": True, "CONV": kind == "conv", "CW": 4, "PDL": pdl},
                                  {"num_warps": 8}, ("sm_90", "sm_100") if pdl else None))
