@@ -5,6 +5,8 @@ after programmatic dependent launch and graph overlap, which a profiler's per-ke
 cannot show (with PDL a kernel's measured span includes the wait for the one before it).
 
     python3 scripts/bench_ablation.py --preset qwen3.5-0.8b --batch 1 --prompt 1024 --new 32
+    python3 scripts/bench_ablation.py --groups non_gemv \
+        --set hwinfer.kernels.triton.gemv_norm:CONV_MAXNREG=80   # a tuning constant's effect
 
 Groups (each a list of ops; the stand-ins return an input of the output's shape):
   conv          causal_conv1d -> (x, state)
@@ -16,6 +18,8 @@ stdout: one JSON row per (batch, group): graph replay ms and its difference to t
 from __future__ import annotations
 
 import argparse
+import ast
+import importlib
 import json
 import sys
 from pathlib import Path
@@ -58,7 +62,18 @@ def main() -> None:
     ap.add_argument("--new", type=int, default=32)
     ap.add_argument("--groups", default=",".join(STANDINS))
     ap.add_argument("--device", default="cuda")
+    ap.add_argument("--set", action="append", default=[], metavar="MODULE:NAME=VALUE",
+                    help="set a kernel module's tuning constant for every run, e.g. "
+                         "hwinfer.kernels.triton.gemv_norm:CONV_MAXNREG=80 (repeatable)")
     args = ap.parse_args()
+    for item in args.set:
+        where, value = item.split("=", 1)
+        module, name = where.split(":")
+        mod = importlib.import_module(module)
+        if not hasattr(mod, name):
+            raise SystemExit(f"--set {item}: {module} has no {name}")
+        setattr(mod, name, ast.literal_eval(value))
+        print(f"# {module}.{name} = {getattr(mod, name)!r}", file=sys.stderr)
     model = random_model(shrunk_config(args.preset, args.layers), device=args.device, dtype="bf16")
     ops = model.ops
     for batch in (int(b) for b in args.batch.split(",")):

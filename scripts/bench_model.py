@@ -4,6 +4,7 @@ transformers on the same card and the weight-bandwidth roofline (issue 6, item 4
     python3 scripts/bench_model.py --preset qwen3.5-0.8b --batch 1,32
     python3 scripts/bench_model.py --preset kimi-linear-48b-a3b --layers 4 --batch 1,32
     python3 scripts/bench_model.py --preset qwen3.5-0.8b --no-hf --csv results.csv
+    python3 scripts/bench_model.py --preset deepseek-v4-flash --layers 4 --batch 32 --hf-only
 
 For each batch size B: B prompts of ``--prompt`` random tokens are prefilled in one engine step
 (prefill tok/s = B * prompt / time of that step), then ``--new`` decode steps are timed (decode
@@ -237,6 +238,8 @@ def main() -> None:
     ap.add_argument("--new", type=int, default=64)
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--no-hf", action="store_true")
+    ap.add_argument("--hf-only", action="store_true",
+                    help="transformers alone (our model not built: all the memory is its own)")
     ap.add_argument("--no-eager", action="store_true")
     ap.add_argument("--profile", action="store_true", help="kernel breakdown of prefill and decode steps")
     ap.add_argument("--profile-prompt", type=int, default=256, help="prompt length when profiling")
@@ -254,6 +257,15 @@ def main() -> None:
     atexit.register(_gemv_choices)
     config_dir = shrunk_config(args.preset, args.layers)
     name = args.preset + (f" ({args.layers} layers)" if args.layers else "")
+    if args.hf_only:
+        for batch in (int(b) for b in args.batch.split(",")):
+            try:
+                row = bench_transformers(config_dir, batch, args.prompt, args.new, args.device)
+            except Exception as err:  # the peer may lack this architecture or run out of memory
+                row = {"impl": "transformers", "batch": batch, "error": repr(err)[:300]}
+            print(json.dumps({"model": name, **{k: (round(v, 3) if isinstance(v, float) else v)
+                                                for k, v in row.items()}}))
+        return
     impl = dict(kv.split("=", 1) for kv in args.impl.split(",") if kv)
     model = random_model(config_dir, device=args.device, dtype="bf16", impl=impl or None,
                          kv_format=args.kv_format)

@@ -44,6 +44,9 @@
 #                                         # attention tilings as graph replays
 #   bash scripts/device_issue6.sh final9    # the ninth session's last changes (conv epilogue state
 #                                         # before the PDL wait, paged split cap) on the card
+#   bash scripts/device_issue6.sh next10    # for the tenth session: the ninth's untimed tuning
+#                                         # constants (conv GEMV register cap, split cap, bf16
+#                                         # chunked outputs), KDA vs fla, V4 b=32 transformers
 #   bash scripts/device_issue6.sh diagnose  # model oracle + CUDA-graph tests on the GPU, then
 #                                         # the failures again under HWINFER_SHADOW=raise, which
 #                                         # names the first op whose kernel leaves its reference
@@ -338,6 +341,29 @@ elif [ "$phase" = final9 ]; then
   timeout 60 python3 scripts/bench_paged_attention.py --quick --graph > "$out/bench_paged.csv" \
     2> "$out/bench_paged.err"
   echo "== bench_paged rc=$?"; grep "triton \|sdpa" "$out/bench_paged.err" | cut -c1-120 | head -14
+elif [ "$phase" = next10 ]; then
+  # For the tenth session: the tuning constants the ninth left untimed, in the model and per
+  # kernel. The conv-epilogue GEMV's register cap (110 -> 80: 3 programs an SM), paged
+  # attention's split cap, chunked GDN / KDA with bf16 output products under the strict suite,
+  # KDA vs fla with time for fla's first compile; DeepSeek-V4 b=32 vs transformers alone.
+  G=hwinfer.kernels.triton.gemv_norm; P=hwinfer.kernels.triton.paged_attention
+  ablation 100 --groups non_gemv
+  mv "$out/ablation.jsonl" "$out/ablation_default.jsonl"
+  ablation 100 --groups non_gemv --set $G:CONV_MAXNREG=80
+  mv "$out/ablation.jsonl" "$out/ablation_maxnreg80.jsonl"
+  ablation 100 --groups attention --set $P:MAX_SPLITS=16
+  mv "$out/ablation.jsonl" "$out/ablation_splits16.jsonl"
+  # the strict chunked cases with bf16 output products (OUT_DOTS set in the test process)
+  timeout 90 python3 -c "import hwinfer.kernels.triton.delta_chunk as d, sys, pytest; \
+d.OUT_DOTS='bf16'; sys.exit(pytest.main(['tests/conformance', '--backend', 'nvidia', '--strict', \
+'-q', '-p', 'no:cacheprovider', '-k', 'gdn_chunked or kda_chunked']))" > "$out/conformance_bf16dots.txt" 2>&1
+  grep -E "passed|failed|FAILED" "$out/conformance_bf16dots.txt" | tail -6
+  timeout 200 python3 scripts/bench_delta_chunk.py --kinds kda --shapes 1x16384 --no-torch \
+    --no-variants > "$out/bench_delta_chunk_kda.csv" 2> "$out/bench_delta_chunk_kda.err"
+  echo "== bench_delta_chunk kda rc=$?"; grep -v "Warn\|warn" "$out/bench_delta_chunk_kda.err" | tail -6
+  timeout 200 python3 scripts/bench_model.py --preset deepseek-v4-flash --layers 4 --batch 32 \
+    --prompt 1024 --new 16 --no-eager --hf-only > "$out/bench_model_dsv4_hf32.txt" 2>&1
+  grep "^{\|Error" "$out/bench_model_dsv4_hf32.txt" | cut -c1-400 | tail -3
 elif [ "$phase" = profile ]; then
   # Where the time goes in the models that trail transformers: kernels of one prefill step and of
   # decode steps (eager and graphs) at batch 1 and 32, then the chunked linear attention vs fla.

@@ -4,7 +4,8 @@ one crossing two chunk boundaries), GQA (Hv = 2 Hk), Dk != Dv, q/k as strided vi
 projection, no initial state, value blocks split over programs (``block_v=16``,
 ``block_v_out=16``), KDA's diagonal-block kernel (varlen with partial and empty tiles
 above; strong decay below) and the WY stage both in key-channel blocks (``block_k``, the
-default) and whole (``block_k=0``). Checked against the token-loop
+default) and whole (``block_k=0``), the output stage's bf16 products (``dots="bf16"``). Checked
+against the token-loop
 reference and the fused recurrent Triton kernel. ``TRITON_INTERPRET`` is read when a kernel is decorated: a fresh interpreter process.
 """
 from __future__ import annotations
@@ -62,6 +63,15 @@ for g in (-0.02 * torch.rand(B, T, H, D), -torch.rand(B, T, H, D), -100 * torch.
     for wy in (dict(block_k=0), dict(block_k=16)):
         o1, s1 = tc.gdn_chunked(q, k, v, g[..., 0], beta, s0, **wy)
         assert rel(o1, o2) < 2e-6 and rel(s1, s2) < 2e-6, ("gdn", wy, rel(o1, o2), rel(s1, s2))
+# dots="bf16": the output stage's operands rounded to bf16 (emulated in fp32 here); the state
+# recurrence untouched, the output moved by bf16 rounding only.
+o1, s1 = tc.gdn_chunked(q, k, v, g[..., 0], beta, s0, dots="bf16")
+assert rel(s1, s2) < 2e-6 and 1e-4 < rel(o1, o2) < 2e-2, (rel(o1, o2), rel(s1, s2))
+try:
+    tc.gdn_chunked(q, k, v, g[..., 0], beta, s0, dots="fp8")
+    raise SystemExit("dots='fp8' was accepted")
+except ValueError as err:
+    assert "dots" in str(err)
 print("ok")
 """
 

@@ -32,6 +32,11 @@ from hwinfer.kernels.triton.pdl import pdl_enter, pdl_ok
 from hwinfer.ops.dense import (check_norm_linear_conv, compose_add_rms_norm_linear,
                                compose_rms_norm_gated_linear)
 
+# Register cap of the conv-epilogue GEMV on NVIDIA (None: the compiler's choice, 110 a thread on
+# sm_90 at Qwen3.5's shape, so 2 programs an SM; 80 fits 3 with a 24-byte spill). A tuning
+# constant for timing the variants on a card (scripts/bench_ablation.py --set), not yet timed.
+CONV_MAXNREG: int | None = None
+
 
 @triton.jit
 def _add_norm_gemv_kernel(x_ptr, r_ptr, nw_ptr, w_ptr, y_ptr, s_ptr, cw_ptr, cs_ptr, slot_ptr,
@@ -173,7 +178,9 @@ def _launch_add_norm_gemv(x2, r2, norm_weight, weight, eps, weight_offset, activ
         HAS_NORM_W=norm_weight is not None, GATED=activation is not None,
         SILU=activation == "silu", CONV=conv is not None,
         CW=cw.shape[1] if conv is not None else 1, PDL=pdl, num_warps=8,
-        **({"launch_pdl": True} if pdl else {}))
+        **({"launch_pdl": True} if pdl else {}),
+        **({"maxnreg": CONV_MAXNREG} if conv is not None and CONV_MAXNREG and x2.is_cuda
+           and not torch.version.hip else {}))
     return y, s
 
 
