@@ -146,14 +146,15 @@ def add_rms_norm_linear_conv(x: torch.Tensor, residual: torch.Tensor, norm_weigh
     Exactly the composition ``y, s = add_rms_norm_linear(x, residual, norm_weight, weight,
     eps=eps, weight_offset=weight_offset)`` (y rounded to x.dtype), then ``y[:, :C] =
     causal_conv1d(y[:, None, :C], conv_weight, None, conv_state, activation="silu",
-    state_slots=state_slots)[0][:, 0]`` (every row one decode token of its own request). The other N - C channels (e.g. the output gate and the gate projections) pass
-    through as the projection gives them.
+    state_slots=state_slots)[0][:, 0]`` (every row one decode token of its own request). The
+    other N - C channels (e.g. the output gate and the gate projections) pass through as the
+    projection gives them.
 
     Shapes: x, residual [T, K] of one float dtype (T tokens, one per request); norm_weight [K] or
     None; weight [N, K]; conv_weight [C, W] or [C, 1, W] with C <= N and width W <= 4;
     conv_state the pool [S, C, W-1] (oldest input first) and state_slots [T] integer: row t reads
-    and rewrites ``conv_state[state_slots[t]]`` **in place** (in the pool's dtype; each row from
-    the old state: a repeated slot, the padding of a fixed-size batch, gets one of its results).
+    and rewrites ``conv_state[state_slots[t]]`` **in place** (in the pool's dtype; a repeated
+    slot, the padding of a fixed-size batch, gets one of its rows' results, as in causal_conv1d).
     Returns ``(y [T, N], s [T, K])`` in x.dtype.
 
     Uses: Qwen3.5's Gated DeltaNet decode (q|k|v convolved, z / b / a passed through).
@@ -225,6 +226,7 @@ ADD_RMS_NORM_LINEAR_CONV = define_op(
     tolerance={torch.float32: Tol(atol=1e-5, rtol=1e-5), torch.bfloat16: Tol(atol=3e-2, rtol=3e-2)},
     mutates=("conv_state",),
 )
+
 
 def rms_norm_gated_linear(x: torch.Tensor, gate: torch.Tensor, norm_weight: torch.Tensor | None,
                           weight: torch.Tensor, *, eps: float = 1e-6,

@@ -41,6 +41,7 @@ def add_rms_norm_linear_conv(x: torch.Tensor, residual: torch.Tensor, norm_weigh
                                             norm_weight, weight, conv_weight, conv_state,
                                             state_slots, eps=eps, weight_offset=weight_offset)
 
+
 def rms_norm_gated_linear(x: torch.Tensor, gate: torch.Tensor, norm_weight: torch.Tensor | None,
                           weight: torch.Tensor, *, eps: float = 1e-6,
                           activation: str = "silu") -> torch.Tensor:

@@ -133,15 +133,7 @@ def add_rms_norm_linear(x: torch.Tensor, residual: torch.Tensor, norm_weight: to
     Decode-sized 16-bit calls (<= 4 rows, K <= 8192) are one whole-row GEMV with the norm as its
     prologue (PDL on sm_90+); other calls run the Triton add_rms_norm, ``linear`` and
     gated_act."""
-    if activation not in (None, "silu", "gelu_tanh"):
-        raise ValueError(f"add_rms_norm_linear: activation must be None, 'silu' or 'gelu_tanh', "
-                         f"not {activation!r}")
-    if residual.shape != x.shape or residual.dtype != x.dtype:
-        raise ValueError(f"add_rms_norm_linear: residual {residual.dtype} {list(residual.shape)} "
-                         f"must match x {x.dtype} {list(x.shape)}")
-    if weight.dim() != 2 or weight.shape[1] != x.shape[-1] or (activation and weight.shape[0] % 2):
-        raise ValueError(f"add_rms_norm_linear: weight [N, K={x.shape[-1]}] (N even when gated) "
-                         f"expected, got {tuple(weight.shape)}")
+    _check_norm_linear("add_rms_norm_linear", x, residual, weight, activation)
     k = x.shape[-1]
     x2, r2 = x.reshape(-1, k), residual.reshape(-1, k)
     if not _fusable(x, weight, x2.shape[0]):
@@ -150,6 +142,18 @@ def add_rms_norm_linear(x: torch.Tensor, residual: torch.Tensor, norm_weight: to
                                            weight_offset=weight_offset, activation=activation)
     y, s = _launch_add_norm_gemv(x2, r2, norm_weight, weight, eps, weight_offset, activation)
     return y.reshape(*x.shape[:-1], y.shape[-1]), s.reshape(x.shape)
+
+
+def _check_norm_linear(op: str, x, residual, weight, activation) -> None:
+    """The argument checks both norm-then-project wrappers make before choosing a path."""
+    if activation not in (None, "silu", "gelu_tanh"):
+        raise ValueError(f"{op}: activation must be None, 'silu' or 'gelu_tanh', not {activation!r}")
+    if residual.shape != x.shape or residual.dtype != x.dtype:
+        raise ValueError(f"{op}: residual {residual.dtype} {list(residual.shape)} "
+                         f"must match x {x.dtype} {list(x.shape)}")
+    if weight.dim() != 2 or weight.shape[1] != x.shape[-1] or (activation and weight.shape[0] % 2):
+        raise ValueError(f"{op}: weight [N, K={x.shape[-1]}] (N even when gated) "
+                         f"expected, got {tuple(weight.shape)}")
 
 
 def _fusable(x: torch.Tensor, weight: torch.Tensor, rows: int) -> bool:
@@ -194,10 +198,8 @@ def add_rms_norm_linear_conv(x: torch.Tensor, residual: torch.Tensor, norm_weigh
     16-bit calls are one whole-row GEMV with the norm as its prologue and the conv as its
     epilogue; other calls run this module's add_rms_norm_linear, then the Triton conv writing
     over the projection's first C columns."""
+    _check_norm_linear("add_rms_norm_linear_conv", x, residual, weight, None)
     check_norm_linear_conv(x, weight, conv_weight, conv_state, state_slots)
-    if residual.shape != x.shape or residual.dtype != x.dtype or weight.shape[1] != x.shape[-1]:
-        raise ValueError(f"add_rms_norm_linear_conv: x {x.dtype} {list(x.shape)}, residual "
-                         f"{residual.dtype} {list(residual.shape)}, weight {tuple(weight.shape)}")
     cw = conv_weight[:, 0] if conv_weight.dim() == 3 else conv_weight
     if not _fusable(x, weight, x.shape[0]):
         # the unfused ops, the conv over the projection's first C columns in place (no copy)
