@@ -65,6 +65,9 @@ def main() -> None:
     ap.add_argument("--set", action="append", default=[], metavar="MODULE:NAME=VALUE",
                     help="set a kernel module's tuning constant for every run, e.g. "
                          "hwinfer.kernels.triton.gemv_norm:CONV_MAXNREG=80 (repeatable)")
+    ap.add_argument("--regs", action="store_true",
+                    help="after the runs, one JSON row per compiled Triton kernel: registers, "
+                         "spills, warps (scripts/kernel_regs.py live_registers)")
     args = ap.parse_args()
     for item in args.set:
         where, value = item.split("=", 1)
@@ -93,6 +96,10 @@ def main() -> None:
                               "replay_ms": row.get("graph_replay_ms"), "step_ms": row["ms_per_step"],
                               "saved_ms": (base.get("graph_replay_ms") or base["ms_per_step"])
                               - (row.get("graph_replay_ms") or row["ms_per_step"])}), flush=True)
+    if args.regs:
+        from kernel_regs import live_registers
+        for row in live_registers():
+            print(json.dumps(row), flush=True)
 
 
 if __name__ == "__main__":

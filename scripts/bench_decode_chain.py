@@ -5,14 +5,20 @@ lm_head (248,320 x 1,024): 97 products over 1.50 GB of distinct bf16 weights, ea
 input a slice of the one before (so the chain is as dependent as a real step), captured in one
 CUDA graph and replayed.
 
-    python3 scripts/bench_decode_chain.py [--norms]
+    python3 scripts/bench_decode_chain.py [--norms] [--persistent] [--fused] [--quick]
 
 One line per variant: us per step, GB/s over the weights, % of 4,270 GB/s, and the last
 output's relative error against the F.linear chain. Variants: F.linear (cuBLAS), the measured
 choice of ``linear`` (GEMV or cuBLAS per shape), the whole-row GEMV (``gemv_rows``) with and
 without programmatic dependent launch (PDL: W's loads issued before waiting on the previous
 kernel), at several tile sizes. ``--norms``: an RMSNorm kernel between products (as a real step
-has), with PDL when the products use it.
+has), with PDL when the products use it. ``--persistent``: a candidate kept in this script until
+it wins on a card: one wave of programs (``per_sm`` an SM), each walking its share of W's row
+tiles with the next tile's loads issued before the current one is reduced. ``--fused``: the
+same products as the model runs them (norms, gated activation, conv and gated norm inside the
+GEMVs, hwinfer/kernels/triton/gemv_norm.py), chained and per kind against the plain GEMV on the
+same weights, to price the fused prologues and epilogues. ``--quick``: F.linear and the
+default whole-row GEMV only.
 """
 from __future__ import annotations
 
@@ -24,6 +30,8 @@ import triton
 import triton.language as tl
 
 from hwinfer.kernels.triton import gemv as G
+from hwinfer.kernels.triton import gemv_norm as GN
+from hwinfer.kernels.triton.pdl import pdl_enter
 
 HIDDEN, INTER, VOCAB = 1024, 3584, 248320
 
@@ -47,6 +55,41 @@ def norm(x: torch.Tensor, pdl: bool) -> torch.Tensor:
     return y
 
 
+@triton.jit
+def _persist_kernel(x_ptr, w_ptr, y_ptr, N, K, TILES, BLOCK_N: tl.constexpr, KP: tl.constexpr,
+                    PDL: tl.constexpr):
+    # One row of x; program p reduces row tiles p, p + P, p + 2P, ... (P programs), holding the
+    # next tile's loads in flight while it reduces the current one.
+    pid, progs = tl.program_id(0), tl.num_programs(0)
+    rk = tl.arange(0, KP)
+    kmask = rk < K
+    rn = pid * BLOCK_N + tl.arange(0, BLOCK_N)
+    w = tl.load(w_ptr + rn.to(tl.int64)[:, None] * K + rk[None, :],
+                mask=(rn < N)[:, None] & kmask[None, :], other=0.0)
+    pdl_enter(PDL)
+    x = tl.load(x_ptr + rk, mask=kmask, other=0.0).to(tl.float32)
+    for t in range(pid, TILES, progs):
+        rn = t * BLOCK_N + tl.arange(0, BLOCK_N)
+        nxt = rn + progs * BLOCK_N
+        w_next = tl.load(w_ptr + nxt.to(tl.int64)[:, None] * K + rk[None, :],
+                         mask=(nxt < N)[:, None] & kmask[None, :], other=0.0)
+        y = tl.sum(w.to(tl.float32) * x[None, :], axis=1)
+        tl.store(y_ptr + rn, y.to(y_ptr.dtype.element_ty), mask=rn < N)
+        w = w_next
+
+
+def gemv_persist(x, w, per_sm: int, tile_kb: int, warps: int, pdl: bool = True):
+    n, k = w.shape
+    y = torch.empty((1, n), dtype=x.dtype, device=x.device)
+    bn = G.rows_block_n(n, k, tile_kb << 10)
+    tiles = triton.cdiv(n, bn)
+    sms = torch.cuda.get_device_properties(x.device).multi_processor_count
+    _persist_kernel[(min(tiles, sms * per_sm),)](x, w, y, n, k, tiles, BLOCK_N=bn,
+                                                 KP=triton.next_power_of_2(k), PDL=pdl,
+                                                 num_warps=warps, **({"launch_pdl": True} if pdl else {}))
+    return y
+
+
 def weights(dev) -> list[torch.Tensor]:
     shapes = []
     for layer in range(24):
@@ -62,6 +105,67 @@ def step(x: torch.Tensor, ws: list[torch.Tensor], mm, between=None) -> torch.Ten
         if between is not None:
             x = between(x)
     return x
+
+
+class FusedStep:
+    """The 97 products as Qwen3.5's decode runs them: each layer's input norm (+ residual add) in
+    its first projection's prologue (GDN: the conv as its epilogue), the GDN gated norm before
+    out_proj, the MLP's norm and SwiGLU around gate_up, the final norm before lm_head."""
+
+    def __init__(self, ws: list[torch.Tensor], dev):
+        self.ws = ws
+        self.nw = torch.rand(HIDDEN, device=dev) + 0.5
+        self.gnw = torch.rand(128, device=dev) + 0.5
+        self.conv_w = torch.randn(6144, 4, device=dev, dtype=torch.bfloat16) * 0.5
+        self.pool = torch.zeros(2, 6144, 3, device=dev, dtype=torch.bfloat16)
+        self.slots = torch.zeros(1, device=dev, dtype=torch.int64)
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        res = torch.zeros_like(x)
+        ws = self.ws
+        for layer in range(24):
+            w_in, w_out, w_gu, w_down = ws[4 * layer: 4 * layer + 4]
+            if layer % 4 == 3:   # attention: qkv, then o_proj on a 2,048-wide slice
+                y, res = GN.add_rms_norm_linear(x, res, self.nw, w_in)
+                x = G.gemv_rows(y[:, :2048], w_out, pdl=True)
+            else:   # GDN: in_proj + conv, gated norm + out_proj over (o, z) slices
+                y, res = GN.add_rms_norm_linear_conv(x, res, self.nw, w_in, self.conv_w,
+                                                     self.pool, self.slots)
+                o, z = y[:, :2048].view(1, 16, 128), y[:, 6144:8192].view(1, 16, 128)
+                x = GN.rms_norm_gated_linear(o, z, self.gnw, w_out)
+            h, res = GN.add_rms_norm_linear(x, res, self.nw, w_gu, activation="silu")
+            x = G.gemv_rows(h, w_down, pdl=True)
+        y, _ = GN.add_rms_norm_linear(x, res, self.nw, ws[-1])
+        return y
+
+
+def fused_kinds(step: FusedStep, dev) -> None:
+    """Each fused GEMV kind against the plain whole-row GEMV on the same (cold) weights."""
+    x = torch.randn(1, HIDDEN, device=dev, dtype=torch.bfloat16)
+    r = torch.randn(1, HIDDEN, device=dev, dtype=torch.bfloat16)
+    o = torch.randn(1, 16, 128, device=dev, dtype=torch.bfloat16)
+    kinds = [("in_proj + norm + conv", step.ws[0], lambda w: GN.add_rms_norm_linear_conv(
+                  x, r, step.nw, w, step.conv_w, step.pool, step.slots)),
+             ("in_proj + norm", step.ws[0], lambda w: GN.add_rms_norm_linear(x, r, step.nw, w)),
+             ("qkv + norm", step.ws[12], lambda w: GN.add_rms_norm_linear(x, r, step.nw, w)),
+             ("gate_up + norm + SwiGLU", step.ws[2], lambda w: GN.add_rms_norm_linear(
+                  x, r, step.nw, w, activation="silu")),
+             ("out_proj + gated norm", step.ws[1], lambda w: GN.rms_norm_gated_linear(
+                  o, o, step.gnw, w))]
+    default = GN.TILE_BYTES, GN.NUM_WARPS
+    for name, w, call in kinds:
+        copies = G.cold_copies(w, 256 << 20)
+        xk = torch.randn(1, w.shape[1], device=dev, dtype=torch.bfloat16)
+        plain_us = G.time_on(copies, lambda w: G.gemv_rows(xk, w, pdl=True)) * 1e3
+        cells = []
+        for tile_kb, warps in ((16, 8), (8, 8), (8, 4), (16, 4), (32, 8)):
+            GN.TILE_BYTES, GN.NUM_WARPS = tile_kb << 10, warps
+            try:
+                cells.append(f"{tile_kb}KB w{warps} {G.time_on(copies, call) * 1e3:6.2f}")
+            finally:
+                GN.TILE_BYTES, GN.NUM_WARPS = default
+        print(f"# {name:<24} N {w.shape[0]:>6} K {w.shape[1]:>5} ({w.numel() * 2 / 1e6:4.1f} MB): "
+              f"plain GEMV {plain_us:6.2f} us | fused: {' | '.join(cells)}", flush=True)
 
 
 def time_graph(fn, reps: int = 10) -> float:
@@ -90,6 +194,9 @@ def time_graph(fn, reps: int = 10) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--norms", action="store_true")
+    parser.add_argument("--persistent", action="store_true")
+    parser.add_argument("--fused", action="store_true")
+    parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
     dev = torch.device("cuda")
     torch.manual_seed(0)
@@ -106,15 +213,21 @@ def main() -> None:
                 err = ((y - ref).norm() / ref.norm()).item()
                 assert err < 1e-2, (tuple(w.shape), m, pdl, err)
     print(f"# {len(ws)} products, {total / 1e9:.3f} GB of weights; whole-row GEMV checked on every shape")
-    variants = [("F.linear", lambda x, w: F.linear(x, w), False),
-                ("linear (measured choice)", G.linear, False)]
-    for tile_kb in (16, 32, 64):
-        for warps in (4, 8):
-            for pdl in (False, True):
+    variants = [("F.linear", lambda x, w: F.linear(x, w), False)]
+    if not args.quick:
+        variants.append(("linear (measured choice)", G.linear, False))
+    for tile_kb in (16,) if args.quick else (16, 32, 64):
+        for warps in (8,) if args.quick else (4, 8):
+            for pdl in (True,) if args.quick else (False, True):
                 def mm(x, w, _t=tile_kb, _w=warps, _p=pdl):
                     bn = G.rows_block_n(w.shape[0], w.shape[1], _t << 10)
                     return G.gemv_rows(x, w, block_n=bn, num_warps=_w, pdl=_p)
                 variants.append((f"gemv_rows {tile_kb}KB w{warps}{' pdl' if pdl else ''}", mm, pdl))
+    if args.persistent:
+        for per_sm in (1, 2, 3, 4):
+            for tile_kb in (8, 16):
+                variants.append((f"persistent {per_sm}/SM {tile_kb}KB w8 pdl",
+                                 lambda x, w, _p=per_sm, _t=tile_kb: gemv_persist(x, w, _p, _t, 8), True))
     ref_out = None
     for name, mm, pdl in variants:
         between = (lambda x, _p=pdl: norm(x, _p)) if args.norms else None
@@ -126,6 +239,13 @@ def main() -> None:
         gbs = total / (us * 1e-6) / 1e9
         print(f"{name:<28} {us:8.1f} us/step {gbs:7.0f} GB/s {100 * gbs / 4270:5.1f}%  rel err {err:.1e}",
               flush=True)
+    if args.fused:
+        fused = FusedStep(ws, dev)
+        us, _ = time_graph(lambda: fused(x0))
+        gbs = total / (us * 1e-6) / 1e9
+        print(f"{'fused, as the model runs':<28} {us:8.1f} us/step {gbs:7.0f} GB/s {100 * gbs / 4270:5.1f}%",
+              flush=True)
+        fused_kinds(fused, dev)
 
 
 if __name__ == "__main__":

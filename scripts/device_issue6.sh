@@ -44,9 +44,9 @@
 #                                         # attention tilings as graph replays
 #   bash scripts/device_issue6.sh final9    # the ninth session's last changes (conv epilogue state
 #                                         # before the PDL wait, paged split cap) on the card
-#   bash scripts/device_issue6.sh next10    # for the tenth session: the ninth's untimed tuning
-#                                         # constants (conv GEMV register cap, split cap, bf16
-#                                         # chunked outputs), KDA vs fla, V4 b=32 transformers
+#   bash scripts/device_issue6.sh next10    # tenth session: decode GEMVs as the model runs them,
+#                                         # register caps, split cap, bf16 chunked outputs
+#   bash scripts/device_issue6.sh next10b   # KDA vs fla, V4 b=32 transformers alone
 #   bash scripts/device_issue6.sh diagnose  # model oracle + CUDA-graph tests on the GPU, then
 #                                         # the failures again under HWINFER_SHADOW=raise, which
 #                                         # names the first op whose kernel leaves its reference
@@ -58,7 +58,7 @@ mkdir -p "$out"
 if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
 fi
-python3 -m pip install -q --no-deps --no-build-isolation -e . > "$out/install.log" 2>&1 || { cat "$out/install.log"; exit 1; }
+python3 -m pip install -q --no-deps --no-build-isolation -e . > /tmp/install.log 2>&1 || { cat /tmp/install.log; exit 1; }
 git rev-parse --short HEAD > "$out/commit.txt" 2>/dev/null
 
 strict() {  # strict conformance on the card of the ops matching $2, within $1 seconds
@@ -342,25 +342,31 @@ elif [ "$phase" = final9 ]; then
     2> "$out/bench_paged.err"
   echo "== bench_paged rc=$?"; grep "triton \|sdpa" "$out/bench_paged.err" | cut -c1-120 | head -14
 elif [ "$phase" = next10 ]; then
-  # For the tenth session: the tuning constants the ninth left untimed, in the model and per
-  # kernel. The conv-epilogue GEMV's register cap (110 -> 80: 3 programs an SM), paged
-  # attention's split cap, chunked GDN / KDA with bf16 output products under the strict suite,
-  # KDA vs fla with time for fla's first compile; DeepSeek-V4 b=32 vs transformers alone.
+  # Tenth session, first call: the decode GEMVs as the model runs them (fused prologues and
+  # epilogues, per kind and chained, tile / warp sweep) and a persistent candidate; the step
+  # with the conv GEMV's register cap and with paged attention's split cap 16; the compiled
+  # kernels' real register counts; the strict chunked suite with bf16 output products.
   G=hwinfer.kernels.triton.gemv_norm; P=hwinfer.kernels.triton.paged_attention
-  ablation 100 --groups non_gemv
+  timeout 150 python3 scripts/bench_decode_chain.py --quick --persistent --fused > "$out/chain.txt" 2>&1
+  echo "== chain rc=$?"; grep -v "Warn\|warn" "$out/chain.txt" | tail -24
+  ablation 110 --groups non_gemv --regs
   mv "$out/ablation.jsonl" "$out/ablation_default.jsonl"
-  ablation 100 --groups non_gemv --set $G:CONV_MAXNREG=80
+  ablation 90 --groups non_gemv --set $G:CONV_MAXNREG=80
   mv "$out/ablation.jsonl" "$out/ablation_maxnreg80.jsonl"
-  ablation 100 --groups attention --set $P:MAX_SPLITS=16
+  ablation 90 --groups attention --set $P:MAX_SPLITS=16
   mv "$out/ablation.jsonl" "$out/ablation_splits16.jsonl"
   # the strict chunked cases with bf16 output products (OUT_DOTS set in the test process)
   timeout 90 python3 -c "import hwinfer.kernels.triton.delta_chunk as d, sys, pytest; \
 d.OUT_DOTS='bf16'; sys.exit(pytest.main(['tests/conformance', '--backend', 'nvidia', '--strict', \
 '-q', '-p', 'no:cacheprovider', '-k', 'gdn_chunked or kda_chunked']))" > "$out/conformance_bf16dots.txt" 2>&1
   grep -E "passed|failed|FAILED" "$out/conformance_bf16dots.txt" | tail -6
-  timeout 200 python3 scripts/bench_delta_chunk.py --kinds kda --shapes 1x16384 --no-torch \
+elif [ "$phase" = next10b ]; then
+  # Tenth session, second call: KDA vs fla with time for fla's first compile; DeepSeek-V4 b=32
+  # against transformers with our model not resident.
+  timeout 220 python3 scripts/bench_delta_chunk.py --kinds kda --shapes 1x16384 --no-torch \
     --no-variants > "$out/bench_delta_chunk_kda.csv" 2> "$out/bench_delta_chunk_kda.err"
   echo "== bench_delta_chunk kda rc=$?"; grep -v "Warn\|warn" "$out/bench_delta_chunk_kda.err" | tail -6
+  cat "$out/bench_delta_chunk_kda.csv"
   timeout 200 python3 scripts/bench_model.py --preset deepseek-v4-flash --layers 4 --batch 32 \
     --prompt 1024 --new 16 --no-eager --hf-only > "$out/bench_model_dsv4_hf32.txt" 2>&1
   grep "^{\|Error" "$out/bench_model_dsv4_hf32.txt" | cut -c1-400 | tail -3

@@ -1,0 +1,118 @@
+"""Registers, spills and occupancy of the AOT-compiled Triton kernels on sm_90, without a GPU.
+
+    python scripts/kernel_regs.py gated_norm add_norm     # specs whose name contains a filter
+    python scripts/kernel_regs.py --set hwinfer.kernels.triton.gemv_norm:CONV_MAXNREG=80 conv
+
+Compiles each matching spec of ``hwinfer.kernels.triton.aot`` for sm_90 and runs the ptxas that
+ships with Triton (``-v``) on its PTX. Programs an SM are counted from the 65,536 registers only
+(shared memory not included): the figure that told the ninth session the GDN output projection
+ran one program an SM (docs/kernels.md). ``--set`` and ``--option`` change a module constant or a
+spec's compile option (e.g. ``maxnreg=80``) first, to compare variants.
+
+The specs alone under-state what the JIT knows at run time, so by default this compiles them as
+the JIT would specialise a contiguous decode call: every pointer 16-byte aligned and every
+``stride_*`` argument divisible by 16 (what lets Triton vectorise the weight loads), and with
+``--rows 1`` an argument named ``M`` equal to 1 (the JIT turns an integer 1 into a constant, so a
+batch-1 call never runs the other rows of a ``static_range(MAX_M)`` loop). ``--as-spec`` compiles
+the spec as written (what CI's AOT check builds).
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+
+def ptxas_report(ptx: str, arch: str = "sm_90a") -> dict[str, int]:
+    """ptxas -v on ``ptx``: registers a thread and spill bytes."""
+    import triton
+
+    ptxas = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
+    with tempfile.NamedTemporaryFile("w", suffix=".ptx", delete=False) as f:
+        f.write(ptx)
+    try:
+        res = subprocess.run([ptxas, "-v", f"--gpu-name={arch}", f.name, "-o", os.devnull],
+                             capture_output=True, text=True, check=True)
+    finally:
+        os.unlink(f.name)
+    regs = re.search(r"Used (\d+) registers", res.stderr)
+    spill = re.search(r"(\d+) bytes spill stores", res.stderr)
+    return {"registers": int(regs.group(1)) if regs else -1,
+            "spill_bytes": int(spill.group(1)) if spill else 0}
+
+
+def live_registers() -> list[dict]:
+    """Registers and spills of every kernel the JIT has compiled and loaded in this process (on a
+    GPU, after a run): the ground truth the AOT estimate above approximates."""
+    import pkgutil
+
+    import triton
+    import hwinfer.kernels.triton as pkg
+
+    rows = []
+    for mod in pkgutil.iter_modules(pkg.__path__):
+        module = importlib.import_module(f"{pkg.__name__}.{mod.name}")
+        for name, fn in vars(module).items():
+            if not isinstance(fn, triton.runtime.JITFunction):
+                continue
+            for caches in getattr(fn, "device_caches", {}).values():
+                for key, kernel in caches[0].items():
+                    if getattr(kernel, "n_regs", None) is None:
+                        continue
+                    rows.append({"kernel": f"{mod.name}.{name}", "regs": kernel.n_regs,
+                                 "spills": kernel.n_spills,
+                                 "warps": getattr(kernel.metadata, "num_warps", None),
+                                 "key": str(key)[:240]})
+    return rows
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("filters", nargs="*", help="substrings of spec names (default: all)")
+    ap.add_argument("--set", action="append", default=[], metavar="MODULE:NAME=VALUE")
+    ap.add_argument("--rows", type=int, default=0, help="1: compile with M = 1, as a batch-1 call")
+    ap.add_argument("--as-spec", action="store_true", help="no run-time specialisation")
+    ap.add_argument("--option", action="append", default=[], metavar="NAME=INT",
+                    help="a compile option for every matching spec, e.g. maxnreg=80")
+    args = ap.parse_args()
+    for item in args.set:
+        target, value = item.split("=", 1)
+        module, name = target.split(":")
+        setattr(importlib.import_module(module), name, eval(value))
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+    import triton
+
+    from hwinfer.kernels.triton.aot import TARGETS, all_specs
+
+    options = {k: int(v) for k, v in (o.split("=", 1) for o in args.option)}
+    print(f"{'spec':<44} {'warps':>5} {'regs':>5} {'spill B':>7} {'programs/SM':>11}")
+    for spec in all_specs():
+        if args.filters and not any(f in spec.name for f in args.filters):
+            continue
+        if spec.targets is not None and "sm_90" not in spec.targets:
+            continue
+        spec = dataclasses.replace(spec, options={**spec.options, **options})
+        signature, constexprs, attrs = dict(spec.signature), dict(spec.constexprs), {}
+        if not args.as_spec:
+            if args.rows == 1 and "M" in signature:
+                signature["M"], constexprs["M"] = "constexpr", 1
+            names = spec.kernel.arg_names
+            attrs = {(names.index(n),): [["tt.divisibility", 16]] for n, t in signature.items()
+                     if t.startswith("*") or (n.startswith("stride") and t == "i32")}
+        src = ASTSource(fn=spec.kernel, signature=signature, constexprs=constexprs, attrs=attrs)
+        compiled = triton.compile(src, target=GPUTarget(*TARGETS["sm_90"]), options=dict(spec.options))
+        rep = ptxas_report(compiled.asm["ptx"])
+        warps = spec.options.get("num_warps", 4)
+        per_sm = 65536 // max(1, rep["registers"] * 32 * warps)
+        print(f"{spec.name:<44} {warps:>5} {rep['registers']:>5} {rep['spill_bytes']:>7} {per_sm:>11}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
