@@ -7,13 +7,18 @@ cannot show (with PDL a kernel's measured span includes the wait for the one bef
     python3 scripts/bench_ablation.py --preset qwen3.5-0.8b --batch 1 --prompt 1024 --new 32
     python3 scripts/bench_ablation.py --groups non_gemv \
         --set hwinfer.kernels.triton.gemv_norm:CONV_MAXNREG=80   # a tuning constant's effect
+    python3 scripts/bench_ablation.py --groups none \
+        --variant "persist3@hwinfer.kernels.triton.gemv:PERSIST_PER_SM=3"  # full steps side by side
 
 Groups (each a list of ops; the stand-ins return an input of the output's shape):
   conv          causal_conv1d -> (x, state)
   delta_rule    gdn_gated_recurrent / kda_recurrent / gdn_recurrent -> (v, state)
   attention     paged_attention -> q (needs Dk = Dv), rms_norm_rope_kv_store -> q
   non_gemv      all of the above together: what is left is the projections, norms and glue
-stdout: one JSON row per (batch, group): graph replay ms and its difference to the full step.
+``--groups none`` times the full step only. ``--variant NAME@MODULE:ATTR=VALUE[;...]`` (repeatable)
+times the full step again with those constants set, then restores them.
+stdout: one JSON row per (batch, group or variant): graph replay ms and its difference to the
+full step.
 """
 from __future__ import annotations
 
@@ -53,6 +58,19 @@ STANDINS = {
 STANDINS["non_gemv"] = {k: v for group in STANDINS.values() for k, v in group.items()}
 
 
+def _assign(item: str):
+    """Set MODULE:ATTR=VALUE (a Python literal); returns (module, attr, previous value)."""
+    where, value = item.split("=", 1)
+    module, name = where.split(":")
+    mod = importlib.import_module(module)
+    if not hasattr(mod, name):
+        raise SystemExit(f"{item}: {module} has no {name}")
+    old = getattr(mod, name)
+    setattr(mod, name, ast.literal_eval(value))
+    print(f"# {module}.{name} = {getattr(mod, name)!r}", file=sys.stderr)
+    return mod, name, old
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--preset", default="qwen3.5-0.8b")
@@ -68,22 +86,29 @@ def main() -> None:
     ap.add_argument("--regs", action="store_true",
                     help="after the runs, one JSON row per compiled Triton kernel: registers, "
                          "spills, warps (scripts/kernel_regs.py live_registers)")
+    ap.add_argument("--variant", action="append", default=[], metavar="NAME@MODULE:ATTR=VALUE[;...]")
     args = ap.parse_args()
     for item in args.set:
-        where, value = item.split("=", 1)
-        module, name = where.split(":")
-        mod = importlib.import_module(module)
-        if not hasattr(mod, name):
-            raise SystemExit(f"--set {item}: {module} has no {name}")
-        setattr(mod, name, ast.literal_eval(value))
-        print(f"# {module}.{name} = {getattr(mod, name)!r}", file=sys.stderr)
+        _assign(item)
+    variants = [(v.split("@", 1)[0], v.split("@", 1)[1].split(";")) for v in args.variant]
     model = random_model(shrunk_config(args.preset, args.layers), device=args.device, dtype="bf16")
     ops = model.ops
     for batch in (int(b) for b in args.batch.split(",")):
         base = bench_hwinfer(model, batch, args.prompt, args.new, graphs=True)
         print(json.dumps({"batch": batch, "group": "full step", "replay_ms": base.get("graph_replay_ms"),
                           "step_ms": base["ms_per_step"]}), flush=True)
-        for group in args.groups.split(","):
+        for vname, items in variants:
+            saved = [_assign(item) for item in items]
+            try:
+                row = bench_hwinfer(model, batch, args.prompt, args.new, graphs=True)
+            finally:
+                for mod, name, old in saved:
+                    setattr(mod, name, old)
+            print(json.dumps({"batch": batch, "variant": vname, "set": items,
+                              "replay_ms": row.get("graph_replay_ms"), "step_ms": row["ms_per_step"],
+                              "saved_ms": (base.get("graph_replay_ms") or base["ms_per_step"])
+                              - (row.get("graph_replay_ms") or row["ms_per_step"])}), flush=True)
+        for group in [g for g in args.groups.split(",") if g != "none"]:
             saved = {name: getattr(ops, name) for name in STANDINS[group] if name in ops.choices}
             for name in saved:
                 setattr(ops, name, STANDINS[group][name])

@@ -144,28 +144,29 @@ def fused_kinds(step: FusedStep, dev) -> None:
     x = torch.randn(1, HIDDEN, device=dev, dtype=torch.bfloat16)
     r = torch.randn(1, HIDDEN, device=dev, dtype=torch.bfloat16)
     o = torch.randn(1, 16, 128, device=dev, dtype=torch.bfloat16)
-    kinds = [("in_proj + norm + conv", step.ws[0], lambda w: GN.add_rms_norm_linear_conv(
+    kinds = [("in_proj + norm + conv", "conv", step.ws[0], lambda w: GN.add_rms_norm_linear_conv(
                   x, r, step.nw, w, step.conv_w, step.pool, step.slots)),
-             ("in_proj + norm", step.ws[0], lambda w: GN.add_rms_norm_linear(x, r, step.nw, w)),
-             ("qkv + norm", step.ws[12], lambda w: GN.add_rms_norm_linear(x, r, step.nw, w)),
-             ("gate_up + norm + SwiGLU", step.ws[2], lambda w: GN.add_rms_norm_linear(
+             ("in_proj + norm", "norm", step.ws[0], lambda w: GN.add_rms_norm_linear(x, r, step.nw, w)),
+             ("qkv + norm", "norm", step.ws[12], lambda w: GN.add_rms_norm_linear(x, r, step.nw, w)),
+             ("gate_up + norm + SwiGLU", "gated", step.ws[2], lambda w: GN.add_rms_norm_linear(
                   x, r, step.nw, w, activation="silu")),
-             ("out_proj + gated norm", step.ws[1], lambda w: GN.rms_norm_gated_linear(
+             ("out_proj + gated norm", "gated_norm", step.ws[1], lambda w: GN.rms_norm_gated_linear(
                   o, o, step.gnw, w))]
-    default = GN.TILE_BYTES, GN.NUM_WARPS
-    for name, w, call in kinds:
+    for name, kind, w, call in kinds:
         copies = G.cold_copies(w, 256 << 20)
         xk = torch.randn(1, w.shape[1], device=dev, dtype=torch.bfloat16)
         plain_us = G.time_on(copies, lambda w: G.gemv_rows(xk, w, pdl=True)) * 1e3
         cells = []
-        for tile_kb, warps in ((16, 8), (8, 8), (8, 4), (16, 4), (32, 8)):
-            GN.TILE_BYTES, GN.NUM_WARPS = tile_kb << 10, warps
+        default = GN.TILING[kind]
+        for tile_kb, warps in ((default[0] >> 10, default[1]), (16, 8), (16, 4), (32, 8), (32, 4),
+                               (64, 8)):
+            GN.TILING[kind] = tile_kb << 10, warps
             try:
                 cells.append(f"{tile_kb}KB w{warps} {G.time_on(copies, call) * 1e3:6.2f}")
             finally:
-                GN.TILE_BYTES, GN.NUM_WARPS = default
+                GN.TILING[kind] = default
         print(f"# {name:<24} N {w.shape[0]:>6} K {w.shape[1]:>5} ({w.numel() * 2 / 1e6:4.1f} MB): "
-              f"plain GEMV {plain_us:6.2f} us | fused: {' | '.join(cells)}", flush=True)
+              f"plain GEMV {plain_us:6.2f} us | fused (default first): {' | '.join(cells)}", flush=True)
 
 
 def time_graph(fn, reps: int = 10) -> float:

@@ -46,7 +46,8 @@
 #                                         # before the PDL wait, paged split cap) on the card
 #   bash scripts/device_issue6.sh next10    # tenth session: decode GEMVs as the model runs them,
 #                                         # register caps, split cap, bf16 chunked outputs
-#   bash scripts/device_issue6.sh next10b   # KDA vs fla, V4 b=32 transformers alone
+#   bash scripts/device_issue6.sh next10b   # GEMV tilings / persistent GEMV in the model
+#   bash scripts/device_issue6.sh next10c   # KDA vs fla, V4 b=32 transformers alone
 #   bash scripts/device_issue6.sh diagnose  # model oracle + CUDA-graph tests on the GPU, then
 #                                         # the failures again under HWINFER_SHADOW=raise, which
 #                                         # names the first op whose kernel leaves its reference
@@ -361,9 +362,21 @@ d.OUT_DOTS='bf16'; sys.exit(pytest.main(['tests/conformance', '--backend', 'nvid
 '-q', '-p', 'no:cacheprovider', '-k', 'gdn_chunked or kda_chunked']))" > "$out/conformance_bf16dots.txt" 2>&1
   grep -E "passed|failed|FAILED" "$out/conformance_bf16dots.txt" | tail -6
 elif [ "$phase" = next10b ]; then
-  # Tenth session, second call: KDA vs fla with time for fla's first compile; DeepSeek-V4 b=32
-  # against transformers with our model not resident.
-  timeout 220 python3 scripts/bench_delta_chunk.py --kinds kda --shapes 1x16384 --no-torch \
+  # Tenth session, second call: per-kind tilings of the fused GEMVs and the persistent plain
+  # GEMV, on the card (tests, strict conformance), chained, and in the model's full step.
+  GN=hwinfer.kernels.triton.gemv_norm; GM=hwinfer.kernels.triton.gemv
+  OLD="{'norm': (16384, 8), 'gated': (16384, 8), 'conv': (16384, 8), 'gated_norm': (16384, 8)}"
+  HWINFER_TEST_DEVICE=cuda timeout 60 python3 -m pytest tests/kernels/test_gemv.py -q -p no:cacheprovider \
+    > "$out/tests.txt" 2>&1; tail -1 "$out/tests.txt"
+  strict 90 "add_rms_norm_linear or rms_norm_gated_linear or linear"
+  timeout 110 python3 scripts/bench_decode_chain.py --quick --persistent --fused > "$out/chain.txt" 2>&1
+  echo "== chain rc=$?"; grep -v "Warn\|warn" "$out/chain.txt" | tail -16
+  ablation 150 --groups none --variant "old_tiling@$GN:TILING=$OLD" \
+    --variant "persist3@$GM:PERSIST_PER_SM=3" --variant "persist2@$GM:PERSIST_PER_SM=2"
+elif [ "$phase" = next10c ]; then
+  # KDA vs fla with time for fla's first compiles (autotuning); DeepSeek-V4 b=32 against
+  # transformers with our model not resident.
+  timeout 330 python3 scripts/bench_delta_chunk.py --kinds kda --shapes 1x16384 --no-torch \
     --no-variants > "$out/bench_delta_chunk_kda.csv" 2> "$out/bench_delta_chunk_kda.err"
   echo "== bench_delta_chunk kda rc=$?"; grep -v "Warn\|warn" "$out/bench_delta_chunk_kda.err" | tail -6
   cat "$out/bench_delta_chunk_kda.csv"

@@ -41,6 +41,15 @@ for m, n, k, bias, bn, strided in ((1, 70, 600, True, None, False), (4, 33, 1000
     err = (y.float() - ref).abs().max().item()
     assert y.dtype == torch.bfloat16 and y.shape == (m, n), (y.dtype, y.shape)
     assert err <= 2e-2 * max(1.0, ref.abs().max().item()), ("rows", m, n, k, err)
+# persistent: 4 programs (the interpreter's SM count) walk 5-9 row tiles, the last one partial
+for m, n, k, bias, bn in ((1, 70, 600, True, 8), (4, 33, 1000, False, 4), (2, 36, 256, True, 4)):
+    x = torch.randn(m, k, generator=g).to(torch.bfloat16)
+    w = (torch.randn(n, k, generator=g) * k ** -0.5).to(torch.bfloat16)
+    b = torch.randn(n, generator=g).to(torch.bfloat16) if bias else None
+    y = gemv_rows(x, w, b, block_n=bn, per_sm=1)
+    ref = F.linear(x.float(), w.float(), None if b is None else b.float())
+    err = (y.float() - ref).abs().max().item()
+    assert err <= 2e-2 * max(1.0, ref.abs().max().item()), ("persistent", m, n, k, err)
 # the op wrapper: decode rows go to the kernel, larger M and fp32 to F.linear
 x = torch.randn(2, 128, generator=g).to(torch.bfloat16); w = torch.randn(40, 128, generator=g).to(torch.bfloat16)
 assert torch.allclose(linear(x, w).float(), F.linear(x.float(), w.float()), atol=0.1, rtol=2e-2)
@@ -54,14 +63,18 @@ def test_gemv_interpreted():
     run_interpreted(SCRIPT)
 
 
-def test_pdl_chain_on_cuda():
+@pytest.mark.parametrize("per_sm", [0, 3])
+def test_pdl_chain_on_cuda(per_sm, monkeypatch):
     """On sm_90+ ``linear`` loads a settled weight before waiting on the previous kernel: a chain
     where every input is written by the kernel right before must still read the new values
-    (fails if the GEMV read x before its wait)."""
+    (fails if the GEMV read x before its wait); one program a tile and persistent (3 an SM)."""
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA device")
     import torch.nn.functional as F
+
+    import hwinfer.kernels.triton.gemv as gemv_module
+    monkeypatch.setattr(gemv_module, "PERSIST_PER_SM", per_sm)
 
     from hwinfer.kernels.triton.gemv import linear
     from hwinfer.kernels.triton.pdl import pdl_ok

@@ -38,6 +38,11 @@ from hwinfer.kernels.triton import INTERPRET, num_sms
 from hwinfer.kernels.triton.pdl import pdl_enter, pdl_ok
 
 MAX_ROWS = 4          # decode batches up to this many rows; larger M is a GEMM (vendor BLAS)
+# Programs an SM of the whole-row GEMV when it walks its row tiles in one wave (0: one program
+# a tile). On the H200 the 97 products of a Qwen3.5-0.8B step took 478 us at 3 an SM against
+# 505 us one a tile (scripts/bench_decode_chain.py --persistent, 38f3966); not yet timed in the
+# model, so off.
+PERSIST_PER_SM = 0
 _CONFIGS = ((32, 256), (64, 128), (16, 512), (64, 256))   # (BLOCK_N, BLOCK_K) candidates
 _CHOICE: dict[tuple, tuple | None] = {}   # None: F.linear wins
 _SEEN: dict[int, tuple] = {}   # id(weight) -> (weak reference, (data_ptr, version)) at its last call
@@ -94,19 +99,11 @@ def _gemv_reduce_kernel(ws_ptr, b_ptr, y_ptr, M, N, stride_ym, SPLIT,
 
 
 @triton.jit
-def _gemv_rows_kernel(x_ptr, w_ptr, b_ptr, y_ptr, M, N, K, stride_xm, stride_wn, stride_ym,
-                      BLOCK_N: tl.constexpr, KP: tl.constexpr, MAX_M: tl.constexpr,
-                      HAS_BIAS: tl.constexpr, PDL: tl.constexpr):
-    # Each program holds BLOCK_N whole rows of W ([BLOCK_N, KP] in registers, KP = K rounded up
-    # to a power of two). With PDL the loads of W (never written by the step) are issued before
-    # waiting on the previous kernel, so they stream while it finishes; x is read after.
-    rn = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
-    rk = tl.arange(0, KP)
+def _rows_dot_store(w, x_ptr, b_ptr, y_ptr, rn, rk, M, N, K, stride_xm, stride_ym,
+                    MAX_M: tl.constexpr, HAS_BIAS: tl.constexpr):
+    """y[m, rn] = W[rn, :] . x[m, :] (+ bias) for the M <= MAX_M rows of x, W's rows in ``w``."""
     nmask = rn < N
     kmask = rk < K
-    w = tl.load(w_ptr + rn.to(tl.int64)[:, None] * stride_wn + rk[None, :],
-                mask=nmask[:, None] & kmask[None, :], other=0.0)
-    pdl_enter(PDL)
     if HAS_BIAS:
         bias = tl.load(b_ptr + rn, mask=nmask, other=0.0).to(tl.float32)
     for m in tl.static_range(MAX_M):
@@ -116,6 +113,37 @@ def _gemv_rows_kernel(x_ptr, w_ptr, b_ptr, y_ptr, M, N, K, stride_xm, stride_wn,
             if HAS_BIAS:
                 y += bias
             tl.store(y_ptr + m * stride_ym + rn, y.to(y_ptr.dtype.element_ty), mask=nmask)
+
+
+@triton.jit
+def _gemv_rows_kernel(x_ptr, w_ptr, b_ptr, y_ptr, M, N, K, stride_xm, stride_wn, stride_ym, TILES,
+                      BLOCK_N: tl.constexpr, KP: tl.constexpr, MAX_M: tl.constexpr,
+                      HAS_BIAS: tl.constexpr, PDL: tl.constexpr, PERSIST: tl.constexpr):
+    # Each program holds BLOCK_N whole rows of W ([BLOCK_N, KP] in registers, KP = K rounded up
+    # to a power of two). With PDL the loads of W (never written by the step) are issued before
+    # waiting on the previous kernel, so they stream while it finishes; x is read after.
+    # PERSIST: fewer programs than the TILES row tiles (one wave); program p takes tiles p,
+    # p + P, ... and issues the next tile's loads before reducing the current one.
+    pid = tl.program_id(0)
+    rn = pid * BLOCK_N + tl.arange(0, BLOCK_N)
+    rk = tl.arange(0, KP)
+    kmask = rk < K
+    w = tl.load(w_ptr + rn.to(tl.int64)[:, None] * stride_wn + rk[None, :],
+                mask=(rn < N)[:, None] & kmask[None, :], other=0.0)
+    pdl_enter(PDL)
+    if PERSIST:
+        progs = tl.num_programs(0)
+        for t in range(pid, TILES, progs):
+            rn = t * BLOCK_N + tl.arange(0, BLOCK_N)
+            nxt = rn + progs * BLOCK_N
+            w_next = tl.load(w_ptr + nxt.to(tl.int64)[:, None] * stride_wn + rk[None, :],
+                             mask=(nxt < N)[:, None] & kmask[None, :], other=0.0)
+            _rows_dot_store(w, x_ptr, b_ptr, y_ptr, rn, rk, M, N, K, stride_xm, stride_ym,
+                            MAX_M, HAS_BIAS)
+            w = w_next
+    else:
+        _rows_dot_store(w, x_ptr, b_ptr, y_ptr, rn, rk, M, N, K, stride_xm, stride_ym,
+                        MAX_M, HAS_BIAS)
 
 
 def _rows_and_output(name: str, x: torch.Tensor, weight: torch.Tensor,
@@ -142,11 +170,14 @@ def rows_block_n(n: int, k: int, tile_bytes: int = 16 << 10) -> int:
 
 
 def gemv_rows(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, *,
-              block_n: int | None = None, num_warps: int = 8, pdl: bool = False) -> torch.Tensor:
+              block_n: int | None = None, num_warps: int = 8, pdl: bool = False,
+              per_sm: int | None = None) -> torch.Tensor:
     """x [..., K] (at most 4 rows), weight [N, K] with unit column stride, bias [N] -> [..., N] in
     x.dtype, one program per ``block_n`` whole rows of W (no split K, no second kernel).
     ``pdl``: a programmatic dependent launch (:mod:`.pdl`; ignored where not available), W's
-    loads issued before waiting on the previous kernel, which therefore must not write W."""
+    loads issued before waiting on the previous kernel, which therefore must not write W.
+    ``per_sm`` (default ``PERSIST_PER_SM``): when > 0, at most that many programs an SM walk the
+    row tiles (one wave, the next tile's loads in flight), else one program a tile."""
     x2, y = _rows_and_output("gemv_rows", x, weight, MAX_ROWS)
     (m, k), n = x2.shape, weight.shape[0]
     if m == 0 or n == 0:
@@ -154,10 +185,14 @@ def gemv_rows(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None =
     block_n = block_n or rows_block_n(n, k)
     pdl = pdl and pdl_ok(x.device)
     extra = {"launch_pdl": True} if pdl else {}
-    _gemv_rows_kernel[(triton.cdiv(n, block_n),)](
+    tiles = triton.cdiv(n, block_n)
+    per_sm = PERSIST_PER_SM if per_sm is None else per_sm
+    grid = min(tiles, per_sm * num_sms(x.device, 4)) if per_sm > 0 else tiles
+    _gemv_rows_kernel[(grid,)](
         x2, weight, bias if bias is not None else y, y, m, n, k, x2.stride(0), weight.stride(0),
-        y.stride(0), BLOCK_N=block_n, KP=triton.next_power_of_2(max(k, 16)), MAX_M=MAX_ROWS,
-        HAS_BIAS=bias is not None, PDL=pdl, num_warps=num_warps, **extra)
+        y.stride(0), tiles, BLOCK_N=block_n, KP=triton.next_power_of_2(max(k, 16)),
+        MAX_M=MAX_ROWS, HAS_BIAS=bias is not None, PDL=pdl, PERSIST=grid < tiles,
+        num_warps=num_warps, **extra)
     return y.reshape(*x.shape[:-1], n)
 
 
@@ -333,12 +368,15 @@ def _aot_specs():
                                  {"num_warps": 4, "num_stages": 3}))
         rows = {"x_ptr": f"*{dtype}", "w_ptr": f"*{dtype}", "b_ptr": f"*{dtype}", "y_ptr": f"*{dtype}",
                 "M": "i32", "N": "i32", "K": "i32", "stride_xm": "i32", "stride_wn": "i32",
-                "stride_ym": "i32", "BLOCK_N": "constexpr", "KP": "constexpr", "MAX_M": "constexpr",
-                "HAS_BIAS": "constexpr", "PDL": "constexpr"}
-        for k, pdl in ((1024, False), (1024, True), (4096, True)):   # PDL: sm_90+ only
-            specs.append(AotSpec(f"gemv_rows[{dtype},K{k}{',pdl' if pdl else ''}]", _gemv_rows_kernel,
-                                 rows, {"BLOCK_N": rows_block_n(1 << 20, k), "KP": k,
-                                        "MAX_M": MAX_ROWS, "HAS_BIAS": False, "PDL": pdl},
+                "stride_ym": "i32", "TILES": "i32", "BLOCK_N": "constexpr", "KP": "constexpr",
+                "MAX_M": "constexpr", "HAS_BIAS": "constexpr", "PDL": "constexpr",
+                "PERSIST": "constexpr"}
+        for k, pdl, persist in ((1024, False, False), (1024, True, False), (4096, True, False),
+                                (1024, True, True)):   # PDL: sm_90+ only
+            name = f"gemv_rows[{dtype},K{k}{',pdl' if pdl else ''}{',persist' if persist else ''}]"
+            specs.append(AotSpec(name, _gemv_rows_kernel, rows,
+                                 {"BLOCK_N": rows_block_n(1 << 20, k), "KP": k, "MAX_M": MAX_ROWS,
+                                  "HAS_BIAS": False, "PDL": pdl, "PERSIST": persist},
                                  {"num_warps": 8}, ("sm_90", "sm_100") if pdl else None))
         sig = {"ws_ptr": "*fp32", "b_ptr": f"*{dtype}", "y_ptr": f"*{dtype}", "M": "i32", "N": "i32",
                "stride_ym": "i32", "SPLIT": "i32", "BLOCK": "constexpr", "HAS_BIAS": "constexpr"}

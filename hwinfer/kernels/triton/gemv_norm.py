@@ -36,10 +36,14 @@ from hwinfer.ops.dense import (check_norm_linear_conv, compose_add_rms_norm_line
 # sm_90 at Qwen3.5's shape, so 2 programs an SM; 80 fits 3 with a 24-byte spill). A tuning
 # constant for timing the variants on a card (scripts/bench_ablation.py --set), not yet timed.
 CONV_MAXNREG: int | None = None
-# W bytes a program holds and warps a program, for every kernel here (16 KB at 8 warps was the
-# plain GEMV's best on the H200; scripts/bench_decode_chain.py --fused sweeps these per kind).
-TILE_BYTES: int = 16 << 10
-NUM_WARPS: int = 8
+# (W bytes a program holds, warps a program) per kernel kind. The fused kinds favour 128 W bytes
+# a thread where the plain GEMV (gemv.rows_block_n) runs 64: fewer programs repeat the norm
+# prologue. H200, one call at batch 1 timed per kind (scripts/bench_decode_chain.py --fused,
+# 38f3966, us at 16 KB x 8 warps -> this): norm 6.80 -> 6.30 (in_proj) / 4.96 -> 4.23 (qkv),
+# gated 6.45 -> 5.52, gated_norm 3.68 -> 2.66, conv 8.89 -> 7.80 (its epilogue's [rows, channels]
+# state tiles make 16 KB x 4 warps beat 32 KB x 8 there: 8.40).
+TILING: dict[str, tuple[int, int]] = {"norm": (32 << 10, 8), "gated": (32 << 10, 8),
+                                      "conv": (16 << 10, 4), "gated_norm": (32 << 10, 8)}
 
 
 @triton.jit
@@ -175,7 +179,8 @@ def _launch_add_norm_gemv(x2, r2, norm_weight, weight, eps, weight_offset, activ
     y = torch.empty((m, n), dtype=x2.dtype, device=x2.device)
     s = torch.empty((m, k), dtype=x2.dtype, device=x2.device)
     cw, pool, slots = conv if conv is not None else (y, y[None], y)   # dummies when not CONV
-    block_n = max(1, rows_block_n(n, k, TILE_BYTES) // (2 if activation else 1))
+    tile, warps = TILING["conv" if conv is not None else "gated" if activation else "norm"]
+    block_n = max(1, rows_block_n(n, k, tile) // (2 if activation else 1))
     pdl = pdl_ok(x2.device) and settled(weight)
     _add_norm_gemv_kernel[(triton.cdiv(n, block_n),)](
         x2, r2, norm_weight if norm_weight is not None else x2, weight, y, s, cw, pool, slots,
@@ -185,7 +190,7 @@ def _launch_add_norm_gemv(x2, r2, norm_weight, weight, eps, weight_offset, activ
         BLOCK_N=block_n, KP=triton.next_power_of_2(max(k, 16)), MAX_M=MAX_ROWS,
         HAS_NORM_W=norm_weight is not None, GATED=activation is not None,
         SILU=activation == "silu", CONV=conv is not None,
-        CW=cw.shape[1] if conv is not None else 1, PDL=pdl, num_warps=NUM_WARPS,
+        CW=cw.shape[1] if conv is not None else 1, PDL=pdl, num_warps=warps,
         **({"launch_pdl": True} if pdl else {}),
         **({"maxnreg": CONV_MAXNREG} if conv is not None and CONV_MAXNREG and x2.is_cuda
            and not torch.version.hip else {}))
@@ -284,13 +289,14 @@ def rms_norm_gated_linear(x: torch.Tensor, gate: torch.Tensor, norm_weight: torc
                                              eps=eps, activation=activation)
     n = weight.shape[0]
     y = torch.empty((t, n), dtype=x.dtype, device=x.device)
-    block_n = rows_block_n(n, hp * dp, TILE_BYTES)
+    tile, warps = TILING["gated_norm"]
+    block_n = rows_block_n(n, hp * dp, tile)
     pdl = pdl_ok(x.device) and settled(weight)
     _gated_norm_gemv_kernel[(triton.cdiv(n, block_n),)](
         x, gate, norm_weight if norm_weight is not None else x, weight, y, t, n, heads, d,
         x.stride(0), x.stride(1), gate.stride(0), gate.stride(1), weight.stride(0), y.stride(0), eps,
         BLOCK_N=block_n, HP=hp, DP=dp, MAX_M=MAX_ROWS, HAS_NORM_W=norm_weight is not None,
-        SILU=activation == "silu", PDL=pdl, num_warps=NUM_WARPS,
+        SILU=activation == "silu", PDL=pdl, num_warps=warps,
         **({"launch_pdl": True} if pdl else {}))
     return y
 
