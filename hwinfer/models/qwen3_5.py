@@ -132,11 +132,10 @@ class DecoderLayer(nn.Module):
         (this layer's MLP output, the residual stream before it): each residual add is fused
         with the norm after it and the projection after that (add_rms_norm_linear); the caller
         adds the last output."""
-        if residual is None:  # the first layer: nothing to add before the norm
-            h, residual = self.input_layernorm.add(x, residual)
-            out = self.mixer(h, batch, cache)
-        else:  # add, norm and the mixer's input projection: one op
-            out, residual = self.mixer.forward_add_norm(x, residual, self.input_layernorm, batch, cache)
+        if residual is None:  # the first layer adds zeros (exact), so its norm fuses too
+            residual = torch.zeros_like(x)
+        # add, norm and the mixer's input projection: one op
+        out, residual = self.mixer.forward_add_norm(x, residual, self.input_layernorm, batch, cache)
         if isinstance(self.mlp, GatedMLP):  # add, norm, gate|up and activation: one op
             return self.mlp.add_norm_forward(out, residual, self.post_attention_layernorm)
         h, residual = self.post_attention_layernorm.add(out, residual)
