@@ -36,21 +36,6 @@ from hwinfer.kernels.triton.pdl import launch_kwargs, pdl_enter, pdl_ok
 
 _LOG2E = 1.4426950408889634
 MAX_SPLITS = 32
-# Merge the splits in the split kernel's last program of each row block (an atomic counter)
-# instead of a second kernel. False: the combine kernel (kept for comparison and fallback).
-FUSE_COMBINE = True
-_COUNTERS: dict = {}   # device -> int32 zeros, one per row block; each call leaves them zero
-
-
-def _counters(device: torch.device, n: int) -> torch.Tensor | None:
-    """The zeroed split counters of ``device`` (at least ``n``), or None when they would have to
-    be allocated inside a CUDA graph capture (the caller then runs the combine kernel)."""
-    have = _COUNTERS.get(device)
-    if have is None or have.numel() < n:
-        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
-            return None
-        have = _COUNTERS[device] = torch.zeros(max(n, 1 << 14), dtype=torch.int32, device=device)
-    return have
 
 
 @triton.jit
@@ -99,41 +84,16 @@ def _finish(acc, m, l, rows, row_ok, cols, b, hkv, G, SQ, DV, sink_ptr, gate_ptr
 
 
 @triton.jit
-def _merge_splits(pm_ptr, pl_ptr, pacc_ptr, pid, NSPLIT, nlive, rows, row_ok, cols, DV,
-                  BLOCK_M: tl.constexpr, BLOCK_C: tl.constexpr):
-    """The online-softmax merge of the first ``nlive`` splits' partials of row block ``pid``,
-    columns ``cols``: (acc [BLOCK_M, BLOCK_C], running max, sum). Loads bypass L1 (``.cg``):
-    in the fused form another program of the same kernel wrote them."""
-    big = tl.full((BLOCK_M,), -1.0e30, tl.float32)
-    l = tl.zeros((BLOCK_M,), tl.float32)
-    acc = tl.zeros((BLOCK_M, BLOCK_C), tl.float32)
-    for sp in range(0, nlive):
-        prow = (pid.to(tl.int64) * NSPLIT + sp) * BLOCK_M + tl.arange(0, BLOCK_M)
-        mi = tl.load(pm_ptr + prow, cache_modifier=".cg")
-        li = tl.load(pl_ptr + prow, cache_modifier=".cg")
-        ai = tl.load(pacc_ptr + prow[:, None] * DV + cols[None, :],
-                     mask=row_ok[:, None] & (cols < DV)[None, :], other=0.0, cache_modifier=".cg")
-        new = tl.maximum(big, mi)
-        a = tl.exp2(big - new)
-        c = tl.exp2(mi - new)
-        l = l * a + li * c
-        acc = acc * a[:, None] + ai * c[:, None]
-        big = new
-    return acc, big, l
-
-
-@triton.jit
 def _paged_split_kernel(
         q_ptr, k_ptr, v_ptr, table_ptr, seq_ptr, sink_ptr, gate_ptr, out_ptr,
-        pm_ptr, pl_ptr, pacc_ptr, cnt_ptr,
+        pm_ptr, pl_ptr, pacc_ptr,
         HKV, G, SQ, DK, DV, BLOCK_SIZE, W, SPLIT, N_MB, qk_scale,
         stride_qb, stride_qq, stride_qh, stride_kb, stride_kt, stride_kh,
         stride_vb, stride_vt, stride_vh, stride_tb,
         stride_gb, stride_gq, stride_gh, stride_ob, stride_oq, stride_oh,
         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BDK: tl.constexpr, BDV: tl.constexpr,
         SHARED_KV: tl.constexpr, HAS_WINDOW: tl.constexpr, HAS_SINK: tl.constexpr,
-        HAS_GATE: tl.constexpr, SINGLE: tl.constexpr, LOWP: tl.constexpr, PDL: tl.constexpr,
-        FUSE_COMBINE: tl.constexpr):
+        HAS_GATE: tl.constexpr, SINGLE: tl.constexpr, LOWP: tl.constexpr, PDL: tl.constexpr):
     pdl_enter(PDL)  # q and the new token's K/V come from the kernel just before
     pid = tl.program_id(0)
     sp = tl.program_id(1)
@@ -208,20 +168,6 @@ def _paged_split_kernel(
         tl.store(pl_ptr + prow, l)
         tl.store(pacc_ptr + prow[:, None] * DV + dv[None, :], acc,
                  mask=row_ok[:, None] & (dv < DV)[None, :])  # padding rows: never read
-        if FUSE_COMBINE:
-            # The last live split of this row block to finish merges them all (no combine
-            # kernel): every thread's partial stores precede the barrier, the counter's
-            # acq_rel increment publishes them and, in the last program, orders its reads
-            # after everyone's stores. That program zeroes the counter for the next call.
-            tl.debug_barrier()
-            nlive = tl.minimum(nsplit, tl.cdiv(L - lo, span))
-            if tl.atomic_add(cnt_ptr + pid, 1, sem="acq_rel", scope="gpu") == nlive - 1:
-                acc, m, l = _merge_splits(pm_ptr, pl_ptr, pacc_ptr, pid, nsplit, nlive, rows,
-                                          row_ok, dv, DV, BLOCK_M, BDV)
-                _finish(acc, m, l, rows, row_ok, dv, b, hkv, G, SQ, DV, sink_ptr, gate_ptr,
-                        out_ptr, stride_gb, stride_gq, stride_gh, stride_ob, stride_oq,
-                        stride_oh, HAS_SINK, HAS_GATE)
-                tl.atomic_xchg(cnt_ptr + pid, 0, sem="relaxed", scope="gpu")
 
 
 @triton.jit
@@ -241,11 +187,23 @@ def _paged_combine_kernel(pm_ptr, pl_ptr, pacc_ptr, seq_ptr, sink_ptr, gate_ptr,
     rows = mb * BLOCK_M + tl.arange(0, BLOCK_M)
     row_ok = rows < G * SQ
     cols = cb * BLOCK_C + tl.arange(0, BLOCK_C)
+    big = tl.full((BLOCK_M,), -1.0e30, tl.float32)
+    l = tl.zeros((BLOCK_M,), tl.float32)
+    acc = tl.zeros((BLOCK_M, BLOCK_C), tl.float32)
     # only the splits the split kernel wrote: those meeting [lo, L)
     span = _split_span(lo, L, SPLIT, NSPLIT, BLOCK_N)
-    nlive = tl.minimum(NSPLIT, tl.cdiv(L - lo, span))
-    acc, big, l = _merge_splits(pm_ptr, pl_ptr, pacc_ptr, pid, NSPLIT, nlive, rows, row_ok, cols,
-                                DV, BLOCK_M, BLOCK_C)
+    for sp in range(0, tl.minimum(NSPLIT, tl.cdiv(L - lo, span))):
+        prow = (pid.to(tl.int64) * NSPLIT + sp) * BLOCK_M + tl.arange(0, BLOCK_M)
+        mi = tl.load(pm_ptr + prow)
+        li = tl.load(pl_ptr + prow)
+        ai = tl.load(pacc_ptr + prow[:, None] * DV + cols[None, :],
+                     mask=row_ok[:, None] & (cols < DV)[None, :], other=0.0)
+        new = tl.maximum(big, mi)
+        a = tl.exp2(big - new)
+        c = tl.exp2(mi - new)
+        l = l * a + li * c
+        acc = acc * a[:, None] + ai * c[:, None]
+        big = new
     _finish(acc, big, l, rows, row_ok, cols, b, hkv, G, SQ, DV, sink_ptr, gate_ptr, out_ptr,
             stride_gb, stride_gq, stride_gh, stride_ob, stride_oq, stride_oh, HAS_SINK, HAS_GATE)
 
@@ -320,19 +278,16 @@ def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
     pm, pl, pacc = (torch.empty((p0, nsplit, bm), **f32), torch.empty((p0, nsplit, bm), **f32),
                     torch.empty((p0, nsplit, bm, dv), **f32)) if nsplit > 1 else (out, out, out)
     w = int(window) if window is not None else 0
-    cnt = _counters(q.device, p0) if nsplit > 1 and FUSE_COMBINE else None
     _paged_split_kernel[(p0, nsplit)](
         q, k_cache, vc, table, seq_lens, sink, gt, out, pm, pl, pacc,
-        cnt if cnt is not None else seq_lens,
         hkv, group, sq, dk, dv, block_size, w, split, n_mb, scale * _LOG2E,
         q.stride(0), q.stride(1), q.stride(2), k_cache.stride(0), k_cache.stride(1),
         k_cache.stride(2), vc.stride(0), vc.stride(1), vc.stride(2), table.stride(0),
         gt.stride(0), gt.stride(1), gt.stride(2), out.stride(0), out.stride(1), out.stride(2),
         BLOCK_M=bm, BLOCK_N=bn, BDK=bdk, BDV=bdv, SHARED_KV=shared, HAS_WINDOW=window is not None,
         HAS_SINK=sinks is not None, HAS_GATE=gate is not None, SINGLE=nsplit == 1, LOWP=lowp,
-        num_warps=warps, num_stages=num_stages, PDL=pdl_ok(q.device), FUSE_COMBINE=cnt is not None,
-        **launch_kwargs(q.device))
-    if nsplit > 1 and cnt is None:
+        num_warps=warps, num_stages=num_stages, PDL=pdl_ok(q.device), **launch_kwargs(q.device))
+    if nsplit > 1:
         bc = min(128, bdv)
         _paged_combine_kernel[(p0, triton.cdiv(dv, bc))](
             pm, pl, pacc, seq_lens, sink, gt, out, hkv, group, sq, dv, w, split, n_mb, nsplit,
@@ -395,21 +350,17 @@ def _aot_specs():
             ("fp32", "fp32", 256, False, False, False, True, 16)):
         sig = _sig(_paged_split_kernel, {"q_ptr": f"*{dt}", "k_ptr": f"*{dt}", "v_ptr": f"*{dt}",
                                          "gate_ptr": f"*{dt}", "out_ptr": f"*{dt}",
-                                         "table_ptr": "*i32", "seq_ptr": "*i32",
-                                         "cnt_ptr": "*i32"})
+                                         "table_ptr": "*i32", "seq_ptr": "*i32"})
         const = {"BLOCK_M": bm, "BLOCK_N": 16 if dt == "fp32" else 32 if d >= 512 else 64,
                  "BDK": d, "BDV": d,
                  "SHARED_KV": shared, "HAS_WINDOW": window_sink, "HAS_SINK": window_sink,
-                 "HAS_GATE": gate, "SINGLE": single, "LOWP": dt != "fp32", "PDL": False,
-                 "FUSE_COMBINE": not single}
+                 "HAS_GATE": gate, "SINGLE": single, "LOWP": dt != "fp32", "PDL": False}
         specs.append(AotSpec(f"paged_split[{name}]", _paged_split_kernel, sig, const,
                              {"num_warps": 8 if d >= 512 else 4, "num_stages": 2}))
-        if name == "qwen35":  # the launch the decode step makes on sm_90+ (PDL); the unfused form
+        if name == "qwen35":  # the launch the decode step makes on sm_90+ (PDL)
             specs.append(AotSpec("paged_split[qwen35,pdl]", _paged_split_kernel, sig,
                                  {**const, "PDL": True}, {"num_warps": 4, "num_stages": 2},
                                  ("sm_90", "sm_100")))
-            specs.append(AotSpec("paged_split[qwen35,unfused]", _paged_split_kernel, sig,
-                                 {**const, "FUSE_COMBINE": False}, {"num_warps": 4, "num_stages": 2}))
     specs.append(AotSpec("paged_combine[bf16,gate]", _paged_combine_kernel,
                          _sig(_paged_combine_kernel, {"out_ptr": "*bf16", "gate_ptr": "*bf16",
                                                       "seq_ptr": "*i32"}),
