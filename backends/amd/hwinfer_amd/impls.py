@@ -114,6 +114,9 @@ IMPLS = [
          when=family("cdna3", "cdna4", "rdna3", "rdna4"), priority=10,
          check="hwinfer.kernels.triton.norm_rope:rms_norm_rope_kv_store_supported",
          requires=("triton",), interpretable=True),
+    # One launch for the cos / sin tables (the reference is four torch kernels a step).
+    Impl("rope_tables", "triton", "hwinfer.kernels.triton.rope:rope_tables",
+         when=family("cdna3", "cdna4", "rdna3", "rdna4"), priority=10, requires=("triton",), interpretable=True),
     Impl("rms_norm_rope", "triton", "hwinfer.kernels.triton.norm_rope:rms_norm_rope",
          when=family("cdna3", "cdna4", "rdna3", "rdna4"), priority=10,
          check="hwinfer.kernels.triton.norm_rope:rms_norm_rope_supported",

@@ -118,6 +118,9 @@ IMPLS = [
          when=min_sm(80), priority=10,
          check="hwinfer.kernels.triton.norm_rope:rms_norm_rope_kv_store_supported",
          requires=("triton",), interpretable=True),
+    # One launch for the cos / sin tables (the reference is four torch kernels a step).
+    Impl("rope_tables", "triton", "hwinfer.kernels.triton.rope:rope_tables",
+         when=min_sm(80), priority=10, requires=("triton",), interpretable=True),
     Impl("rms_norm_rope", "triton", "hwinfer.kernels.triton.norm_rope:rms_norm_rope",
          when=min_sm(80), priority=10,
          check="hwinfer.kernels.triton.norm_rope:rms_norm_rope_supported",

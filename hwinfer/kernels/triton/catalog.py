@@ -58,6 +58,7 @@ PORTABLE_TRITON_KERNELS: tuple[tuple[str, str, str | None], ...] = (
      "hwinfer.kernels.triton.norm_rope:rms_norm_rope_supported"),
     ("rms_norm_rope_kv_store", "hwinfer.kernels.triton.norm_rope:rms_norm_rope_kv_store",
      "hwinfer.kernels.triton.norm_rope:rms_norm_rope_kv_store_supported"),
+    ("rope_tables", "hwinfer.kernels.triton.rope:rope_tables", None),
     ("sample", "hwinfer.kernels.triton.sampling:sample",
      "hwinfer.kernels.triton.sampling:sample_supported"),
     ("gdn_chunked", "hwinfer.kernels.triton.delta_chunk:gdn_chunked",

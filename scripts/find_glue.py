@@ -1,0 +1,109 @@
+"""List the torch kernels a model's captured decode step launches outside its ops ("glue").
+
+    python3 scripts/find_glue.py qwen3_5 [--device cuda]
+
+On the H200 a non-Triton kernel between two decode GEMVs costs more than its own few
+microseconds: it does not take part in programmatic dependent launch, so the GEMV after it
+cannot stream its weights while it runs (docs/engine.md, tenth session). This runs the engine's
+fixed-size decode step (hwinfer.engine.graphs, eagerly) on a tiny checkpoint and records every
+aten op that launches work and is not inside an op-table call, with the innermost hwinfer frames
+that issued it. On the CPU the ops run the torch reference; the glue is the same code.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import traceback
+from collections import Counter
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from hwinfer import load_model
+from hwinfer.engine import Engine, SamplingParams
+from hwinfer.testing.checkpoints import write_checkpoint
+
+# aten ops that only make views or allocate (no kernel)
+_NO_KERNEL = {"view", "_unsafe_view", "slice", "select", "as_strided", "t", "transpose", "permute",
+              "unsqueeze", "squeeze", "expand", "detach", "split", "split_with_sizes", "alias",
+              "empty", "empty_strided", "empty_like", "reshape", "unbind", "narrow", "diagonal",
+              "_reshape_alias", "lift_fresh", "view_as_real", "view_as_complex", "unflatten",
+              "chunk", "_to_copy_noop", "set_", "resize_", "sym_size", "sym_stride",
+              "sym_numel", "sym_storage_offset", "is_same_size", "_local_scalar_dense"}
+
+
+def _site() -> str:
+    frames = [f for f in traceback.extract_stack()[:-3] if "hwinfer" in f.filename
+              and "torch/utils" not in f.filename]
+    return " <- ".join(f"{f.filename.split('hwinfer/')[-1]}:{f.lineno} {f.name}"
+                       for f in reversed(frames[-3:]))
+
+
+def _inside_op() -> bool:
+    """Whether an op's implementation or reference is on the stack (hwinfer/kernels, hwinfer/ops):
+    its aten calls are the op's own business, not glue."""
+    return any("hwinfer/kernels/" in f.filename or "hwinfer/ops/" in f.filename
+               for f in traceback.extract_stack())
+
+
+class GlueLog(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.found: Counter = Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = func.overloadpacket.__name__
+        if (name not in _NO_KERNEL and not (name == "_to_copy" and _same(args, kwargs))
+                and not _inside_op()):
+            self.found[f"{name:<16} {_site()}"] += 1
+        return func(*args, **(kwargs or {}))
+
+
+def _same(args, kwargs) -> bool:
+    """A ``.to()`` that changes nothing launches nothing."""
+    x = args[0]
+    kwargs = kwargs or {}
+    return kwargs.get("dtype", x.dtype) == x.dtype and kwargs.get("device", x.device) == x.device
+
+
+def glue_of(arch: str, device: str, steps: int) -> tuple[Counter, int]:
+    with tempfile.TemporaryDirectory() as tmp:
+        model = load_model(write_checkpoint(arch, tmp), device=device, dtype=torch.bfloat16)
+    log = GlueLog()
+    engine = Engine(model, max_num_seqs=4, max_num_batched_tokens=64, num_blocks=64, cuda_graphs=True)
+    graphs = engine.graphs
+    graphs.capture = False   # the fixed-size step, eagerly
+    plain, calls = graphs._forward, [0]
+
+    def watched(size: int):
+        calls[0] += 1
+        if calls[0] != 4:    # one step after the first ones (compiles), with every layer warm
+            return plain(size)
+        with log:
+            return plain(size)
+    graphs._forward = watched
+    gen = torch.Generator().manual_seed(0)
+    params = SamplingParams(max_tokens=steps, temperature=0, ignore_eos=True)
+    prompt = torch.randint(3, model.config["vocab_size"], (7,), generator=gen).tolist()
+    engine.run([engine.add_request(prompt, params)])
+    return log.found, calls[0]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("archs", nargs="+")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--steps", type=int, default=6)
+    args = ap.parse_args()
+    for arch in args.archs:
+        found, steps = glue_of(arch, args.device, args.steps)
+        print(f"{arch}: {sum(found.values())} glue kernels in one decode step "
+              f"({steps} fixed-size steps ran)")
+        for site, n in sorted(found.items(), key=lambda kv: kv[0].split()[1:]):
+            print(f"  {n:3d}x  {site}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
