@@ -8,8 +8,9 @@ step.
 Everything a captured step reads lives at a fixed address and no shape depends on the batch's
 values:
 
-* the step's inputs (token ids, positions, lengths, slots) are copied into static buffers
-  (one host-to-device copy per step);
+* the step's inputs (token ids, positions, lengths, slots, the cache row each new token is
+  written to) are copied into static buffers (one host-to-device copy per step); what the host
+  can compute it does, so the graph does not spend kernels on it;
 * each slot's block-table row lives on the device and is written when its request gains blocks
   (every ``block_size`` tokens), not rebuilt per step; the graph gathers the rows of its slots;
 * a batch is padded to the next captured size with rows that use the pool's padding slot and
@@ -37,6 +38,7 @@ from hwinfer.runtime.batch import ForwardBatch
 
 log = logging.getLogger("hwinfer.engine")
 DEFAULT_MAX_LEN = 32768
+_SAMPLED = 6   # the input buffer's device-written row (see DecodeGraphs.__init__)
 
 
 def _where(err: BaseException) -> str:
@@ -72,17 +74,26 @@ class DecodeGraphs:
         self.capture = device.type == "cuda"
         self.disabled: str | None = None
         size = self.sizes[-1]
-        # Rows: token id, position, seq_len, slot, source row. Padding rows: token 0 at position
-        # 0 of the padding slot (length 1: attention reads only the row it has just written).
-        # Source row >= 0: the token id is the one sampled on the device at that row of the
-        # previous step (``sampled``), not yet read back by the host (an overlapped step).
-        self._pad = torch.tensor([0, 0, 1, pool.pad_slot, -1], dtype=torch.int64)
+        # Host-written rows (one pinned copy per step): token id, position, gather index, slot,
+        # cache row, lengths. Device row ``_SAMPLED``: the tokens sampled by the previous step.
+        # The gather index picks each row's token from this buffer, flattened: its own entry of
+        # row 0 when the host knows the token, the previous step's sampled token (row
+        # _SAMPLED) when it is still in flight (an overlapped step). The cache row is the slot
+        # mapping of the token being written (``ForwardBatch.token_rows``) and the lengths are
+        # int32, two to an entry of row 5 (the kernels take int32 seq_lens): both computed here
+        # because each would otherwise be a handful of torch kernels inside every replay, and a
+        # torch kernel in a decode step also stalls the programmatic dependent launch of the
+        # GEMV after it (docs/engine.md, tenth session).
+        self._cols = size
         # Two pinned staging buffers, alternating: with overlapped steps the host writes step
         # N+1's inputs while step N's copy may still wait in the stream behind step N-1.
-        self._staging = [torch.empty(5, size, dtype=torch.int64, pin_memory=self.capture)
+        self._staging = [torch.empty(_SAMPLED, size, dtype=torch.int64, pin_memory=self.capture)
                          for _ in range(2)]
-        self.inputs = self._pad[:, None].expand(5, size).contiguous().to(device)
-        self.sampled = torch.zeros(size, dtype=torch.int64, device=device)
+        pad = torch.empty(_SAMPLED + 1, size, dtype=torch.int64)
+        pad[_SAMPLED] = 0
+        self._pad_rows(pad, 0, size)
+        self.inputs = pad.to(device)
+        self.sampled = self.inputs[_SAMPLED]
         # Two host copies of sampled tokens, alternating: a step's copy must survive until the
         # host has read it, while the next step's copy is already queued.
         self._readback = [torch.zeros(size, dtype=torch.int64, pin_memory=self.capture) for _ in range(2)]
@@ -122,21 +133,24 @@ class DecodeGraphs:
             return None
         self._sync_tables(reqs)
         host = self._staging[self.replays % 2][:, :size]
-        host[:, n:] = self._pad[:, None]
-        ids, src = [], []
-        for r in reqs:
+        self._pad_rows(host, n, size)
+        ids, index, rows, bs = [], [], [], self.pool.block_size
+        for i, r in enumerate(reqs):
+            pos = r.num_computed
             if r.inflight:
                 if inflight_rows is None or r.id not in inflight_rows:
                     raise RuntimeError(f"request {r.id}: its next token is in flight in no known step")
                 ids.append(0)
-                src.append(inflight_rows[r.id])
+                index.append(_SAMPLED * self._cols + inflight_rows[r.id])
             else:
-                ids.append(r.tokens(r.num_computed, r.num_computed + 1)[0])
-                src.append(-1)
-        host[:, :n] = torch.tensor([ids, [r.num_computed for r in reqs],
-                                    [r.num_computed + 1 for r in reqs],
-                                    [r.slot for r in reqs], src], dtype=torch.int64)
-        self.inputs[:, :size].copy_(host, non_blocking=True)
+                ids.append(r.tokens(pos, pos + 1)[0])
+                index.append(i)
+            rows.append(r.blocks[pos // bs] * bs + pos % bs)
+        host[:5, :n] = torch.tensor([ids, [r.num_computed for r in reqs], index,
+                                     [r.slot for r in reqs], rows], dtype=torch.int64)
+        host[5].view(torch.int32)[:n] = torch.tensor([r.num_computed + 1 for r in reqs],
+                                                     dtype=torch.int32)
+        self.inputs[:_SAMPLED, :size].copy_(host, non_blocking=True)
         self.replays += 1
         graph, logits = self.graphs[size]
         if graph is None:  # not CUDA: the same fixed-size step, run eagerly
@@ -171,15 +185,24 @@ class DecodeGraphs:
         event.record()
         return host, event
 
+    def _pad_rows(self, buf: torch.Tensor, start: int, stop: int) -> None:
+        """Padding in columns [start, stop) of host-written rows: token 0 (its own) at position
+        0 of the padding slot, length 1 (attention reads only the row it has just written)."""
+        buf[:_SAMPLED, start:stop] = torch.tensor([0, 0, 0, self.pool.pad_slot,
+                                                   self.pool.pad_block * self.pool.block_size, 0])[:, None]
+        buf[2, start:stop] = torch.arange(start, stop)
+        buf[5].view(torch.int32)[start:stop] = 1
+
     def _batch(self, size: int) -> ForwardBatch:
-        ids, pos, lens, slots, src = self.inputs[:, :size]
-        # Tokens sampled on the device by the previous step where the host has none yet.
-        ids = torch.where(src >= 0, self.sampled.index_select(0, src.clamp(min=0)), ids)
+        ids = self.inputs.view(-1).index_select(0, self.inputs[2, :size])   # see __init__
+        pos, slots, rows = self.inputs[1, :size], self.inputs[3, :size], self.inputs[4, :size]
         table = self.tables.index_select(0, slots)
-        return ForwardBatch(ids, pos, self.cu[:size + 1], lens.to(torch.int32), self.pool.cache,
-                            slots, table, new_lens=[1] * size, context_lens_host=[1] * size,
-                            token_requests=self.rows[:size],
-                            max_seq_len=self.width * self.pool.block_size)
+        batch = ForwardBatch(ids, pos, self.cu[:size + 1], self.inputs[5].view(torch.int32)[:size],
+                             self.pool.cache, slots, table, new_lens=[1] * size,
+                             context_lens_host=[1] * size, token_requests=self.rows[:size],
+                             max_seq_len=self.width * self.pool.block_size)
+        batch.scratch[("token_rows", 1)] = rows   # what ForwardBatch.token_rows() would compute
+        return batch
 
     def _forward(self, size: int) -> torch.Tensor:
         return self.model.logits(self.model.forward_batch(self._batch(size)))
@@ -190,7 +213,7 @@ class DecodeGraphs:
         says why) if the decode forward cannot be captured. Inputs are the padding rows at
         capture time, so nothing but the padding slot is touched. Off CUDA only the warm-up
         runs (it touches the same state), and the size then runs eagerly."""
-        self.inputs[:, :size] = self._pad[:, None].to(self.inputs.device)
+        self._pad_rows(self.inputs, 0, size)
         if not self.capture:
             self._forward(size)
             self.graphs[size] = (None, None)
