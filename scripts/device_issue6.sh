@@ -47,6 +47,7 @@
 #   bash scripts/device_issue6.sh next10    # tenth session: decode GEMVs as the model runs them,
 #                                         # register caps, split cap, bf16 chunked outputs
 #   bash scripts/device_issue6.sh next10b   # GEMV tilings / persistent GEMV in the model
+#   bash scripts/device_issue6.sh glue      # the step without its torch glue kernels
 #   bash scripts/device_issue6.sh next10c   # KDA vs fla, V4 b=32 transformers alone
 #   bash scripts/device_issue6.sh diagnose  # model oracle + CUDA-graph tests on the GPU, then
 #                                         # the failures again under HWINFER_SHADOW=raise, which
@@ -373,6 +374,16 @@ elif [ "$phase" = next10b ]; then
   echo "== chain rc=$?"; grep -v "Warn\|warn" "$out/chain.txt" | tail -16
   ablation 150 --groups none --variant "old_tiling@$GN:TILING=$OLD" \
     --variant "persist3@$GM:PERSIST_PER_SM=3" --variant "persist2@$GM:PERSIST_PER_SM=2"
+elif [ "$phase" = glue ]; then
+  # Tenth session, third call: the decode step with its glue removed (host-computed cache rows
+  # and lengths, one gather for the tokens, Triton rope tables, the first layer fused): Qwen3.5
+  # tests on the card, strict rope_tables, the full step at b=1 / 32, with the fused GEMVs at
+  # 32 KB x 4 warps as a variant.
+  GN=hwinfer.kernels.triton.gemv_norm
+  W4="{'norm': (32768, 4), 'gated': (32768, 4), 'conv': (32768, 4), 'gated_norm': (32768, 4)}"
+  qwen_tests 150
+  strict 60 "rope_tables"
+  ablation 150 --groups non_gemv --variant "w4@$GN:TILING=$W4"
 elif [ "$phase" = next10c ]; then
   # KDA vs fla with time for fla's first compiles (autotuning); DeepSeek-V4 b=32 against
   # transformers with our model not resident.
