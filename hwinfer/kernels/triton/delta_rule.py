@@ -49,12 +49,22 @@ def _delta_rule_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, alog_ptr, dt_ptr, h
                        PER_CHANNEL: tl.constexpr, USE_L2NORM: tl.constexpr,
                        HAS_H0: tl.constexpr, IS_VARLEN: tl.constexpr, HAS_SLOTS: tl.constexpr,
                        RAW_GATES: tl.constexpr, PDL: tl.constexpr):
-    pdl_enter(PDL)
     # Axis 0 (up to 2^31 programs) carries sequence x head, axis 1 (<= 65535) the value blocks.
     i_nh = tl.program_id(0)
     i_vb = tl.program_id(1)
     i_n = i_nh // Hv
     i_h = i_nh % Hv
+    offs_k = tl.arange(0, DK)
+    offs_v = i_vb * BV + tl.arange(0, BV)
+    if HAS_SLOTS:
+        # State pool: this sequence's row, read and written in place (ht_ptr == h0_ptr). Loaded
+        # before the PDL wait, like a GEMV's weights (pdl.py): only this op writes pool rows
+        # (in earlier steps) and the slots come from a copy before the step, so the state's
+        # round trip overlaps the tail of the projection before it.
+        state_row = tl.load(slot_ptr + i_n).to(tl.int64) * Hv + i_h
+        state_off = state_row * DK * DV + offs_k[:, None] * DV + offs_v[None, :]
+        h = tl.load(h0_ptr + state_off).to(tl.float32)
+    pdl_enter(PDL)
     i_hk = i_h // (Hv // Hk)   # GQA: consecutive value heads share one key head
     if IS_VARLEN:
         bos = tl.load(cu_ptr + i_n).to(tl.int64)
@@ -65,8 +75,6 @@ def _delta_rule_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, alog_ptr, dt_ptr, h
         seq_len = T
         i_b = i_n.to(tl.int64)
     # int64 bases: T * H * D reaches 2^31 at long packed batches.
-    offs_k = tl.arange(0, DK)
-    offs_v = i_vb * BV + tl.arange(0, BV)
     p_q = q_ptr + i_b * sq_b + bos * sq_t + i_hk * sq_h + offs_k
     p_k = k_ptr + i_b * sq_b + bos * sq_t + i_hk * sq_h + offs_k
     p_v = v_ptr + i_b * sv_b + bos * sv_t + i_h * sv_h + offs_v
@@ -80,16 +88,12 @@ def _delta_rule_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, alog_ptr, dt_ptr, h
     if RAW_GATES:  # g and beta given as the projections a, b: gdn_gate and sigmoid in here
         neg_a = -tl.exp(tl.load(alog_ptr + i_h).to(tl.float32))
         dt = tl.load(dt_ptr + i_h).to(tl.float32)
-    if HAS_SLOTS:
-        # State pool: this sequence's row, read and written in place (ht_ptr == h0_ptr).
-        state_row = tl.load(slot_ptr + i_n).to(tl.int64) * Hv + i_h
-    else:
-        state_row = i_nh.to(tl.int64)
-    state_off = state_row * DK * DV + offs_k[:, None] * DV + offs_v[None, :]
-    if HAS_H0:
-        h = tl.load(h0_ptr + state_off).to(tl.float32)
-    else:
-        h = tl.zeros([DK, BV], dtype=tl.float32)
+    if not HAS_SLOTS:
+        state_off = i_nh.to(tl.int64) * DK * DV + offs_k[:, None] * DV + offs_v[None, :]
+        if HAS_H0:
+            h = tl.load(h0_ptr + state_off).to(tl.float32)
+        else:
+            h = tl.zeros([DK, BV], dtype=tl.float32)
 
     for _ in range(0, seq_len):
         # Upcast right after every load: the interpreter (and the contract) want fp32 math.
