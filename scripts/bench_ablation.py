@@ -6,7 +6,7 @@ cannot show (with PDL a kernel's measured span includes the wait for the one bef
 
     python3 scripts/bench_ablation.py --preset qwen3.5-0.8b --batch 1 --prompt 1024 --new 32
     python3 scripts/bench_ablation.py --groups non_gemv \
-        --set hwinfer.kernels.triton.gemv_norm:CONV_MAXNREG=80   # a tuning constant's effect
+        --set hwinfer.kernels.triton.gemv:PERSIST_PER_SM=3   # a tuning constant's effect
     python3 scripts/bench_ablation.py --groups none \
         --variant "persist3@hwinfer.kernels.triton.gemv:PERSIST_PER_SM=3"  # full steps side by side
 
@@ -82,7 +82,7 @@ def main() -> None:
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--set", action="append", default=[], metavar="MODULE:NAME=VALUE",
                     help="set a kernel module's tuning constant for every run, e.g. "
-                         "hwinfer.kernels.triton.gemv_norm:CONV_MAXNREG=80 (repeatable)")
+                         "hwinfer.kernels.triton.gemv:PERSIST_PER_SM=3 (repeatable)")
     ap.add_argument("--regs", action="store_true",
                     help="after the runs, one JSON row per compiled Triton kernel: registers, "
                          "spills, warps (scripts/kernel_regs.py live_registers)")

@@ -354,7 +354,7 @@ elif [ "$phase" = next10 ]; then
   echo "== chain rc=$?"; grep -v "Warn\|warn" "$out/chain.txt" | tail -24
   ablation 110 --groups non_gemv --regs
   mv "$out/ablation.jsonl" "$out/ablation_default.jsonl"
-  ablation 90 --groups non_gemv --set $G:CONV_MAXNREG=80
+  ablation 90 --groups non_gemv --set $G:CONV_MAXNREG=80   # (knob removed after this run)
   mv "$out/ablation.jsonl" "$out/ablation_maxnreg80.jsonl"
   ablation 90 --groups attention --set $P:MAX_SPLITS=16
   mv "$out/ablation.jsonl" "$out/ablation_splits16.jsonl"

@@ -1,7 +1,7 @@
 """Registers, spills and occupancy of the AOT-compiled Triton kernels on sm_90, without a GPU.
 
     python scripts/kernel_regs.py gated_norm add_norm     # specs whose name contains a filter
-    python scripts/kernel_regs.py --set hwinfer.kernels.triton.gemv_norm:CONV_MAXNREG=80 conv
+    python scripts/kernel_regs.py --rows 1 --option maxnreg=80 conv   # a register cap's effect
 
 Compiles each matching spec of ``hwinfer.kernels.triton.aot`` for sm_90 and runs the ptxas that
 ships with Triton (``-v``) on its PTX. Programs an SM are counted from the 65,536 registers only

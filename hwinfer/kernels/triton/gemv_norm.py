@@ -32,16 +32,13 @@ from hwinfer.kernels.triton.pdl import pdl_enter, pdl_ok
 from hwinfer.ops.dense import (check_norm_linear_conv, compose_add_rms_norm_linear,
                                compose_rms_norm_gated_linear)
 
-# Register cap of the conv-epilogue GEMV on NVIDIA (None: the compiler's choice, 110 a thread on
-# sm_90 at Qwen3.5's shape, so 2 programs an SM; 80 fits 3 with a 24-byte spill). A tuning
-# constant for timing the variants on a card (scripts/bench_ablation.py --set), not yet timed.
-CONV_MAXNREG: int | None = None
 # (W bytes a program holds, warps a program) per kernel kind. The fused kinds favour 128 W bytes
 # a thread where the plain GEMV (gemv.rows_block_n) runs 64: fewer programs repeat the norm
-# prologue. H200, one call at batch 1 timed per kind (scripts/bench_decode_chain.py --fused,
-# 38f3966, us at 16 KB x 8 warps -> this): norm 6.80 -> 6.30 (in_proj) / 4.96 -> 4.23 (qkv),
-# gated 6.45 -> 5.52, gated_norm 3.68 -> 2.66, conv 8.89 -> 7.80 (its epilogue's [rows, channels]
-# state tiles make 16 KB x 4 warps beat 32 KB x 8 there: 8.40).
+# prologue. H200, one call at batch 1 per kind (scripts/bench_decode_chain.py --fused, 939cf8a,
+# us at 16 KB x 8 warps -> these): norm 7.03 -> 6.20 (in_proj) / 4.47 -> 4.18 (qkv), gated
+# 6.65 -> 5.51, gated_norm 2.78 -> 2.60, conv 7.76 -> 7.72; the 97 products chained as the
+# model runs them 575 -> 520 us. In the model's step the gain is within noise (~5 us); 32 KB x 4
+# warps everywhere, fastest per kind, made the step 7 us slower (docs/kernels.md, tenth session).
 TILING: dict[str, tuple[int, int]] = {"norm": (32 << 10, 8), "gated": (32 << 10, 8),
                                       "conv": (16 << 10, 4), "gated_norm": (32 << 10, 8)}
 
@@ -191,9 +188,7 @@ def _launch_add_norm_gemv(x2, r2, norm_weight, weight, eps, weight_offset, activ
         HAS_NORM_W=norm_weight is not None, GATED=activation is not None,
         SILU=activation == "silu", CONV=conv is not None,
         CW=cw.shape[1] if conv is not None else 1, PDL=pdl, num_warps=warps,
-        **({"launch_pdl": True} if pdl else {}),
-        **({"maxnreg": CONV_MAXNREG} if conv is not None and CONV_MAXNREG and x2.is_cuda
-           and not torch.version.hip else {}))
+        **({"launch_pdl": True} if pdl else {}))
     return y, s
 
 
@@ -314,9 +309,10 @@ def _aot_specs():
                  "GATED": "constexpr", "SILU": "constexpr", "CONV": "constexpr", "CW": "constexpr",
                  "PDL": "constexpr", "cw_ptr": f"*{dtype}", "cs_ptr": f"*{dtype}", "slot_ptr": "*i64",
                  "C": "i32", **{f"stride_{n}": "i32" for n in ("cwc", "cwk", "csn", "csc", "csk")}}
-        # Qwen3.5's MLP (K 1024, gated) and its GDN input projection with the conv epilogue
-        # (8 rows a program, as the model runs it: 110 registers a thread on sm_90 against 64
-        # for the plain GEMV, so 2 programs per SM instead of 4; docs/kernels.md)
+        # Qwen3.5's MLP (K 1024, gated) and its GDN input projection with the conv epilogue.
+        # As specs (M a runtime value, no alignment hints) the conv form compiles to 110
+        # registers a thread on sm_90; the JIT's batch-1 specialisation (M = 1, aligned
+        # pointers) to 54, as the card reported (scripts/kernel_regs.py, docs/kernels.md).
         for kind, pdl in (("gated", False), ("gated", True), ("plain", True), ("conv", False),
                           ("conv", True)):
             specs.append(AotSpec(f"add_norm_gemv[{dtype},{kind}{',pdl' if pdl else ''}]",
