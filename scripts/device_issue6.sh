@@ -48,7 +48,7 @@
 #                                         # register caps, split cap, bf16 chunked outputs
 #   bash scripts/device_issue6.sh next10b   # GEMV tilings / persistent GEMV in the model
 #   bash scripts/device_issue6.sh glue      # the step without its torch glue kernels
-#   bash scripts/device_issue6.sh final10   # recurrent state before the PDL wait; KDA vs fla
+#   bash scripts/device_issue6.sh final10   # recurrent state before the PDL wait
 #   bash scripts/device_issue6.sh next10c   # KDA vs fla, V4 b=32 transformers alone
 #   bash scripts/device_issue6.sh diagnose  # model oracle + CUDA-graph tests on the GPU, then
 #                                         # the failures again under HWINFER_SHADOW=raise, which
@@ -387,15 +387,10 @@ elif [ "$phase" = glue ]; then
   ablation 150 --groups non_gemv --variant "w4@$GN:TILING=$W4"
 elif [ "$phase" = final10 ]; then
   # Tenth session, last call: the recurrent state loaded before the PDL wait (Qwen3.5 card
-  # tests with graphs and overlapped steps, strict recurrent suite, the step), then KDA vs fla
-  # with the rest of the call for fla's first compiles.
+  # tests with graphs and overlapped steps, strict recurrent suite, the step).
   qwen_tests 150
   strict 60 "recurrent"
   ablation 120 --groups non_gemv
-  timeout 330 python3 scripts/bench_delta_chunk.py --kinds kda --shapes 1x16384 --no-torch \
-    --no-variants > "$out/bench_delta_chunk_kda.csv" 2> "$out/bench_delta_chunk_kda.err"
-  echo "== bench_delta_chunk kda rc=$?"; grep -v "Warn\|warn" "$out/bench_delta_chunk_kda.err" | tail -6
-  cat "$out/bench_delta_chunk_kda.csv"
 elif [ "$phase" = next10c ]; then
   # KDA vs fla with time for fla's first compiles (autotuning); DeepSeek-V4 b=32 against
   # transformers with our model not resident.
