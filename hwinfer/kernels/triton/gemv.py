@@ -40,8 +40,8 @@ from hwinfer.kernels.triton.pdl import pdl_enter, pdl_ok
 MAX_ROWS = 4          # decode batches up to this many rows; larger M is a GEMM (vendor BLAS)
 # Programs an SM of the whole-row GEMV when it walks its row tiles in one wave (0: one program
 # a tile). On the H200 the 97 products of a Qwen3.5-0.8B step took 478 us at 3 an SM against
-# 505 us one a tile (scripts/bench_decode_chain.py --persistent, 38f3966); not yet timed in the
-# model, so off.
+# 505 us one a tile (scripts/bench_decode_chain.py --persistent, 38f3966), but the model's step
+# was 7 us slower at 3 and 33 us at 2 (bench_ablation.py --variant, 939cf8a), so off.
 PERSIST_PER_SM = 0
 _CONFIGS = ((32, 256), (64, 128), (16, 512), (64, 256))   # (BLOCK_N, BLOCK_K) candidates
 _CHOICE: dict[tuple, tuple | None] = {}   # None: F.linear wins
