@@ -23,8 +23,6 @@ full step.
 from __future__ import annotations
 
 import argparse
-import ast
-import importlib
 import json
 import sys
 from pathlib import Path
@@ -32,6 +30,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_model import bench_hwinfer, shrunk_config  # noqa: E402
+from kernel_regs import live_registers, set_constant  # noqa: E402
 
 from hwinfer.api import random_model  # noqa: E402
 
@@ -58,17 +57,11 @@ STANDINS = {
 STANDINS["non_gemv"] = {k: v for group in STANDINS.values() for k, v in group.items()}
 
 
-def _assign(item: str):
-    """Set MODULE:ATTR=VALUE (a Python literal); returns (module, attr, previous value)."""
-    where, value = item.split("=", 1)
-    module, name = where.split(":")
-    mod = importlib.import_module(module)
-    if not hasattr(mod, name):
-        raise SystemExit(f"{item}: {module} has no {name}")
-    old = getattr(mod, name)
-    setattr(mod, name, ast.literal_eval(value))
-    print(f"# {module}.{name} = {getattr(mod, name)!r}", file=sys.stderr)
-    return mod, name, old
+def _row(base: dict, row: dict, **fields) -> str:
+    """One JSON result line: ``fields``, the run's replay / step ms and what it saved on ``base``."""
+    ms = lambda r: r.get("graph_replay_ms") or r["ms_per_step"]  # noqa: E731
+    return json.dumps({**fields, "replay_ms": row.get("graph_replay_ms"),
+                       "step_ms": row["ms_per_step"], "saved_ms": ms(base) - ms(row)})
 
 
 def main() -> None:
@@ -89,7 +82,7 @@ def main() -> None:
     ap.add_argument("--variant", action="append", default=[], metavar="NAME@MODULE:ATTR=VALUE[;...]")
     args = ap.parse_args()
     for item in args.set:
-        _assign(item)
+        set_constant(item)
     variants = [(v.split("@", 1)[0], v.split("@", 1)[1].split(";")) for v in args.variant]
     model = random_model(shrunk_config(args.preset, args.layers), device=args.device, dtype="bf16")
     ops = model.ops
@@ -98,16 +91,13 @@ def main() -> None:
         print(json.dumps({"batch": batch, "group": "full step", "replay_ms": base.get("graph_replay_ms"),
                           "step_ms": base["ms_per_step"]}), flush=True)
         for vname, items in variants:
-            saved = [_assign(item) for item in items]
+            saved = [set_constant(item) for item in items]
             try:
                 row = bench_hwinfer(model, batch, args.prompt, args.new, graphs=True)
             finally:
                 for mod, name, old in saved:
                     setattr(mod, name, old)
-            print(json.dumps({"batch": batch, "variant": vname, "set": items,
-                              "replay_ms": row.get("graph_replay_ms"), "step_ms": row["ms_per_step"],
-                              "saved_ms": (base.get("graph_replay_ms") or base["ms_per_step"])
-                              - (row.get("graph_replay_ms") or row["ms_per_step"])}), flush=True)
+            print(_row(base, row, batch=batch, variant=vname, set=items), flush=True)
         for group in [g for g in args.groups.split(",") if g != "none"]:
             saved = {name: getattr(ops, name) for name in STANDINS[group] if name in ops.choices}
             for name in saved:
@@ -117,12 +107,8 @@ def main() -> None:
             finally:
                 for name, fn in saved.items():
                     setattr(ops, name, fn)
-            print(json.dumps({"batch": batch, "group": group, "ops": sorted(saved),
-                              "replay_ms": row.get("graph_replay_ms"), "step_ms": row["ms_per_step"],
-                              "saved_ms": (base.get("graph_replay_ms") or base["ms_per_step"])
-                              - (row.get("graph_replay_ms") or row["ms_per_step"])}), flush=True)
+            print(_row(base, row, batch=batch, group=group, ops=sorted(saved)), flush=True)
     if args.regs:
-        from kernel_regs import live_registers
         for row in live_registers():
             print(json.dumps(row), flush=True)
 

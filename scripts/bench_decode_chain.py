@@ -12,9 +12,9 @@ output's relative error against the F.linear chain. Variants: F.linear (cuBLAS),
 choice of ``linear`` (GEMV or cuBLAS per shape), the whole-row GEMV (``gemv_rows``) with and
 without programmatic dependent launch (PDL: W's loads issued before waiting on the previous
 kernel), at several tile sizes. ``--norms``: an RMSNorm kernel between products (as a real step
-has), with PDL when the products use it. ``--persistent``: a candidate kept in this script until
-it wins on a card: one wave of programs (``per_sm`` an SM), each walking its share of W's row
-tiles with the next tile's loads issued before the current one is reduced. ``--fused``: the
+has), with PDL when the products use it. ``--persistent``: the whole-row GEMV's persistent form
+(``gemv_rows(per_sm=...)``): one wave of programs, each walking its share of W's row tiles with
+the next tile's loads issued before the current one is reduced. ``--fused``: the
 same products as the model runs them (norms, gated activation, conv and gated norm inside the
 GEMVs, hwinfer/kernels/triton/gemv_norm.py), chained and per kind against the plain GEMV on the
 same weights, to price the fused prologues and epilogues. ``--quick``: F.linear and the
@@ -38,9 +38,7 @@ HIDDEN, INTER, VOCAB = 1024, 3584, 248320
 
 @triton.jit
 def _norm_kernel(x_ptr, y_ptr, K, KP: tl.constexpr, PDL: tl.constexpr):
-    if PDL:
-        tl.extra.cuda.gdc_wait()
-        tl.extra.cuda.gdc_launch_dependents()
+    pdl_enter(PDL)
     r = tl.arange(0, KP)
     x = tl.load(x_ptr + r, mask=r < K, other=0.0).to(tl.float32)
     y = x * tl.rsqrt(tl.sum(x * x, axis=0) / K + 1e-6)
@@ -52,41 +50,6 @@ def norm(x: torch.Tensor, pdl: bool) -> torch.Tensor:
     k = x.shape[-1]
     _norm_kernel[(1,)](x, y, k, KP=triton.next_power_of_2(k), PDL=pdl, num_warps=4,
                        **({"launch_pdl": True} if pdl else {}))
-    return y
-
-
-@triton.jit
-def _persist_kernel(x_ptr, w_ptr, y_ptr, N, K, TILES, BLOCK_N: tl.constexpr, KP: tl.constexpr,
-                    PDL: tl.constexpr):
-    # One row of x; program p reduces row tiles p, p + P, p + 2P, ... (P programs), holding the
-    # next tile's loads in flight while it reduces the current one.
-    pid, progs = tl.program_id(0), tl.num_programs(0)
-    rk = tl.arange(0, KP)
-    kmask = rk < K
-    rn = pid * BLOCK_N + tl.arange(0, BLOCK_N)
-    w = tl.load(w_ptr + rn.to(tl.int64)[:, None] * K + rk[None, :],
-                mask=(rn < N)[:, None] & kmask[None, :], other=0.0)
-    pdl_enter(PDL)
-    x = tl.load(x_ptr + rk, mask=kmask, other=0.0).to(tl.float32)
-    for t in range(pid, TILES, progs):
-        rn = t * BLOCK_N + tl.arange(0, BLOCK_N)
-        nxt = rn + progs * BLOCK_N
-        w_next = tl.load(w_ptr + nxt.to(tl.int64)[:, None] * K + rk[None, :],
-                         mask=(nxt < N)[:, None] & kmask[None, :], other=0.0)
-        y = tl.sum(w.to(tl.float32) * x[None, :], axis=1)
-        tl.store(y_ptr + rn, y.to(y_ptr.dtype.element_ty), mask=rn < N)
-        w = w_next
-
-
-def gemv_persist(x, w, per_sm: int, tile_kb: int, warps: int, pdl: bool = True):
-    n, k = w.shape
-    y = torch.empty((1, n), dtype=x.dtype, device=x.device)
-    bn = G.rows_block_n(n, k, tile_kb << 10)
-    tiles = triton.cdiv(n, bn)
-    sms = torch.cuda.get_device_properties(x.device).multi_processor_count
-    _persist_kernel[(min(tiles, sms * per_sm),)](x, w, y, n, k, tiles, BLOCK_N=bn,
-                                                 KP=triton.next_power_of_2(k), PDL=pdl,
-                                                 num_warps=warps, **({"launch_pdl": True} if pdl else {}))
     return y
 
 
@@ -230,7 +193,9 @@ def main() -> None:
         for per_sm in (1, 2, 3, 4):
             for tile_kb in (8, 16):
                 variants.append((f"persistent {per_sm}/SM {tile_kb}KB w8 pdl",
-                                 lambda x, w, _p=per_sm, _t=tile_kb: gemv_persist(x, w, _p, _t, 8), True))
+                                 lambda x, w, _p=per_sm, _t=tile_kb: G.gemv_rows(
+                                     x, w, block_n=G.rows_block_n(w.shape[0], w.shape[1], _t << 10),
+                                     pdl=True, per_sm=_p), True))
     ref_out = None
     for name, mm, pdl in variants:
         between = (lambda x, _p=pdl: norm(x, _p)) if args.norms else None

@@ -29,7 +29,7 @@ _NO_KERNEL = {"view", "_unsafe_view", "slice", "select", "as_strided", "t", "tra
               "unsqueeze", "squeeze", "expand", "detach", "split", "split_with_sizes", "alias",
               "empty", "empty_strided", "empty_like", "reshape", "unbind", "narrow", "diagonal",
               "_reshape_alias", "lift_fresh", "view_as_real", "view_as_complex", "unflatten",
-              "chunk", "_to_copy_noop", "set_", "resize_", "sym_size", "sym_stride",
+              "chunk", "set_", "resize_", "sym_size", "sym_stride",
               "sym_numel", "sym_storage_offset", "is_same_size", "_local_scalar_dense"}
 
 

@@ -5,8 +5,8 @@
 
 Compiles each matching spec of ``hwinfer.kernels.triton.aot`` for sm_90 and runs the ptxas that
 ships with Triton (``-v``) on its PTX. Programs an SM are counted from the 65,536 registers only
-(shared memory not included): the figure that told the ninth session the GDN output projection
-ran one program an SM (docs/kernels.md). ``--set`` and ``--option`` change a module constant or a
+(shared memory not included). An estimate: the kernels a run actually loaded are reported by
+``live_registers`` (``bench_ablation.py --regs``); docs/kernels.md, tenth session, has both. ``--set`` and ``--option`` change a module constant or a
 spec's compile option (e.g. ``maxnreg=80``) first, to compare variants.
 
 The specs alone under-state what the JIT knows at run time, so by default this compiles them as
@@ -19,6 +19,7 @@ the spec as written (what CI's AOT check builds).
 from __future__ import annotations
 
 import argparse
+import ast
 import dataclasses
 import importlib
 import os
@@ -26,6 +27,19 @@ import re
 import subprocess
 import sys
 import tempfile
+
+
+def set_constant(item: str):
+    """Set MODULE:ATTR=VALUE (a Python literal); returns (module, attr, previous value)."""
+    where, value = item.split("=", 1)
+    module, name = where.split(":")
+    mod = importlib.import_module(module)
+    if not hasattr(mod, name):
+        raise SystemExit(f"{item}: {module} has no {name}")
+    old = getattr(mod, name)
+    setattr(mod, name, ast.literal_eval(value))
+    print(f"# {module}.{name} = {getattr(mod, name)!r}", file=sys.stderr)
+    return mod, name, old
 
 
 def ptxas_report(ptx: str, arch: str = "sm_90a") -> dict[str, int]:
@@ -81,9 +95,7 @@ def main() -> int:
                     help="a compile option for every matching spec, e.g. maxnreg=80")
     args = ap.parse_args()
     for item in args.set:
-        target, value = item.split("=", 1)
-        module, name = target.split(":")
-        setattr(importlib.import_module(module), name, eval(value))
+        set_constant(item)
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
     import triton

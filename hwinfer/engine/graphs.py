@@ -85,6 +85,9 @@ class DecodeGraphs:
         # torch kernel in a decode step also stalls the programmatic dependent launch of the
         # GEMV after it (docs/engine.md, tenth session).
         self._cols = size
+        # A padding column: token 0 (gathered from its own entry, set per column) at position 0
+        # of the padding slot, whose cache row is the padding block's first (length: set apart).
+        self._pad = torch.tensor([0, 0, 0, pool.pad_slot, pool.pad_block * pool.block_size, 0])
         # Two pinned staging buffers, alternating: with overlapped steps the host writes step
         # N+1's inputs while step N's copy may still wait in the stream behind step N-1.
         self._staging = [torch.empty(_SAMPLED, size, dtype=torch.int64, pin_memory=self.capture)
@@ -188,8 +191,7 @@ class DecodeGraphs:
     def _pad_rows(self, buf: torch.Tensor, start: int, stop: int) -> None:
         """Padding in columns [start, stop) of host-written rows: token 0 (its own) at position
         0 of the padding slot, length 1 (attention reads only the row it has just written)."""
-        buf[:_SAMPLED, start:stop] = torch.tensor([0, 0, 0, self.pool.pad_slot,
-                                                   self.pool.pad_block * self.pool.block_size, 0])[:, None]
+        buf[:_SAMPLED, start:stop] = self._pad[:, None]
         buf[2, start:stop] = torch.arange(start, stop)
         buf[5].view(torch.int32)[start:stop] = 1
 
