@@ -14,10 +14,16 @@ fp32-heavy op; tokens/s and microseconds are the numbers to compare.
 
 Prints one CSV line per measurement on stdout (op,impl,shape,us,gbps_or_tflops,unit,
 pct_of_peak) and a readable table with tokens/s and errors on stderr. ``--quick``: 1 x 4k only.
+``--variant NAME@ITEM[;ITEM...]`` (repeatable) adds the Triton impl called with keyword arguments
+(``KW=VALUE``) and module constants set (``MODULE:ATTR=VALUE``), e.g. ``"ob32s@block_k_out=32;
+hwinfer.kernels.triton.delta_chunk:STATE_DOTS='bf16'"``;
+``--set MODULE:ATTR=VALUE`` (repeatable) sets one for the whole run (the breakdown included).
 """
 from __future__ import annotations
 
 import argparse
+import ast
+import contextlib
 import sys
 
 import torch
@@ -27,6 +33,7 @@ from hwinfer.kernels.torch import linear_attention as torch_la
 from hwinfer.kernels.triton import delta_chunk as triton_la
 from hwinfer.kernels.triton import delta_rule
 from hwinfer.ops import linear_attention as ref_la
+from kernel_regs import set_constant
 
 PEAK_TFLOPS = 780.0
 C = 64
@@ -70,6 +77,29 @@ def fla_call(kind: str):
     return call
 
 
+@contextlib.contextmanager
+def constants(items: list[str]):
+    """Module constants set for the duration (MODULE:ATTR=VALUE each), then restored."""
+    undo = [set_constant(item) for item in items]
+    try:
+        yield
+    finally:
+        for mod, name, old in reversed(undo):
+            setattr(mod, name, old)
+
+
+def variant(fn, items: list[str]):
+    """fn with keyword arguments (KW=VALUE) and module constants (MODULE:ATTR=VALUE) of items."""
+    consts = [i for i in items if ":" in i.split("=", 1)[0]]
+    kw = {k.strip(): ast.literal_eval(v) for k, v in
+          (i.split("=", 1) for i in items if i not in consts)}
+
+    def call(*args, **kwargs):
+        with constants(consts):
+            return fn(*args, **kwargs, **kw)
+    return call
+
+
 def rel_rmse(a: torch.Tensor, b: torch.Tensor) -> float:
     a, b = a.float(), b.float()
     return ((a - b).pow(2).mean().sqrt() / b.pow(2).mean().sqrt().clamp_min(1e-30)).item()
@@ -95,7 +125,8 @@ def compiled_stats() -> None:
     from hwinfer.kernels.triton import compiled_report, delta_chunk_wy
 
     for kernel in (delta_chunk_wy._wy_kernel, delta_chunk_wy._kda_diag_kernel,
-                   triton_la._wy_blocked_kernel, triton_la._state_kernel, triton_la._out_kernel):
+                   triton_la._wy_blocked_kernel, triton_la._state_kernel, triton_la._out_kernel,
+                   triton_la._out_blocked_kernel):
         for line in compiled_report(kernel):
             print(f"#   {line}", file=sys.stderr)
 
@@ -108,9 +139,15 @@ def main() -> None:
     parser.add_argument("--shapes", default=None, help="e.g. 1x16384,8x2048 (default: all)")
     parser.add_argument("--kinds", default="gdn,kda")
     parser.add_argument("--no-torch", action="store_true", help="skip the portable torch impl")
+    parser.add_argument("--no-fla", action="store_true", help="skip fla (its first calls autotune)")
     parser.add_argument("--breakdown", action="store_true",
                         help="GPU time of each kernel of the Triton impl (torch profiler)")
+    parser.add_argument("--variant", action="append", default=[],
+                        metavar="NAME@MODULE:ATTR=VALUE[;...]")
+    parser.add_argument("--set", action="append", default=[], metavar="MODULE:ATTR=VALUE")
     args = parser.parse_args()
+    for item in args.set:
+        set_constant(item)
     shapes = [(1, 4096)] if args.quick else [(1, 4096), (1, 16384), (8, 2048)]
     if args.shapes:
         shapes = [tuple(int(v) for v in sh.split("x")) for sh in args.shapes.split(",")]
@@ -128,7 +165,10 @@ def main() -> None:
                              ("out_bf16", dict(dots="bf16")),
                              ("out_bf16_bvo128", dict(dots="bf16", block_v_out=128))):
                 impls.append((f"triton_{name}", lambda *a, _f=tri, _kw=kw, **k: _f(*a, **_kw, **k)))
-        if FLA:
+        for variant in args.variant:
+            name, items = variant.split("@", 1)
+            impls.append((f"triton_{name}", variant(tri, [i.strip() for i in items.split(";")])))
+        if FLA and not args.no_fla:
             impls.append(("fla", fla_call(kind)))
         if not args.no_torch:
             impls.append(("torch", getattr(torch_la, op)))

@@ -50,6 +50,8 @@
 #   bash scripts/device_issue6.sh glue      # the step without its torch glue kernels
 #   bash scripts/device_issue6.sh final10   # recurrent state before the PDL wait
 #   bash scripts/device_issue6.sh next10c   # KDA vs fla, V4 b=32 transformers alone
+#   bash scripts/device_issue6.sh s11a      # eleventh session: chunked output stage in key
+#                                         # blocks, bf16 state products; recurrence tiles
 #   bash scripts/device_issue6.sh diagnose  # model oracle + CUDA-graph tests on the GPU, then
 #                                         # the failures again under HWINFER_SHADOW=raise, which
 #                                         # names the first op whose kernel leaves its reference
@@ -391,6 +393,29 @@ elif [ "$phase" = final10 ]; then
   qwen_tests 150
   strict 60 "recurrent"
   ablation 120 --groups non_gemv
+elif [ "$phase" = s11a ]; then
+  # Eleventh session, first call: the chunked output stage in key-channel blocks and bf16
+  # products in the state stage (GDN 1 x 16k and 8 x 2k against fla, KDA 1 x 16k), and
+  # Qwen3.5's batch-1 decode step with other recurrence tiles (value channels, warps).
+  D=hwinfer.kernels.triton.delta_chunk; R=hwinfer.kernels.triton.delta_rule
+  V=(--variant "ob32@block_k_out=32" --variant "ob64@block_k_out=64"
+     --variant "ob32_bf16@block_k_out=32;dots='bf16'"
+     --variant "ob32_bvo128@block_k_out=32;block_v_out=128"
+     --variant "ob64_bvo128@block_k_out=64;block_v_out=128"
+     --variant "ob32_bf16_bvo128@block_k_out=32;block_v_out=128;dots='bf16'"
+     --variant "sbf16@$D:STATE_DOTS='bf16'"
+     --variant "ob32_allbf16@block_k_out=32;dots='bf16';$D:STATE_DOTS='bf16'")
+  timeout 170 python3 scripts/bench_delta_chunk.py --kinds gdn --shapes 1x16384,8x2048 --no-torch \
+    --no-variants "${V[@]}" > "$out/bench_delta_chunk_gdn.csv" 2> "$out/bench_delta_chunk_gdn.err"
+  echo "== bench_delta_chunk gdn rc=$?"; grep -v "Warn\|warn" "$out/bench_delta_chunk_gdn.err" | tail -24
+  timeout 100 python3 scripts/bench_delta_chunk.py --kinds kda --shapes 1x16384 --no-torch --no-fla \
+    --no-variants "${V[@]}" > "$out/bench_delta_chunk_kda.csv" 2> "$out/bench_delta_chunk_kda.err"
+  echo "== bench_delta_chunk kda rc=$?"; grep -v "Warn\|warn" "$out/bench_delta_chunk_kda.err" | tail -12
+  timeout 170 python3 scripts/bench_ablation.py --batch 1 --prompt 1024 --new 32 --groups none \
+    --variant "t32w1@$R:NARROW_TILE=(32, 1)" --variant "t32w2@$R:NARROW_TILE=(32, 2)" \
+    --variant "t8w1@$R:NARROW_TILE=(8, 1)" --variant "t16w2@$R:NARROW_TILE=(16, 2)" \
+    --variant "t64w2@$R:NARROW_TILE=(64, 2)" > "$out/ablation.jsonl" 2> "$out/ablation.err"
+  echo "== ablation rc=$?"; cat "$out/ablation.jsonl" | cut -c1-200; grep -i "error\|Trace" "$out/ablation.err" | tail -5
 elif [ "$phase" = next10c ]; then
   # KDA vs fla with time for fla's first compiles (autotuning); DeepSeek-V4 b=32 against
   # transformers with our model not resident.

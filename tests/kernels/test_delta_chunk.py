@@ -4,7 +4,8 @@ one crossing two chunk boundaries), GQA (Hv = 2 Hk), Dk != Dv, q/k as strided vi
 projection, no initial state, value blocks split over programs (``block_v=16``,
 ``block_v_out=16``), KDA's diagonal-block kernel (varlen with partial and empty tiles
 above; strong decay below) and the WY stage both in key-channel blocks (``block_k``, the
-default) and whole (``block_k=0``), the output stage's bf16 products (``dots="bf16"``). Checked
+default) and whole (``block_k=0``), the output stage in key-channel blocks (``block_k_out``),
+the output stage's bf16 products (``dots="bf16"``). Checked
 against the token-loop
 reference and the fused recurrent Triton kernel. ``TRITON_INTERPRET`` is read when a kernel is decorated: a fresh interpreter process.
 """
@@ -41,7 +42,7 @@ for per_channel in (False, True):
         kk = k * 0.3 if "scale" in kw else k   # keep beta |k|^2 < 2 without the norm
         o2, s2 = f_r(q, kk, v, g, beta, **kw)
         o3, s3 = f_t(q, kk, v, g, beta, **kw)
-        for wy in (dict(block_k=0), dict(block_k=16)):   # the WY stage whole, in channel blocks
+        for wy in (dict(block_k=0), dict(block_k=16, block_k_out=16)):   # the WY stage whole, in channel blocks
             o1, s1 = f_c(q, kk, v, g, beta, block_v=16, block_v_out=16, **kw, **wy)
             assert o1.shape == o2.shape and s1.shape == s2.shape and s1.dtype == torch.float32
             assert rel(o1, o2) < 1e-5 and rel(s1, s2) < 1e-5, (name, list(kw), wy, rel(o1, o2))
@@ -56,17 +57,25 @@ v, beta = torch.randn(B, T, H, D), torch.rand(B, T, H)
 s0 = torch.randn(1, H, D, D)
 for g in (-0.02 * torch.rand(B, T, H, D), -torch.rand(B, T, H, D), -100 * torch.rand(B, T, H, D)):
     o2, s2 = ref.kda_recurrent(q, k, v, g, beta, s0)   # weak decay: every block of A counts
-    for wy in (dict(block_k=0), dict(block_k=16)):
+    for wy in (dict(block_k=0), dict(block_k=16, block_k_out=16)):
         o1, s1 = tc.kda_chunked(q, k, v, g, beta, s0, **wy)
         assert rel(o1, o2) < 2e-6 and rel(s1, s2) < 2e-6, (wy, rel(o1, o2), rel(s1, s2))
     o2, s2 = ref.gdn_recurrent(q, k, v, g[..., 0], beta, s0)
-    for wy in (dict(block_k=0), dict(block_k=16)):
+    for wy in (dict(block_k=0), dict(block_k=16, block_k_out=16)):
         o1, s1 = tc.gdn_chunked(q, k, v, g[..., 0], beta, s0, **wy)
         assert rel(o1, o2) < 2e-6 and rel(s1, s2) < 2e-6, ("gdn", wy, rel(o1, o2), rel(s1, s2))
 # dots="bf16": the output stage's operands rounded to bf16 (emulated in fp32 here); the state
 # recurrence untouched, the output moved by bf16 rounding only.
 o1, s1 = tc.gdn_chunked(q, k, v, g[..., 0], beta, s0, dots="bf16")
 assert rel(s1, s2) < 2e-6 and 1e-4 < rel(o1, o2) < 2e-2, (rel(o1, o2), rel(s1, s2))
+o1, s1 = tc.gdn_chunked(q, k, v, g[..., 0], beta, s0, dots="bf16", block_k_out=16)
+assert rel(s1, s2) < 2e-6 and 1e-4 < rel(o1, o2) < 2e-2, (rel(o1, o2), rel(s1, s2))
+# STATE_DOTS="bf16": the state stage's operands rounded too (the carried state stays fp32)
+tc.STATE_DOTS = "bf16"
+o1, s1 = tc.kda_chunked(q, k, v, g, beta, s0)
+tc.STATE_DOTS = None
+o2, s2 = ref.kda_recurrent(q, k, v, g, beta, s0)
+assert 1e-4 < rel(s1, s2) < 2e-2 and rel(o1, o2) < 2e-2, (rel(o1, o2), rel(s1, s2))
 try:
     tc.gdn_chunked(q, k, v, g[..., 0], beta, s0, dots="fp8")
     raise SystemExit("dots='fp8' was accepted")

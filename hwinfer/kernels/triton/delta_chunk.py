@@ -49,8 +49,9 @@ import triton.language as tl
 
 from hwinfer.kernels.triton import INTERPRET, num_sms
 
+from hwinfer.kernels.triton.delta_chunk_out_blocked import _out_blocked_kernel, block_k_out_ok
 from hwinfer.kernels.triton.delta_chunk_wy import (
-    _g_rows, _head_rows, _kda_diag_kernel, _qk_rows, _store_rows, _wy_kernel,
+    _g_rows, _head_rows, _kda_diag_kernel, _mm, _qk_rows, _store_rows, _wy_kernel,
 )
 from hwinfer.kernels.triton.delta_chunk_wy_blocked import _wy_blocked_kernel, block_k_ok
 from hwinfer.ops.linear_attention_chunked import L2NORM_EPS, check_inputs
@@ -62,29 +63,12 @@ BT = 64  # chunk length (the WY kernel is written for four 16-row tiles)
 # "bf16" measured 13% faster at 4.1e-3 error on the H200 (docs/kernels.md), close to the
 # contract's 5e-3: a tuning constant to time and check on a card, not the default yet.
 OUT_DOTS: str | None = None
-
-
-@triton.jit
-def _round_bf16(x):
-    """fp32 x rounded to the nearest bf16 (ties to even), kept in fp32, by integer arithmetic:
-    Triton 3.7.1's interpreter truncates ``.to(tl.bfloat16)`` toward zero (half of all values
-    off by one ulp, checked against torch), which doubled the emulated error below."""
-    u = x.to(tl.uint32, bitcast=True)
-    u = (u + 0x7FFF + ((u >> 16) & 1)) & 0xFFFF0000
-    return u.to(tl.float32, bitcast=True)
-
-
-@triton.jit
-def _mm(a, b, PREC: tl.constexpr):
-    """a @ b accumulated in fp32: PREC "bf16" rounds both operands to bf16 first (the tensor
-    cores' fastest input), else it is tl.dot's input_precision ("tf32" / "ieee")."""
-    if PREC == "bf16":
-        return tl.dot(a.to(tl.bfloat16), b.to(tl.bfloat16))
-    elif PREC == "bf16_rounded":  # the same math in fp32: Triton 3.7's interpreter gets bf16 dots wrong
-        return tl.dot(_round_bf16(a.to(tl.float32)), _round_bf16(b.to(tl.float32)),
-                      input_precision="ieee")
-    else:
-        return tl.dot(a, b, input_precision=PREC)
+# Key channels per block of the output stage when a call names no ``block_k_out``: 0 runs the
+# whole-tile ``_out_kernel``, a power of two the blocked one (:mod:`.delta_chunk_out_blocked`).
+OUT_BLOCK_K = 0
+# The state stage's products (w S and k^T d): None keeps tf32 / exact fp32; "bf16" rounds the
+# operands (the carried state stays fp32), as fla does. A tuning constant to time on a card.
+STATE_DOTS: str | None = None
 
 
 @triton.jit
@@ -200,7 +184,8 @@ def _tables(B: int, T: int, bounds: list[int] | None, device: torch.device):
 
 def _run(op: str, q, k, v, g, beta, initial_state, scale, use_qk_l2norm, cu_seqlens,
          per_channel: bool, block_v: int | None, block_v_out: int | None,
-         num_warps: int | None, block_k: int | None = None, dots: str | None = None):
+         num_warps: int | None, block_k: int | None = None, dots: str | None = None,
+         block_k_out: int | None = None):
     # The one host read of cu_seqlens (prefill is not graph-captured); validate a CPU copy.
     bounds = None if cu_seqlens is None else cu_seqlens.tolist()
     n = check_inputs(op, q, k, v, g, beta, initial_state,
@@ -265,6 +250,13 @@ def _run(op: str, q, k, v, g, beta, initial_state, scale, use_qk_l2norm, cu_seql
     # The output stage's products may take bf16 operands (a tuning knob, measured against the
     # contract's tolerance); the WY inversion and the state recurrence always keep ``prec``.
     prec_out = "bf16_rounded" if dots == "bf16" and _INTERPRET else dots or prec
+    if STATE_DOTS not in (None, "bf16"):
+        raise ValueError(f"{op} (triton): STATE_DOTS={STATE_DOTS!r} must be None or 'bf16'")
+    prec_state = ("bf16_rounded" if _INTERPRET else "bf16") if STATE_DOTS == "bf16" else prec
+    block_k_out = OUT_BLOCK_K if block_k_out is None else block_k_out
+    if block_k_out and not block_k_out_ok(block_k_out, Dk):
+        raise ValueError(f"{op} (triton): block_k_out={block_k_out} must be a power of two >= 16 "
+                         f"dividing Dk={Dk}")
     xd = torch.empty(B * T, Hv, 16, **f32) if per_channel else u  # KDA's diagonal inverses
     if nc and per_channel:
         _kda_diag_kernel[(4 * nc, Hv)](q, k, g, beta, a, xd, chunks, Hk, Hv, scale, L2NORM_EPS,
@@ -279,9 +271,14 @@ def _run(op: str, q, k, v, g, beta, initial_state, scale, use_qk_l2norm, cu_seql
                                      USE_L2NORM=l2, PREC=prec, BK=block_k, num_warps=num_warps or 4)
     _state_kernel[(n * Hv, Dv // bv_state)](
         kg, ge, w, u, h0 if h0 is not None else ht, hs, d, ht, seqs, Hv,
-        DK=Dk, DV=Dv, BV=bv_state, PER_CHANNEL=per_channel, HAS_H0=h0 is not None, PREC=prec,
+        DK=Dk, DV=Dv, BV=bv_state, PER_CHANNEL=per_channel, HAS_H0=h0 is not None, PREC=prec_state,
         num_warps=warps, **stages)
-    if nc:
+    if nc and block_k_out:
+        _out_blocked_kernel[(nc, Hv, Dv // bv_out)](
+            q, k, g, a, hs, d, o, chunks, Hk, Hv, scale, L2NORM_EPS,
+            DK=Dk, DV=Dv, BV=bv_out, BK=block_k_out, PER_CHANNEL=per_channel, USE_L2NORM=l2,
+            PREC=prec_out, num_warps=warps)
+    elif nc:
         _out_kernel[(nc, Hv, Dv // bv_out)](
             q, k, g, a, hs, d, o, chunks, Hk, Hv, scale, L2NORM_EPS,
             DK=Dk, DV=Dv, BV=bv_out, PER_CHANNEL=per_channel, USE_L2NORM=l2, PREC=prec_out,
@@ -295,7 +292,8 @@ def gdn_chunked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tens
                 cu_seqlens: torch.Tensor | None = None, chunk_size: int = 64,
                 block_v: int | None = None, block_v_out: int | None = None,
                 num_warps: int | None = None, block_k: int | None = None,
-                dots: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                dots: str | None = None, block_k_out: int | None = None
+                ) -> tuple[torch.Tensor, torch.Tensor]:
     """Triton ``gdn_chunked``: q, k [B, T, Hk, Dk]; v [B, T, Hv, Dv]; g, beta [B, T, Hv];
     initial_state [N, Hv, Dk, Dv] fp32 or None. Returns o [B, T, Hv, Dv] (v.dtype) and the
     final state [N, Hv, Dk, Dv] fp32. ``chunk_size`` is ignored (64); ``block_v`` (value
@@ -303,9 +301,11 @@ def gdn_chunked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tens
     tuning knobs; ``block_k``: the WY stage's key channels in blocks of that many
     (:mod:`.delta_chunk_wy_blocked`; default min(32, Dk, Dv), 0 for the whole-tile kernel);
     ``dots``: "bf16" rounds the output stage's product operands to bf16 (default: tf32 for
-    16-bit inputs on NVIDIA, exact fp32 otherwise)."""
+    16-bit inputs on NVIDIA, exact fp32 otherwise); ``block_k_out``: the output stage's key
+    channels in blocks of that many (:mod:`.delta_chunk_out_blocked`; default ``OUT_BLOCK_K``,
+    0 for the whole-tile kernel)."""
     return _run("gdn_chunked", q, k, v, g, beta, initial_state, scale, use_qk_l2norm,
-                cu_seqlens, False, block_v, block_v_out, num_warps, block_k, dots)
+                cu_seqlens, False, block_v, block_v_out, num_warps, block_k, dots, block_k_out)
 
 
 def kda_chunked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
@@ -314,11 +314,12 @@ def kda_chunked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tens
                 cu_seqlens: torch.Tensor | None = None, chunk_size: int = 64,
                 block_v: int | None = None, block_v_out: int | None = None,
                 num_warps: int | None = None, block_k: int | None = None,
-                dots: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                dots: str | None = None, block_k_out: int | None = None
+                ) -> tuple[torch.Tensor, torch.Tensor]:
     """Triton ``kda_chunked``: as :func:`gdn_chunked` with g [B, T, Hv, Dk] (a log-decay per
     key channel)."""
     return _run("kda_chunked", q, k, v, g, beta, initial_state, scale, use_qk_l2norm,
-                cu_seqlens, True, block_v, block_v_out, num_warps, block_k, dots)
+                cu_seqlens, True, block_v, block_v_out, num_warps, block_k, dots, block_k_out)
 
 
 def _aot_specs():
@@ -365,6 +366,9 @@ def _aot_specs():
                    "PREC": "constexpr"}
             specs.append(AotSpec(f"delta_chunk_out[{kind},{dtype},{d}]", _out_kernel, out,
                                  {**flags, "BV": 64}, {"num_warps": 4}))
+            specs.append(AotSpec(f"delta_chunk_out_blocked[{kind},{dtype},{d},bk32]",
+                                 _out_blocked_kernel, {**out, "BK": "constexpr"},
+                                 {**flags, "BV": 64, "BK": 32}, {"num_warps": 4}))
     return specs
 
 

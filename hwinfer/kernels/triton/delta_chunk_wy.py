@@ -35,6 +35,30 @@ import triton.language as tl
 
 
 @triton.jit
+def _round_bf16(x):
+    """fp32 x rounded to the nearest bf16 (ties to even), kept in fp32, by integer arithmetic:
+    Triton 3.7.1's interpreter truncates ``.to(tl.bfloat16)`` toward zero (half of all values
+    off by one ulp, checked against torch), which doubled the emulated error of the bf16
+    products."""
+    u = x.to(tl.uint32, bitcast=True)
+    u = (u + 0x7FFF + ((u >> 16) & 1)) & 0xFFFF0000
+    return u.to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _mm(a, b, PREC: tl.constexpr):
+    """a @ b accumulated in fp32: PREC "bf16" rounds both operands to bf16 first (the tensor
+    cores' fastest input), else it is tl.dot's input_precision ("tf32" / "ieee")."""
+    if PREC == "bf16":
+        return tl.dot(a.to(tl.bfloat16), b.to(tl.bfloat16))
+    elif PREC == "bf16_rounded":  # the same math in fp32: Triton 3.7's interpreter gets bf16 dots wrong
+        return tl.dot(_round_bf16(a.to(tl.float32)), _round_bf16(b.to(tl.float32)),
+                      input_precision="ieee")
+    else:
+        return tl.dot(a, b, input_precision=PREC)
+
+
+@triton.jit
 def _qk_rows(ptr, tok0, n, i_hk, Hk, scale, eps, R0: tl.constexpr, NR: tl.constexpr,
              DK: tl.constexpr, USE_L2NORM: tl.constexpr):
     """Rows R0..R0+NR of q or k (head i_hk): [NR, DK] fp32, normalised and scaled; 0 past n."""

@@ -30,17 +30,17 @@ from hwinfer.kernels.triton.delta_chunk_wy import (
 
 
 @triton.jit
-def _inv_norm(ptr, tok0, n, i_hk, Hk, eps, R0: tl.constexpr, DK: tl.constexpr,
-              BK: tl.constexpr, USE_L2NORM: tl.constexpr):
-    """1 / ||row|| of rows R0 .. R0+15 of q or k (head i_hk), summed over channel blocks."""
+def _inv_norm(ptr, tok0, n, i_hk, Hk, eps, R0: tl.constexpr, NR: tl.constexpr,
+              DK: tl.constexpr, BK: tl.constexpr, USE_L2NORM: tl.constexpr):
+    """1 / ||row|| of rows R0 .. R0+NR-1 of q or k (head i_hk), summed over channel blocks."""
     if USE_L2NORM:
-        ss = tl.zeros([16], dtype=tl.float32)
+        ss = tl.zeros([NR], dtype=tl.float32)
         for c0 in range(0, DK, BK):
-            x = _head_rows(ptr, tok0, n, i_hk, Hk, c0, R0, 16, DK, BK)
+            x = _head_rows(ptr, tok0, n, i_hk, Hk, c0, R0, NR, DK, BK)
             ss += tl.sum(x * x, axis=1)
         return tl.rsqrt(ss + eps)
     else:
-        return tl.full([16], 1.0, tl.float32)
+        return tl.full([NR], 1.0, tl.float32)
 
 
 @triton.jit
@@ -87,14 +87,14 @@ def _wy_blocked_kernel(q_ptr, k_ptr, v_ptr, g_ptr, b_ptr, w_ptr, u_ptr, a_ptr, k
     b1 = tl.load(b_ptr + (tok0 + 16 + r16) * Hv + i_h, mask=16 + r16 < n, other=0.0).to(tl.float32)
     b2 = tl.load(b_ptr + (tok0 + 32 + r16) * Hv + i_h, mask=32 + r16 < n, other=0.0).to(tl.float32)
     b3 = tl.load(b_ptr + (tok0 + 48 + r16) * Hv + i_h, mask=48 + r16 < n, other=0.0).to(tl.float32)
-    nk0 = _inv_norm(k_ptr, tok0, n, i_hk, Hk, eps, 0, DK, BK, USE_L2NORM)
-    nk1 = _inv_norm(k_ptr, tok0, n, i_hk, Hk, eps, 16, DK, BK, USE_L2NORM)
-    nk2 = _inv_norm(k_ptr, tok0, n, i_hk, Hk, eps, 32, DK, BK, USE_L2NORM)
-    nk3 = _inv_norm(k_ptr, tok0, n, i_hk, Hk, eps, 48, DK, BK, USE_L2NORM)
+    nk0 = _inv_norm(k_ptr, tok0, n, i_hk, Hk, eps, 0, 16, DK, BK, USE_L2NORM)
+    nk1 = _inv_norm(k_ptr, tok0, n, i_hk, Hk, eps, 16, 16, DK, BK, USE_L2NORM)
+    nk2 = _inv_norm(k_ptr, tok0, n, i_hk, Hk, eps, 32, 16, DK, BK, USE_L2NORM)
+    nk3 = _inv_norm(k_ptr, tok0, n, i_hk, Hk, eps, 48, 16, DK, BK, USE_L2NORM)
     if PER_CHANNEL:
-        nq1 = _inv_norm(q_ptr, tok0, n, i_hk, Hk, eps, 16, DK, BK, USE_L2NORM) * scale
-        nq2 = _inv_norm(q_ptr, tok0, n, i_hk, Hk, eps, 32, DK, BK, USE_L2NORM) * scale
-        nq3 = _inv_norm(q_ptr, tok0, n, i_hk, Hk, eps, 48, DK, BK, USE_L2NORM) * scale
+        nq1 = _inv_norm(q_ptr, tok0, n, i_hk, Hk, eps, 16, 16, DK, BK, USE_L2NORM) * scale
+        nq2 = _inv_norm(q_ptr, tok0, n, i_hk, Hk, eps, 32, 16, DK, BK, USE_L2NORM) * scale
+        nq3 = _inv_norm(q_ptr, tok0, n, i_hk, Hk, eps, 48, 16, DK, BK, USE_L2NORM) * scale
     else:
         # GDN's decays are one scalar per token: their span sums are taken once
         L0, S0, T0 = _spans(g_ptr, tok0, n, i_h, Hv, 0, 0, DK, BK, False)

@@ -39,6 +39,9 @@ from hwinfer.ops.linear_attention_chunked import L2NORM_EPS, check_inputs
 
 _INTERPRET = INTERPRET
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32)
+# (value channels, warps) a program when few (sequence, head) rows or several tokens a step:
+# batch-1 decode of Qwen3.5 runs 16 heads x 128 channels as 128 one-warp programs.
+NARROW_TILE = (16, 1)
 
 
 @triton.jit
@@ -221,8 +224,9 @@ def _run(op: str, q, k, v, g, beta, initial_state, scale, use_qk_l2norm, cu_seql
     # on one warp. The interpreter pays per program and per op: one program per head there.
     if block_v is None:
         wide = T == 1 and n * Hv >= 512
-        block_v = Dv if _INTERPRET else (64 if wide else 16)
-        num_warps = num_warps or (4 if wide else 1)
+        block_v, warps = (64, 4) if wide else NARROW_TILE
+        block_v = Dv if _INTERPRET else block_v
+        num_warps = num_warps or warps
     bv = min(block_v, Dv)
     if bv < 1 or bv & (bv - 1):   # unmasked tiles: BV must divide the power-of-two Dv
         raise ValueError(f"{op} (triton): block_v={block_v} must be a power of two")
