@@ -165,8 +165,8 @@ def main() -> None:
                              ("out_bf16", dict(dots="bf16")),
                              ("out_bf16_bvo128", dict(dots="bf16", block_v_out=128))):
                 impls.append((f"triton_{name}", lambda *a, _f=tri, _kw=kw, **k: _f(*a, **_kw, **k)))
-        for variant in args.variant:
-            name, items = variant.split("@", 1)
+        for spec in args.variant:
+            name, items = spec.split("@", 1)
             impls.append((f"triton_{name}", variant(tri, [i.strip() for i in items.split(";")])))
         if FLA and not args.no_fla:
             impls.append(("fla", fla_call(kind)))

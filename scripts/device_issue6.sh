@@ -413,8 +413,9 @@ elif [ "$phase" = s11a ]; then
   echo "== bench_delta_chunk kda rc=$?"; grep -v "Warn\|warn" "$out/bench_delta_chunk_kda.err" | tail -12
   timeout 170 python3 scripts/bench_ablation.py --batch 1 --prompt 1024 --new 32 --groups none \
     --variant "t32w1@$R:NARROW_TILE=(32, 1)" --variant "t32w2@$R:NARROW_TILE=(32, 2)" \
-    --variant "t8w1@$R:NARROW_TILE=(8, 1)" --variant "t16w2@$R:NARROW_TILE=(16, 2)" \
-    --variant "t64w2@$R:NARROW_TILE=(64, 2)" > "$out/ablation.jsonl" 2> "$out/ablation.err"
+    --variant "t16w2@$R:NARROW_TILE=(16, 2)" --variant "t16w4@$R:NARROW_TILE=(16, 4)" \
+    --variant "t32w4@$R:NARROW_TILE=(32, 4)" --variant "t8w2@$R:NARROW_TILE=(8, 2)" \
+    --variant "default@$R:NARROW_TILE=(16, 1)" > "$out/ablation.jsonl" 2> "$out/ablation.err"
   echo "== ablation rc=$?"; cat "$out/ablation.jsonl" | cut -c1-200; grep -i "error\|Trace" "$out/ablation.err" | tail -5
 elif [ "$phase" = next10c ]; then
   # KDA vs fla with time for fla's first compiles (autotuning); DeepSeek-V4 b=32 against
