@@ -52,6 +52,7 @@
 #   bash scripts/device_issue6.sh next10c   # KDA vs fla, V4 b=32 transformers alone
 #   bash scripts/device_issue6.sh s11a      # eleventh session: chunked output stage in key
 #                                         # blocks, bf16 state products; recurrence tiles
+#   bash scripts/device_issue6.sh s11b      # paged prefetch, attention warps, chunked stages
 #   bash scripts/device_issue6.sh diagnose  # model oracle + CUDA-graph tests on the GPU, then
 #                                         # the failures again under HWINFER_SHADOW=raise, which
 #                                         # names the first op whose kernel leaves its reference
@@ -417,6 +418,23 @@ elif [ "$phase" = s11a ]; then
     --variant "t32w4@$R:NARROW_TILE=(32, 4)" --variant "t8w2@$R:NARROW_TILE=(8, 2)" \
     --variant "default@$R:NARROW_TILE=(16, 1)" > "$out/ablation.jsonl" 2> "$out/ablation.err"
   echo "== ablation rc=$?"; cat "$out/ablation.jsonl" | cut -c1-200; grep -i "error\|Trace" "$out/ablation.err" | tail -5
+elif [ "$phase" = s11b ]; then
+  # Eleventh session, second call: paged attention's first key tile loaded before the PDL wait
+  # and the two-warp recurrence tile on the card (strict suites, Qwen3.5 card tests); the b=1
+  # step with attention's warps as variants; the chunked stages' GPU time and registers.
+  P=hwinfer.kernels.triton.paged_attention; N=hwinfer.kernels.triton.norm_rope
+  strict 150 "paged or recurrent or rms_norm_rope or gdn_chunked or kda_chunked"
+  qwen_tests 150
+  timeout 200 python3 scripts/bench_ablation.py --batch 1 --prompt 1024 --new 32 --groups none \
+    --variant "noprefetch@$P:PREFETCH=False" --variant "split2@$P:SPLIT_WARPS=2" \
+    --variant "split8@$P:SPLIT_WARPS=8" --variant "combine1@$P:COMBINE_WARPS=1" \
+    --variant "combine2@$P:COMBINE_WARPS=2" --variant "kvstore1@$N:KV_STORE_WARPS=1" \
+    --variant "kvstore2@$N:KV_STORE_WARPS=2" --variant "default@$P:PREFETCH=True" \
+    > "$out/ablation.jsonl" 2> "$out/ablation.err"
+  echo "== ablation rc=$?"; cut -c1-200 "$out/ablation.jsonl"; grep -i "error\|Trace" "$out/ablation.err" | tail -5
+  timeout 150 python3 scripts/bench_delta_chunk.py --kinds gdn,kda --shapes 1x16384 --no-torch \
+    --no-fla --no-variants --breakdown > "$out/bench_delta_chunk.csv" 2> "$out/bench_delta_chunk.err"
+  echo "== bench_delta_chunk rc=$?"; grep -v "Warn\|warn" "$out/bench_delta_chunk.err" | cut -c1-150 | tail -60
 elif [ "$phase" = next10c ]; then
   # KDA vs fla with time for fla's first compiles (autotuning); DeepSeek-V4 b=32 against
   # transformers with our model not resident.

@@ -39,9 +39,10 @@ from hwinfer.ops.linear_attention_chunked import L2NORM_EPS, check_inputs
 
 _INTERPRET = INTERPRET
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32)
-# (value channels, warps) a program when few (sequence, head) rows or several tokens a step:
-# batch-1 decode of Qwen3.5 runs 16 heads x 128 channels as 128 one-warp programs.
-NARROW_TILE = (16, 1)
+# (value channels, warps) a program for one-token steps with few (sequence, head) rows: Qwen3.5's
+# batch-1 decode (16 heads x 128 channels) as 128 two-warp programs; on the H200 its step was
+# ~27 us faster than with one warp (docs/kernels.md, eleventh session).
+DECODE_TILE = (16, 2)
 
 
 @triton.jit
@@ -220,11 +221,11 @@ def _run(op: str, q, k, v, g, beta, initial_state, scale, use_qk_l2norm, cu_seql
         h0 = initial_state if pool else initial_state.to(torch.float32).contiguous()
     # Tuned on an H200 (scripts/bench_delta_rule.py, docs/kernels.md): single-token decode with
     # many (sequence, head) rows wants wide value blocks (64, 4 warps: 140 us vs 536 us for
-    # fla's 8-wide blocks at 256 x 16 heads); few rows or multi-token steps want 16-wide blocks
-    # on one warp. The interpreter pays per program and per op: one program per head there.
+    # fla's 8-wide blocks at 256 x 16 heads); few rows want 16-wide blocks (DECODE_TILE), and
+    # multi-token steps 16-wide blocks on one warp. The interpreter pays per program and per op:
+    # one program per head there.
     if block_v is None:
-        wide = T == 1 and n * Hv >= 512
-        block_v, warps = (64, 4) if wide else NARROW_TILE
+        block_v, warps = ((64, 4) if n * Hv >= 512 else DECODE_TILE) if T == 1 else (16, 1)
         block_v = Dv if _INTERPRET else block_v
         num_warps = num_warps or warps
     bv = min(block_v, Dv)

@@ -18,6 +18,8 @@ import triton.language as tl
 from hwinfer.kernels.triton.pdl import launch_kwargs, pdl_enter, pdl_ok
 
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32)
+# Warps of the decode kernel that also writes K/V (three programs at batch 1): a tuning constant.
+KV_STORE_WARPS = 4
 
 
 @triton.jit
@@ -186,7 +188,7 @@ def rms_norm_rope_kv_store(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         v.stride(0), v.stride(1), k_cache.stride(1), k_cache.stride(2), v_cache.stride(1),
         v_cache.stride(2), eps, weight_offset, start, cos.shape[1],
         HAS_WEIGHT=q_weight is not None, INTERLEAVED=interleaved, BLOCK_R=block_r, BLOCK=block,
-        BLOCK_V=triton.next_power_of_2(dv), num_warps=4, PDL=pdl_ok(q.device),
+        BLOCK_V=triton.next_power_of_2(dv), num_warps=KV_STORE_WARPS, PDL=pdl_ok(q.device),
         **launch_kwargs(q.device))
     return out
 
