@@ -196,7 +196,7 @@ def main() -> None:
             if args.breakdown:
                 breakdown(f"{op} {shape}", lambda: tri(**inputs))
                 breakdown(f"{op} {shape} bv16", lambda: tri(**inputs, block_v=16))
-                if FLA:
+                if FLA and not args.no_fla:
                     breakdown(f"{op} {shape} fla", lambda: fla_call(kind)(**inputs))
             if shape == "1x4096" and not args.quick:   # the reference, once
                 ms = triton.testing.do_bench(lambda: getattr(ref_la, op)(**inputs), warmup=1,
