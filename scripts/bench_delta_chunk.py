@@ -141,7 +141,8 @@ def main() -> None:
     parser.add_argument("--no-torch", action="store_true", help="skip the portable torch impl")
     parser.add_argument("--no-fla", action="store_true", help="skip fla (its first calls autotune)")
     parser.add_argument("--breakdown", action="store_true",
-                        help="GPU time of each kernel of the Triton impl (torch profiler)")
+                        help="GPU time of each kernel of the Triton impl and of each --variant "
+                             "(torch profiler)")
     parser.add_argument("--variant", action="append", default=[],
                         metavar="NAME@MODULE:ATTR=VALUE[;...]")
     parser.add_argument("--set", action="append", default=[], metavar="MODULE:ATTR=VALUE")
@@ -165,9 +166,10 @@ def main() -> None:
                              ("out_bf16", dict(dots="bf16")),
                              ("out_bf16_bvo128", dict(dots="bf16", block_v_out=128))):
                 impls.append((f"triton_{name}", lambda *a, _f=tri, _kw=kw, **k: _f(*a, **_kw, **k)))
-        for spec in args.variant:
-            name, items = spec.split("@", 1)
-            impls.append((f"triton_{name}", variant(tri, [i.strip() for i in items.split(";")])))
+        custom = [(f"triton_{spec.split('@', 1)[0]}",
+                   variant(tri, [i.strip() for i in spec.split("@", 1)[1].split(";")]))
+                  for spec in args.variant]
+        impls += custom
         if FLA and not args.no_fla:
             impls.append(("fla", fla_call(kind)))
         if not args.no_torch:
@@ -195,7 +197,8 @@ def main() -> None:
                       f"{err}", file=sys.stderr)
             if args.breakdown:
                 breakdown(f"{op} {shape}", lambda: tri(**inputs))
-                breakdown(f"{op} {shape} bv16", lambda: tri(**inputs, block_v=16))
+                for name, fn in custom:
+                    breakdown(f"{op} {shape} {name}", lambda: fn(**inputs))
                 if FLA and not args.no_fla:
                     breakdown(f"{op} {shape} fla", lambda: fla_call(kind)(**inputs))
             if shape == "1x4096" and not args.quick:   # the reference, once

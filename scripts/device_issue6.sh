@@ -432,9 +432,17 @@ elif [ "$phase" = s11b ]; then
     --variant "kvstore2@$N:KV_STORE_WARPS=2" --variant "default@$P:PREFETCH=True" \
     > "$out/ablation.jsonl" 2> "$out/ablation.err"
   echo "== ablation rc=$?"; cut -c1-200 "$out/ablation.jsonl"; grep -i "error\|Trace" "$out/ablation.err" | tail -5
-  timeout 150 python3 scripts/bench_delta_chunk.py --kinds gdn,kda --shapes 1x16384 --no-torch \
-    --no-fla --no-variants --breakdown > "$out/bench_delta_chunk.csv" 2> "$out/bench_delta_chunk.err"
-  echo "== bench_delta_chunk rc=$?"; grep -v "Warn\|warn" "$out/bench_delta_chunk.err" | cut -c1-150 | tail -60
+  D=hwinfer.kernels.triton.delta_chunk
+  V=(--variant "ow8@$D:OUT_LAUNCH=(8, None)" --variant "ow2@$D:OUT_LAUNCH=(2, None)"
+     --variant "os1@$D:OUT_LAUNCH=(4, 1)" --variant "sw2@$D:STATE_LAUNCH=(2, 2)"
+     --variant "ss1@$D:STATE_LAUNCH=(4, 1)" --variant "sw8@$D:STATE_LAUNCH=(8, 2)")
+  timeout 150 python3 scripts/bench_delta_chunk.py --kinds gdn --shapes 1x16384 --no-torch \
+    --no-fla --no-variants --breakdown --variant "dot@$D:GDN_SPAN='dot'" \
+    --variant "diff@$D:GDN_SPAN='diff'" "${V[@]}" > "$out/bench_delta_chunk.csv" 2> "$out/bench_delta_chunk.err"
+  echo "== bench_delta_chunk gdn rc=$?"; grep -v "Warn\|warn\|^# hwinfer" "$out/bench_delta_chunk.err" | cut -c1-150 | tail -75
+  timeout 120 python3 scripts/bench_delta_chunk.py --kinds kda --shapes 1x16384 --no-torch \
+    --no-fla --no-variants --breakdown "${V[@]}" > "$out/bench_delta_chunk_kda.csv" 2> "$out/bench_delta_chunk_kda.err"
+  echo "== bench_delta_chunk kda rc=$?"; grep -v "Warn\|warn\|^# hwinfer" "$out/bench_delta_chunk_kda.err" | cut -c1-150 | tail -75
 elif [ "$phase" = next10c ]; then
   # KDA vs fla with time for fla's first compiles (autotuning); DeepSeek-V4 b=32 against
   # transformers with our model not resident.

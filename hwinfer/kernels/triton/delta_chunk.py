@@ -51,7 +51,7 @@ from hwinfer.kernels.triton import INTERPRET, num_sms
 
 from hwinfer.kernels.triton.delta_chunk_out_blocked import _out_blocked_kernel, block_k_out_ok
 from hwinfer.kernels.triton.delta_chunk_wy import (
-    _g_rows, _head_rows, _kda_diag_kernel, _mm, _qk_rows, _store_rows, _wy_kernel,
+    _g_rows, _gdn_decay, _head_rows, _kda_diag_kernel, _mm, _qk_rows, _store_rows, _wy_kernel,
 )
 from hwinfer.kernels.triton.delta_chunk_wy_blocked import _wy_blocked_kernel, block_k_ok
 from hwinfer.ops.linear_attention_chunked import L2NORM_EPS, check_inputs
@@ -69,6 +69,14 @@ OUT_BLOCK_K = 0
 # The state stage's products (w S and k^T d): None keeps tf32 / exact fp32; "bf16" rounds the
 # operands (the carried state stays fp32), as fla does. A tuning constant to time on a card.
 STATE_DOTS: str | None = None
+# How the output stage forms GDN's intra-chunk decay exponents (delta_chunk_wy._gdn_decay):
+# "scan" (exact sums of each span), "dot" (the same sums by 3xTF32 products), "diff" (fla's
+# differences of cumulative sums). A tuning constant to time on a card.
+GDN_SPAN = "scan"
+# (num_warps, num_stages) of the state and output kernels on NVIDIA when a call names no
+# num_warps (stages None: Triton's default); see _run for what was measured.
+STATE_LAUNCH = (4, 2)
+OUT_LAUNCH = (4, None)
 
 
 @triton.jit
@@ -110,7 +118,8 @@ def _state_kernel(kg_ptr, ge_ptr, w_ptr, u_ptr, h0_ptr, hs_ptr, d_ptr, ht_ptr, s
 @triton.jit
 def _out_kernel(q_ptr, k_ptr, g_ptr, a_ptr, hs_ptr, d_ptr, o_ptr, tab_ptr, Hk, Hv, scale, eps,
                 DK: tl.constexpr, DV: tl.constexpr, BV: tl.constexpr,
-                PER_CHANNEL: tl.constexpr, USE_L2NORM: tl.constexpr, PREC: tl.constexpr):
+                PER_CHANNEL: tl.constexpr, USE_L2NORM: tl.constexpr, PREC: tl.constexpr,
+                SPAN: tl.constexpr):
     i_c = tl.program_id(0)
     i_h = tl.program_id(1)
     i_vb = tl.program_id(2)
@@ -130,9 +139,8 @@ def _out_kernel(q_ptr, k_ptr, g_ptr, a_ptr, hs_ptr, d_ptr, o_ptr, tab_ptr, Hk, H
     else:
         qg = q * tl.exp(G)[:, None]
         k = _qk_rows(k_ptr, tok0, n, i_hk, Hk, 1.0, eps, 0, 64, DK, USE_L2NORM)
-        # Decay from s to t as its own sum (G_t - G_s cancels when the decay is strong).
-        span = tl.cumsum(tl.where(r[:, None] > r[None, :], g[:, None], 0.0), axis=0)
-        e = tl.exp(tl.where(r[:, None] >= r[None, :], span, float("-inf")))
+        # Decay from s to t (delta_chunk_wy._gdn_decay: a sum of its own span by default).
+        e = _gdn_decay(g, 64, SPAN)
         p = _mm(q, tl.trans(k), PREC) * e
     h = tl.load(hs_ptr + (i_c.to(tl.int64) * Hv + i_h) * DK * DV
                 + tl.arange(0, DK)[:, None] * DV + c0 + tl.arange(0, BV)[None, :])
@@ -239,8 +247,10 @@ def _run(op: str, q, k, v, g, beta, initial_state, scale, use_qk_l2norm, cu_seql
     # their fp32 [64, 128] tiles at 4; the whole-tile WY kernel of KDA (q, k, G tiles) keeps 8.
     # The state kernel's loads pipelined 3 deep need 240 KB of shared memory (> 227 KB): 2 stages.
     warps_wy = num_warps or (8 if per_channel else 4)
-    warps = num_warps or 4
-    stages = {} if torch.version.hip else {"num_stages": 2}
+    state_warps, state_stages = STATE_LAUNCH
+    stages = {} if torch.version.hip or not state_stages else {"num_stages": state_stages}
+    out_warps, out_stages = OUT_LAUNCH
+    out_stages = {} if torch.version.hip or not out_stages else {"num_stages": out_stages}
     # tf32 matmuls for 16-bit inputs on NVIDIA (their own rounding is coarser); exact fp32
     # ("ieee") for fp32 inputs, and on AMD, where tf32 is not available on every chip.
     prec = "ieee" if v.dtype == torch.float32 or torch.version.hip else "tf32"
@@ -272,17 +282,17 @@ def _run(op: str, q, k, v, g, beta, initial_state, scale, use_qk_l2norm, cu_seql
     _state_kernel[(n * Hv, Dv // bv_state)](
         kg, ge, w, u, h0 if h0 is not None else ht, hs, d, ht, seqs, Hv,
         DK=Dk, DV=Dv, BV=bv_state, PER_CHANNEL=per_channel, HAS_H0=h0 is not None, PREC=prec_state,
-        num_warps=warps, **stages)
+        num_warps=num_warps or state_warps, **stages)
     if nc and block_k_out:
         _out_blocked_kernel[(nc, Hv, Dv // bv_out)](
             q, k, g, a, hs, d, o, chunks, Hk, Hv, scale, L2NORM_EPS,
             DK=Dk, DV=Dv, BV=bv_out, BK=block_k_out, PER_CHANNEL=per_channel, USE_L2NORM=l2,
-            PREC=prec_out, num_warps=warps)
+            PREC=prec_out, SPAN=GDN_SPAN, num_warps=num_warps or out_warps, **out_stages)
     elif nc:
         _out_kernel[(nc, Hv, Dv // bv_out)](
             q, k, g, a, hs, d, o, chunks, Hk, Hv, scale, L2NORM_EPS,
             DK=Dk, DV=Dv, BV=bv_out, PER_CHANNEL=per_channel, USE_L2NORM=l2, PREC=prec_out,
-            num_warps=warps)
+            SPAN=GDN_SPAN, num_warps=num_warps or out_warps, **out_stages)
     return o, ht
 
 
@@ -363,12 +373,12 @@ def _aot_specs():
                    "d_ptr": f32, "o_ptr": ptr, "tab_ptr": "*i32", "Hk": "i32", "Hv": "i32",
                    "scale": "fp32", "eps": "fp32", "DK": "constexpr", "DV": "constexpr",
                    "BV": "constexpr", "PER_CHANNEL": "constexpr", "USE_L2NORM": "constexpr",
-                   "PREC": "constexpr"}
+                   "PREC": "constexpr", "SPAN": "constexpr"}
             specs.append(AotSpec(f"delta_chunk_out[{kind},{dtype},{d}]", _out_kernel, out,
-                                 {**flags, "BV": 64}, {"num_warps": 4}))
+                                 {**flags, "BV": 64, "SPAN": "scan"}, {"num_warps": 4}))
             specs.append(AotSpec(f"delta_chunk_out_blocked[{kind},{dtype},{d},bk32]",
                                  _out_blocked_kernel, {**out, "BK": "constexpr"},
-                                 {**flags, "BV": 64, "BK": 32}, {"num_warps": 4}))
+                                 {**flags, "BV": 64, "BK": 32, "SPAN": "scan"}, {"num_warps": 4}))
     return specs
 
 

@@ -13,8 +13,8 @@ which spills at 4 warps (the H200's ptxas report) and made this stage 4.5x fla's
 3. GDN scales the rows by ``e^{G_t}`` (a scalar per token) after the product, then both add
    ``P d``.
 
-Every exponent is <= 0, and GDN's intra-chunk decay is a sum of g over its own span, as in
-``_out_kernel``. Selected by ``block_k_out`` in the drivers (module default ``OUT_BLOCK_K`` in
+Every exponent is <= 0, and GDN's intra-chunk decay is formed as in ``_out_kernel``
+(``delta_chunk_wy._gdn_decay``). Selected by ``block_k_out`` in the drivers (module default ``OUT_BLOCK_K`` in
 :mod:`.delta_chunk`).
 """
 from __future__ import annotations
@@ -22,7 +22,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from hwinfer.kernels.triton.delta_chunk_wy import _g_rows, _head_rows, _mm, _store_rows
+from hwinfer.kernels.triton.delta_chunk_wy import _g_rows, _gdn_decay, _head_rows, _mm, _store_rows
 from hwinfer.kernels.triton.delta_chunk_wy_blocked import _inv_norm
 
 
@@ -30,7 +30,7 @@ from hwinfer.kernels.triton.delta_chunk_wy_blocked import _inv_norm
 def _out_blocked_kernel(q_ptr, k_ptr, g_ptr, a_ptr, hs_ptr, d_ptr, o_ptr, tab_ptr, Hk, Hv, scale,
                         eps, DK: tl.constexpr, DV: tl.constexpr, BV: tl.constexpr,
                         BK: tl.constexpr, PER_CHANNEL: tl.constexpr, USE_L2NORM: tl.constexpr,
-                        PREC: tl.constexpr):
+                        PREC: tl.constexpr, SPAN: tl.constexpr):
     i_c = tl.program_id(0)
     i_h = tl.program_id(1)
     i_vb = tl.program_id(2)
@@ -62,9 +62,7 @@ def _out_blocked_kernel(q_ptr, k_ptr, g_ptr, a_ptr, hs_ptr, d_ptr, o_ptr, tab_pt
     else:
         g = _g_rows(g_ptr, tok0, n, i_h, Hv, 0, 64, DK, False)
         acc = acc * tl.exp(tl.cumsum(g, axis=0))[:, None]
-        # Decay from s to t as its own sum (G_t - G_s cancels when the decay is strong).
-        span = tl.cumsum(tl.where(r[:, None] > r[None, :], g[:, None], 0.0), axis=0)
-        p = s * tl.exp(tl.where(r[:, None] >= r[None, :], span, float("-inf")))
+        p = s * _gdn_decay(g, 64, SPAN)
     d = _head_rows(d_ptr, tok0, n, i_h, Hv, c0, 0, 64, DV, BV)
     o = acc + _mm(p, d, PREC)
     _store_rows(o_ptr, o, tok0, n, i_h, Hv, c0, 0, 64, DV, BV)

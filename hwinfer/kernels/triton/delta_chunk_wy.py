@@ -59,6 +59,27 @@ def _mm(a, b, PREC: tl.constexpr):
 
 
 @triton.jit
+def _gdn_decay(g, NR: tl.constexpr, SPAN: tl.constexpr):
+    """GDN's causal decay inside a tile of NR rows: [NR, NR], e^{g_{s+1} + .. + g_t} for t >= s,
+    0 above the diagonal. SPAN picks how the exponent is formed: "scan", a cumulative sum of g
+    over each column's own span (exact to fp32 rounding of the terms at any decay); "dot", the
+    same sums as a product of 0/1 masks with g (3xTF32 tensor-core products, ~fp32 accuracy);
+    "diff", G_t - G_s of one cumulative sum, as fla does, which loses ~|G| * 6e-8 absolute when
+    the decay is strong."""
+    r = tl.arange(0, NR)
+    if SPAN == "diff":
+        G = tl.cumsum(g, axis=0)
+        span = G[:, None] - G[None, :]
+    elif SPAN == "dot":
+        upto = tl.where(r[None, :] <= r[:, None], 1.0, 0.0)            # [t, k]: k <= t
+        after = tl.where(r[:, None] > r[None, :], g[:, None], 0.0)     # [k, s]: g_k for k > s
+        span = tl.dot(upto, after, input_precision="tf32x3")
+    else:
+        span = tl.cumsum(tl.where(r[:, None] > r[None, :], g[:, None], 0.0), axis=0)
+    return tl.exp(tl.where(r[:, None] >= r[None, :], span, float("-inf")))
+
+
+@triton.jit
 def _qk_rows(ptr, tok0, n, i_hk, Hk, scale, eps, R0: tl.constexpr, NR: tl.constexpr,
              DK: tl.constexpr, USE_L2NORM: tl.constexpr):
     """Rows R0..R0+NR of q or k (head i_hk): [NR, DK] fp32, normalised and scaled; 0 past n."""
