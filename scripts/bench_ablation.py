@@ -16,7 +16,9 @@ Groups (each a list of ops; the stand-ins return an input of the output's shape)
   attention     paged_attention -> q (needs Dk = Dv), rms_norm_rope_kv_store -> q
   non_gemv      all of the above together: what is left is the projections, norms and glue
 ``--groups none`` times the full step only. ``--variant NAME@MODULE:ATTR=VALUE[;...]`` (repeatable)
-times the full step again with those constants set, then restores them.
+times the full step again with those constants set, then restores them; ``--repeat N`` runs N
+rounds of (default, every variant) and ends with each variant's median saving over its round's
+default (a step drifts by ~20 us over a run: single differences of that size are noise).
 stdout: one JSON row per (batch, group or variant): graph replay ms and its difference to the
 full step.
 """
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 from pathlib import Path
 
@@ -80,6 +83,9 @@ def main() -> None:
                     help="after the runs, one JSON row per compiled Triton kernel: registers, "
                          "spills, warps (scripts/kernel_regs.py live_registers)")
     ap.add_argument("--variant", action="append", default=[], metavar="NAME@MODULE:ATTR=VALUE[;...]")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="rounds of (default step, every variant); with more than one, a last "
+                         "row per variant gives the median of its saving over its round's default")
     args = ap.parse_args()
     for item in args.set:
         set_constant(item)
@@ -90,14 +96,30 @@ def main() -> None:
         base = bench_hwinfer(model, batch, args.prompt, args.new, graphs=True)
         print(json.dumps({"batch": batch, "group": "full step", "replay_ms": base.get("graph_replay_ms"),
                           "step_ms": base["ms_per_step"]}), flush=True)
-        for vname, items in variants:
-            saved = [set_constant(item) for item in items]
-            try:
-                row = bench_hwinfer(model, batch, args.prompt, args.new, graphs=True)
-            finally:
-                for mod, name, old in saved:
-                    setattr(mod, name, old)
-            print(_row(base, row, batch=batch, variant=vname, set=items), flush=True)
+        # Variants in rounds, each against a fresh default step of its own round: a step drifts
+        # by ~20 us over a run (H200), so one-off differences of that size are noise.
+        paired = {vname: [] for vname, _ in variants}
+        for rnd in range(args.repeat if variants else 0):
+            if rnd:
+                base = bench_hwinfer(model, batch, args.prompt, args.new, graphs=True)
+                print(json.dumps({"batch": batch, "group": "full step", "round": rnd,
+                                  "replay_ms": base.get("graph_replay_ms"),
+                                  "step_ms": base["ms_per_step"]}), flush=True)
+            for vname, items in variants:
+                saved = [set_constant(item) for item in items]
+                try:
+                    row = bench_hwinfer(model, batch, args.prompt, args.new, graphs=True)
+                finally:
+                    for mod, name, old in saved:
+                        setattr(mod, name, old)
+                line = _row(base, row, batch=batch, variant=vname, set=items, round=rnd)
+                paired[vname].append(json.loads(line)["saved_ms"])
+                print(line, flush=True)
+        if args.repeat > 1:
+            for vname, diffs in paired.items():
+                print(json.dumps({"batch": batch, "variant": vname, "rounds": len(diffs),
+                                  "median_saved_ms": statistics.median(diffs),
+                                  "saved_ms": diffs}), flush=True)
         for group in [g for g in args.groups.split(",") if g != "none"]:
             saved = {name: getattr(ops, name) for name in STANDINS[group] if name in ops.choices}
             for name in saved:

@@ -53,6 +53,7 @@
 #   bash scripts/device_issue6.sh s11a      # eleventh session: chunked output stage in key
 #                                         # blocks, bf16 state products; recurrence tiles
 #   bash scripts/device_issue6.sh s11b      # paged prefetch, attention warps, chunked stages
+#   bash scripts/device_issue6.sh s11c      # raw q k^T, Qwen3.5 card tests, paired A/B rounds
 #   bash scripts/device_issue6.sh diagnose  # model oracle + CUDA-graph tests on the GPU, then
 #                                         # the failures again under HWINFER_SHADOW=raise, which
 #                                         # names the first op whose kernel leaves its reference
@@ -443,6 +444,28 @@ elif [ "$phase" = s11b ]; then
   timeout 120 python3 scripts/bench_delta_chunk.py --kinds kda --shapes 1x16384 --no-torch \
     --no-fla --no-variants --breakdown "${V[@]}" > "$out/bench_delta_chunk_kda.csv" 2> "$out/bench_delta_chunk_kda.err"
   echo "== bench_delta_chunk kda rc=$?"; grep -v "Warn\|warn\|^# hwinfer" "$out/bench_delta_chunk_kda.err" | cut -c1-150 | tail -75
+elif [ "$phase" = s11c ]; then
+  # Eleventh session, last call: the chunked output stage's raw q k^T (strict chunked suite, GDN
+  # stage times against fla); Qwen3.5 card tests with the new defaults (two-warp recurrence,
+  # paged prefetch); paged prefetch and split warps as paired A/B rounds; b=32 step.
+  P=hwinfer.kernels.triton.paged_attention; N=hwinfer.kernels.triton.norm_rope
+  D=hwinfer.kernels.triton.delta_chunk
+  strict 90 "gdn_chunked or kda_chunked"
+  qwen_tests 150
+  timeout 210 python3 scripts/bench_ablation.py --batch 1 --prompt 1024 --new 32 --groups none \
+    --repeat 3 --variant "noprefetch@$P:PREFETCH=False" --variant "split8@$P:SPLIT_WARPS=8" \
+    --variant "noprefetch_split8@$P:PREFETCH=False;$P:SPLIT_WARPS=8" \
+    --variant "kvstore2@$N:KV_STORE_WARPS=2" > "$out/ablation.jsonl" 2> "$out/ablation.err"
+  echo "== ablation rc=$?"; grep -v '"round"' "$out/ablation.jsonl" | cut -c1-220
+  grep -i "error\|Trace" "$out/ablation.err" | tail -5
+  timeout 60 python3 scripts/bench_ablation.py --batch 32 --prompt 1024 --new 32 --groups none \
+    > "$out/ablation_b32.jsonl" 2>&1
+  echo "== b32 rc=$?"; grep "^{" "$out/ablation_b32.jsonl"
+  timeout 120 python3 scripts/bench_delta_chunk.py --kinds gdn --shapes 1x16384,8x2048 --no-torch \
+    --no-variants --breakdown --variant "noraw@$D:RAW_QK=False" \
+    > "$out/bench_delta_chunk.csv" 2> "$out/bench_delta_chunk.err"
+  echo "== bench_delta_chunk rc=$?"; grep -v "Warn\|warn\|^# hwinfer\|at::native\|anonymous" \
+    "$out/bench_delta_chunk.err" | cut -c1-150 | tail -40
 elif [ "$phase" = next10c ]; then
   # KDA vs fla with time for fla's first compiles (autotuning); DeepSeek-V4 b=32 against
   # transformers with our model not resident.

@@ -73,6 +73,9 @@ STATE_DOTS: str | None = None
 # "scan" (exact sums of each span), "dot" (the same sums by 3xTF32 products), "diff" (fla's
 # differences of cumulative sums). A tuning constant to time on a card.
 GDN_SPAN = "scan"
+# GDN's q k^T in the output stage from the raw 16-bit rows, norms applied to the scores after
+# (exact products, half the operand bytes); False keeps the normalised fp32 rows at ``PREC``.
+RAW_QK = True
 # (num_warps, num_stages) of the state and output kernels on NVIDIA when a call names no
 # num_warps (stages None: Triton's default); see _run for what was measured.
 STATE_LAUNCH = (4, 2)
@@ -116,10 +119,19 @@ def _state_kernel(kg_ptr, ge_ptr, w_ptr, u_ptr, h0_ptr, hs_ptr, d_ptr, ht_ptr, s
 
 
 @triton.jit
+def _row_scale(x, scale, eps, USE_L2NORM: tl.constexpr):
+    """scale / ||row|| of each row of x (scale alone without the norm): [rows] fp32."""
+    if USE_L2NORM:
+        xf = x.to(tl.float32)
+        return scale * tl.rsqrt(tl.sum(xf * xf, axis=1) + eps)
+    return tl.full([x.shape[0]], 1.0, tl.float32) * scale
+
+
+@triton.jit
 def _out_kernel(q_ptr, k_ptr, g_ptr, a_ptr, hs_ptr, d_ptr, o_ptr, tab_ptr, Hk, Hv, scale, eps,
                 DK: tl.constexpr, DV: tl.constexpr, BV: tl.constexpr,
                 PER_CHANNEL: tl.constexpr, USE_L2NORM: tl.constexpr, PREC: tl.constexpr,
-                SPAN: tl.constexpr):
+                SPAN: tl.constexpr, RAW_QK: tl.constexpr):
     i_c = tl.program_id(0)
     i_h = tl.program_id(1)
     i_vb = tl.program_id(2)
@@ -128,20 +140,37 @@ def _out_kernel(q_ptr, k_ptr, g_ptr, a_ptr, hs_ptr, d_ptr, o_ptr, tab_ptr, Hk, H
     n = tl.load(tab_ptr + 2 * i_c + 1)
     c0 = i_vb * BV
     r = tl.arange(0, 64)
-    q = _qk_rows(q_ptr, tok0, n, i_hk, Hk, scale, eps, 0, 64, DK, USE_L2NORM)
     g = _g_rows(g_ptr, tok0, n, i_h, Hv, 0, 64, DK, PER_CHANNEL)
     G = tl.cumsum(g, axis=0)
     if PER_CHANNEL:
+        q = _qk_rows(q_ptr, tok0, n, i_hk, Hk, scale, eps, 0, 64, DK, USE_L2NORM)
         qg = q * tl.exp(G)
         # Aqk rows past n and entries above the diagonal were never written: mask them.
         p = tl.load(a_ptr + ((tok0 + r) * Hv + i_h)[:, None] * 64 + r[None, :],
                     mask=(r < n)[:, None] & (r[None, :] <= r[:, None]), other=0.0)
     else:
-        qg = q * tl.exp(G)[:, None]
-        k = _qk_rows(k_ptr, tok0, n, i_hk, Hk, 1.0, eps, 0, 64, DK, USE_L2NORM)
         # Decay from s to t (delta_chunk_wy._gdn_decay: a sum of its own span by default).
         e = _gdn_decay(g, 64, SPAN)
-        p = _mm(q, tl.trans(k), PREC) * e
+        if RAW_QK:
+            # 16-bit inputs: q k^T of the raw rows (their products are exact in the fp32
+            # accumulator) on the 16-bit tensor cores, both rows' norms applied to the scores
+            # after; on the interpreter (no 16-bit dots) the same product in fp32.
+            rows = ((tok0 + r) * Hk + i_hk)[:, None] * DK + tl.arange(0, DK)[None, :]
+            qr = tl.load(q_ptr + rows, mask=(r < n)[:, None], other=0.0)
+            kr = tl.load(k_ptr + rows, mask=(r < n)[:, None], other=0.0)
+            nq = _row_scale(qr, scale, eps, USE_L2NORM)
+            nk = _row_scale(kr, 1.0, eps, USE_L2NORM)
+            if RAW_QK == "native":
+                s = tl.dot(qr, tl.trans(kr))
+            else:
+                s = tl.dot(qr.to(tl.float32), tl.trans(kr.to(tl.float32)), input_precision="ieee")
+            p = s * (nq[:, None] * nk[None, :]) * e
+            qg = qr.to(tl.float32) * (nq * tl.exp(G))[:, None]
+        else:
+            q = _qk_rows(q_ptr, tok0, n, i_hk, Hk, scale, eps, 0, 64, DK, USE_L2NORM)
+            k = _qk_rows(k_ptr, tok0, n, i_hk, Hk, 1.0, eps, 0, 64, DK, USE_L2NORM)
+            qg = q * tl.exp(G)[:, None]
+            p = _mm(q, tl.trans(k), PREC) * e
     h = tl.load(hs_ptr + (i_c.to(tl.int64) * Hv + i_h) * DK * DV
                 + tl.arange(0, DK)[:, None] * DV + c0 + tl.arange(0, BV)[None, :])
     d = _head_rows(d_ptr, tok0, n, i_h, Hv, c0, 0, 64, DV, BV)
@@ -263,6 +292,8 @@ def _run(op: str, q, k, v, g, beta, initial_state, scale, use_qk_l2norm, cu_seql
     if STATE_DOTS not in (None, "bf16"):
         raise ValueError(f"{op} (triton): STATE_DOTS={STATE_DOTS!r} must be None or 'bf16'")
     prec_state = ("bf16_rounded" if _INTERPRET else "bf16") if STATE_DOTS == "bf16" else prec
+    raw_qk = (("fp32" if _INTERPRET else "native")
+              if RAW_QK and q.dtype in (torch.bfloat16, torch.float16) else "")
     block_k_out = OUT_BLOCK_K if block_k_out is None else block_k_out
     if block_k_out and not block_k_out_ok(block_k_out, Dk):
         raise ValueError(f"{op} (triton): block_k_out={block_k_out} must be a power of two >= 16 "
@@ -292,7 +323,7 @@ def _run(op: str, q, k, v, g, beta, initial_state, scale, use_qk_l2norm, cu_seql
         _out_kernel[(nc, Hv, Dv // bv_out)](
             q, k, g, a, hs, d, o, chunks, Hk, Hv, scale, L2NORM_EPS,
             DK=Dk, DV=Dv, BV=bv_out, PER_CHANNEL=per_channel, USE_L2NORM=l2, PREC=prec_out,
-            SPAN=GDN_SPAN, num_warps=num_warps or out_warps, **out_stages)
+            SPAN=GDN_SPAN, RAW_QK=raw_qk, num_warps=num_warps or out_warps, **out_stages)
     return o, ht
 
 
@@ -373,11 +404,13 @@ def _aot_specs():
                    "d_ptr": f32, "o_ptr": ptr, "tab_ptr": "*i32", "Hk": "i32", "Hv": "i32",
                    "scale": "fp32", "eps": "fp32", "DK": "constexpr", "DV": "constexpr",
                    "BV": "constexpr", "PER_CHANNEL": "constexpr", "USE_L2NORM": "constexpr",
-                   "PREC": "constexpr", "SPAN": "constexpr"}
+                   "PREC": "constexpr", "SPAN": "constexpr", "RAW_QK": "constexpr"}
             specs.append(AotSpec(f"delta_chunk_out[{kind},{dtype},{d}]", _out_kernel, out,
-                                 {**flags, "BV": 64, "SPAN": "scan"}, {"num_warps": 4}))
+                                 {**flags, "BV": 64, "SPAN": "scan", "RAW_QK": "native"},
+                                 {"num_warps": 4}))
             specs.append(AotSpec(f"delta_chunk_out_blocked[{kind},{dtype},{d},bk32]",
-                                 _out_blocked_kernel, {**out, "BK": "constexpr"},
+                                 _out_blocked_kernel,
+                                 {**{k: v for k, v in out.items() if k != "RAW_QK"}, "BK": "constexpr"},
                                  {**flags, "BV": 64, "BK": 32, "SPAN": "scan"}, {"num_warps": 4}))
     return specs
 
