@@ -151,7 +151,7 @@ def _out_kernel(q_ptr, k_ptr, g_ptr, a_ptr, hs_ptr, d_ptr, o_ptr, tab_ptr, Hk, H
     else:
         # Decay from s to t (delta_chunk_wy._gdn_decay: a sum of its own span by default).
         e = _gdn_decay(g, 64, SPAN)
-        if RAW_QK:
+        if RAW_QK != "":
             # 16-bit inputs: q k^T of the raw rows (their products are exact in the fp32
             # accumulator) on the 16-bit tensor cores, both rows' norms applied to the scores
             # after; on the interpreter (no 16-bit dots) the same product in fp32.
