@@ -54,6 +54,7 @@
 #                                         # blocks, bf16 state products; recurrence tiles
 #   bash scripts/device_issue6.sh s11b      # paged prefetch, attention warps, chunked stages
 #   bash scripts/device_issue6.sh s11c      # raw q k^T, Qwen3.5 card tests, paired A/B rounds
+#   bash scripts/device_issue6.sh s11d      # final step figures (prefetch removed), split warps
 #   bash scripts/device_issue6.sh diagnose  # model oracle + CUDA-graph tests on the GPU, then
 #                                         # the failures again under HWINFER_SHADOW=raise, which
 #                                         # names the first op whose kernel leaves its reference
@@ -420,6 +421,7 @@ elif [ "$phase" = s11a ]; then
     --variant "default@$R:NARROW_TILE=(16, 1)" > "$out/ablation.jsonl" 2> "$out/ablation.err"
   echo "== ablation rc=$?"; cat "$out/ablation.jsonl" | cut -c1-200; grep -i "error\|Trace" "$out/ablation.err" | tail -5
 elif [ "$phase" = s11b ]; then
+  # (PREFETCH was removed after s11c: it cost the step 24 us.)
   # Eleventh session, second call: paged attention's first key tile loaded before the PDL wait
   # and the two-warp recurrence tile on the card (strict suites, Qwen3.5 card tests); the b=1
   # step with attention's warps as variants; the chunked stages' GPU time and registers.
@@ -445,7 +447,8 @@ elif [ "$phase" = s11b ]; then
     --no-fla --no-variants --breakdown "${V[@]}" > "$out/bench_delta_chunk_kda.csv" 2> "$out/bench_delta_chunk_kda.err"
   echo "== bench_delta_chunk kda rc=$?"; grep -v "Warn\|warn\|^# hwinfer" "$out/bench_delta_chunk_kda.err" | cut -c1-150 | tail -75
 elif [ "$phase" = s11c ]; then
-  # Eleventh session, last call: the chunked output stage's raw q k^T (strict chunked suite, GDN
+  # (PREFETCH was removed after this run.)
+  # Eleventh session, third call: the chunked output stage's raw q k^T (strict chunked suite, GDN
   # stage times against fla); Qwen3.5 card tests with the new defaults (two-warp recurrence,
   # paged prefetch); paged prefetch and split warps as paired A/B rounds; b=32 step.
   P=hwinfer.kernels.triton.paged_attention; N=hwinfer.kernels.triton.norm_rope
@@ -466,6 +469,14 @@ elif [ "$phase" = s11c ]; then
     > "$out/bench_delta_chunk.csv" 2> "$out/bench_delta_chunk.err"
   echo "== bench_delta_chunk rc=$?"; grep -v "Warn\|warn\|^# hwinfer\|at::native\|anonymous" \
     "$out/bench_delta_chunk.err" | cut -c1-150 | tail -40
+elif [ "$phase" = s11d ]; then
+  # Eleventh session, last call: paged attention back to its loads after the PDL wait; strict
+  # paged suite; the final step figures at b=1 / 32 by group, with 8 split warps in paired rounds.
+  P=hwinfer.kernels.triton.paged_attention
+  strict 60 "paged"
+  timeout 200 python3 scripts/bench_ablation.py --batch 1,32 --prompt 1024 --new 32 --groups non_gemv \
+    --repeat 2 --variant "split8@$P:SPLIT_WARPS=8" > "$out/ablation.jsonl" 2> "$out/ablation.err"
+  echo "== ablation rc=$?"; cut -c1-220 "$out/ablation.jsonl"; grep -i "error\|Trace" "$out/ablation.err" | tail -5
 elif [ "$phase" = next10c ]; then
   # KDA vs fla with time for fla's first compiles (autotuning); DeepSeek-V4 b=32 against
   # transformers with our model not resident.

@@ -36,10 +36,9 @@ from hwinfer.kernels.triton.pdl import launch_kwargs, pdl_enter, pdl_ok
 
 _LOG2E = 1.4426950408889634
 MAX_SPLITS = 32
-# Load the first key tile's cached rows before the PDL wait (see _paged_split_kernel).
-PREFETCH = True
 # Warps of the split kernel (None: 8 for head dims >= 512 or wide row blocks, else 4) and of the
-# combine kernel: tuning constants, timed in a decode step by scripts/bench_ablation.py.
+# combine kernel: tuning constants, timed in a decode step by scripts/bench_ablation.py
+# (docs/kernels.md, eleventh session).
 SPLIT_WARPS: int | None = None
 COMBINE_WARPS = 4
 
@@ -90,45 +89,6 @@ def _finish(acc, m, l, rows, row_ok, cols, b, hkv, G, SQ, DV, sink_ptr, gate_ptr
 
 
 @triton.jit
-def _kv_tile(k_ptr, v_ptr, table_ptr, b64, hkv, pos, mask, dk, dv, DK, DV, BLOCK_SIZE,
-             stride_tb, stride_kb, stride_kt, stride_kh, stride_vb, stride_vt, stride_vh,
-             SHARED_KV: tl.constexpr, LOWP: tl.constexpr):
-    """K and V rows of key positions ``pos`` [BLOCK_N] through the block table (0 where not
-    ``mask``): [BLOCK_N, BDK], [BLOCK_N, BDV], in the cache dtype when LOWP else fp32."""
-    blk = tl.where(mask, tl.load(table_ptr + b64 * stride_tb + pos // BLOCK_SIZE, mask=mask, other=0), 0)
-    slot = blk.to(tl.int64) * stride_kb + (pos % BLOCK_SIZE) * stride_kt
-    kt = tl.load(k_ptr + slot[:, None] + hkv * stride_kh + dk[None, :],
-                 mask=mask[:, None] & (dk < DK)[None, :], other=0.0).to(tl.float32)
-    if LOWP:
-        kt = kt.to(k_ptr.dtype.element_ty)
-    if SHARED_KV:
-        vt = kt
-    else:
-        vslot = blk.to(tl.int64) * stride_vb + (pos % BLOCK_SIZE) * stride_vt
-        vt = tl.load(v_ptr + vslot[:, None] + hkv * stride_vh + dv[None, :],
-                     mask=mask[:, None] & (dv < DV)[None, :], other=0.0).to(tl.float32)
-        if LOWP:
-            vt = vt.to(v_ptr.dtype.element_ty)
-    return kt, vt
-
-
-@triton.jit
-def _attend_tile(q, kt, vt, pos, ok, qpos, m, l, acc, qk_scale, W, HAS_WINDOW: tl.constexpr):
-    """One online-softmax step over the key tile (kt, vt) at positions ``pos``: (m, l, acc)."""
-    s = tl.dot(q, tl.trans(kt), input_precision="ieee") * qk_scale
-    vis = ok[None, :] & (pos[None, :] <= qpos[:, None])
-    if HAS_WINDOW:
-        vis = vis & (pos[None, :] > qpos[:, None] - W)
-    s = tl.where(vis, s, float("-inf"))
-    m_new = tl.maximum(m, tl.max(s, axis=1))
-    alpha = tl.exp2(m - m_new)
-    p = tl.exp2(s - m_new[:, None])
-    l = l * alpha + tl.sum(p, axis=1)
-    acc = acc * alpha[:, None] + tl.dot(p.to(vt.dtype), vt, input_precision="ieee")
-    return m_new, l, acc
-
-
-@triton.jit
 def _paged_split_kernel(
         q_ptr, k_ptr, v_ptr, table_ptr, seq_ptr, sink_ptr, gate_ptr, out_ptr,
         pm_ptr, pl_ptr, pacc_ptr,
@@ -138,10 +98,8 @@ def _paged_split_kernel(
         stride_gb, stride_gq, stride_gh, stride_ob, stride_oq, stride_oh,
         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BDK: tl.constexpr, BDV: tl.constexpr,
         SHARED_KV: tl.constexpr, HAS_WINDOW: tl.constexpr, HAS_SINK: tl.constexpr,
-        HAS_GATE: tl.constexpr, SINGLE: tl.constexpr, LOWP: tl.constexpr,
-        PREFETCH: tl.constexpr, PDL: tl.constexpr):
-    if not PREFETCH:
-        pdl_enter(PDL)  # q and the new tokens' K/V come from the kernel just before
+        HAS_GATE: tl.constexpr, SINGLE: tl.constexpr, LOWP: tl.constexpr, PDL: tl.constexpr):
+    pdl_enter(PDL)  # q and the new token's K/V come from the kernel just before
     pid = tl.program_id(0)
     sp = tl.program_id(1)
     nsplit = tl.num_programs(1)
@@ -155,37 +113,15 @@ def _paged_split_kernel(
     if start >= end:
         return  # nothing visible here; the combine skips this split
 
-    dk = tl.arange(0, BDK)
-    dv = tl.arange(0, BDV)
-    b64 = b.to(tl.int64)
-    offs_n = tl.arange(0, BLOCK_N)
-    pos = start + offs_n
-    ok = pos < end  # start >= lo: entries before the window are never read
-    if PREFETCH:
-        # The first tile's cached rows before the PDL wait (pdl.py): only the new tokens' rows
-        # (positions >= L - SQ) come from the kernel just before; seq_lens and the block table
-        # are older. The new rows are loaded after the wait and merged in.
-        new = pos >= L - SQ
-        kt, vt = _kv_tile(k_ptr, v_ptr, table_ptr, b64, hkv, pos, ok & (pos < L - SQ), dk, dv,
-                          DK, DV, BLOCK_SIZE, stride_tb, stride_kb, stride_kt, stride_kh,
-                          stride_vb, stride_vt, stride_vh, SHARED_KV, LOWP)
-        pdl_enter(PDL)
-        kn, vn = _kv_tile(k_ptr, v_ptr, table_ptr, b64, hkv, pos, ok & new, dk, dv,
-                          DK, DV, BLOCK_SIZE, stride_tb, stride_kb, stride_kt, stride_kh,
-                          stride_vb, stride_vt, stride_vh, SHARED_KV, LOWP)
-        kt = tl.where(new[:, None], kn, kt)
-        vt = tl.where(new[:, None], vn, vt)
-    else:
-        kt, vt = _kv_tile(k_ptr, v_ptr, table_ptr, b64, hkv, pos, ok, dk, dv, DK, DV,
-                          BLOCK_SIZE, stride_tb, stride_kb, stride_kt, stride_kh,
-                          stride_vb, stride_vt, stride_vh, SHARED_KV, LOWP)
-
     rows = mb * BLOCK_M + tl.arange(0, BLOCK_M)
     row_ok = rows < G * SQ
     g = rows // SQ
     j = rows % SQ
     head = hkv * G + g
     qpos = L - SQ + j  # absolute position of each row's query
+    dk = tl.arange(0, BDK)
+    dv = tl.arange(0, BDV)
+    b64 = b.to(tl.int64)
     qp = q_ptr + b64 * stride_qb + j[:, None] * stride_qq + head[:, None] * stride_qh + dk[None, :]
     q = tl.load(qp, mask=row_ok[:, None] & (dk < DK)[None, :], other=0.0).to(tl.float32)
     if LOWP:
@@ -194,14 +130,37 @@ def _paged_split_kernel(
     m = tl.full((BLOCK_M,), -1.0e30, tl.float32)  # finite: exp2(m - m) = 1, never NaN
     l = tl.zeros((BLOCK_M,), tl.float32)
     acc = tl.zeros((BLOCK_M, BDV), tl.float32)
-    m, l, acc = _attend_tile(q, kt, vt, pos, ok, qpos, m, l, acc, qk_scale, W, HAS_WINDOW)
-    for p0 in range(start + BLOCK_N, end, BLOCK_N):
+    offs_n = tl.arange(0, BLOCK_N)
+    for p0 in range(start, end, BLOCK_N):
         pos = p0 + offs_n
-        ok = pos < end
-        kt, vt = _kv_tile(k_ptr, v_ptr, table_ptr, b64, hkv, pos, ok, dk, dv, DK, DV,
-                          BLOCK_SIZE, stride_tb, stride_kb, stride_kt, stride_kh,
-                          stride_vb, stride_vt, stride_vh, SHARED_KV, LOWP)
-        m, l, acc = _attend_tile(q, kt, vt, pos, ok, qpos, m, l, acc, qk_scale, W, HAS_WINDOW)
+        ok = pos < end  # start >= lo: entries before the window are never read
+        blk = tl.load(table_ptr + b64 * stride_tb + pos // BLOCK_SIZE, mask=ok, other=0)
+        slot = tl.where(ok, blk, 0).to(tl.int64) * stride_kb + (pos % BLOCK_SIZE) * stride_kt
+        kp = k_ptr + slot[:, None] + hkv * stride_kh + dk[None, :]
+        kt = tl.load(kp, mask=ok[:, None] & (dk < DK)[None, :], other=0.0).to(tl.float32)
+        if LOWP:
+            kt = kt.to(k_ptr.dtype.element_ty)
+        s = tl.dot(q, tl.trans(kt), input_precision="ieee") * qk_scale
+        vis = ok[None, :] & (pos[None, :] <= qpos[:, None])
+        if HAS_WINDOW:
+            vis = vis & (pos[None, :] > qpos[:, None] - W)
+        s = tl.where(vis, s, float("-inf"))
+        m_new = tl.maximum(m, tl.max(s, axis=1))
+        alpha = tl.exp2(m - m_new)
+        p = tl.exp2(s - m_new[:, None])
+        l = l * alpha + tl.sum(p, axis=1)
+        if SHARED_KV:
+            vt = kt
+        else:
+            vslot = tl.where(ok, blk, 0).to(tl.int64) * stride_vb + (pos % BLOCK_SIZE) * stride_vt
+            vp = v_ptr + vslot[:, None] + hkv * stride_vh + dv[None, :]
+            vt = tl.load(vp, mask=ok[:, None] & (dv < DV)[None, :], other=0.0).to(tl.float32)
+            if LOWP:
+                vt = vt.to(v_ptr.dtype.element_ty)
+        if LOWP:
+            p = p.to(v_ptr.dtype.element_ty)
+        acc = acc * alpha[:, None] + tl.dot(p, vt, input_precision="ieee")
+        m = m_new
 
     if SINGLE:
         _finish(acc, m, l, rows, row_ok, dv, b, hkv, G, SQ, DV, sink_ptr, gate_ptr, out_ptr,
@@ -332,8 +291,7 @@ def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
         gt.stride(0), gt.stride(1), gt.stride(2), out.stride(0), out.stride(1), out.stride(2),
         BLOCK_M=bm, BLOCK_N=bn, BDK=bdk, BDV=bdv, SHARED_KV=shared, HAS_WINDOW=window is not None,
         HAS_SINK=sinks is not None, HAS_GATE=gate is not None, SINGLE=nsplit == 1, LOWP=lowp,
-        PREFETCH=PREFETCH, num_warps=warps, num_stages=num_stages, PDL=pdl_ok(q.device),
-        **launch_kwargs(q.device))
+        num_warps=warps, num_stages=num_stages, PDL=pdl_ok(q.device), **launch_kwargs(q.device))
     if nsplit > 1:
         bc = min(128, bdv)
         _paged_combine_kernel[(p0, triton.cdiv(dv, bc))](
@@ -402,13 +360,12 @@ def _aot_specs():
         const = {"BLOCK_M": bm, "BLOCK_N": 16 if dt == "fp32" else 32 if d >= 512 else 64,
                  "BDK": d, "BDV": d,
                  "SHARED_KV": shared, "HAS_WINDOW": window_sink, "HAS_SINK": window_sink,
-                 "HAS_GATE": gate, "SINGLE": single, "LOWP": dt != "fp32", "PREFETCH": False,
-                 "PDL": False}
+                 "HAS_GATE": gate, "SINGLE": single, "LOWP": dt != "fp32", "PDL": False}
         specs.append(AotSpec(f"paged_split[{name}]", _paged_split_kernel, sig, const,
                              {"num_warps": 8 if d >= 512 else 4, "num_stages": 2}))
         if name == "qwen35":  # the launch the decode step makes on sm_90+ (PDL)
             specs.append(AotSpec("paged_split[qwen35,pdl]", _paged_split_kernel, sig,
-                                 {**const, "PREFETCH": True, "PDL": True}, {"num_warps": 4, "num_stages": 2},
+                                 {**const, "PDL": True}, {"num_warps": 4, "num_stages": 2},
                                  ("sm_90", "sm_100")))
     specs.append(AotSpec("paged_combine[bf16,gate]", _paged_combine_kernel,
                          _sig(_paged_combine_kernel, {"out_ptr": "*bf16", "gate_ptr": "*bf16",
