@@ -55,6 +55,7 @@
 #   bash scripts/device_issue6.sh s11b      # paged prefetch, attention warps, chunked stages
 #   bash scripts/device_issue6.sh s11c      # raw q k^T, Qwen3.5 card tests, paired A/B rounds
 #   bash scripts/device_issue6.sh s11d      # final step figures (prefetch removed), split warps
+#   bash scripts/device_issue6.sh s11e      # strict paged suite with 8 split warps
 #   bash scripts/device_issue6.sh diagnose  # model oracle + CUDA-graph tests on the GPU, then
 #                                         # the failures again under HWINFER_SHADOW=raise, which
 #                                         # names the first op whose kernel leaves its reference
@@ -477,6 +478,9 @@ elif [ "$phase" = s11d ]; then
   timeout 200 python3 scripts/bench_ablation.py --batch 1,32 --prompt 1024 --new 32 --groups non_gemv \
     --repeat 2 --variant "split8@$P:SPLIT_WARPS=8" > "$out/ablation.jsonl" 2> "$out/ablation.err"
   echo "== ablation rc=$?"; cut -c1-220 "$out/ablation.jsonl"; grep -i "error\|Trace" "$out/ablation.err" | tail -5
+elif [ "$phase" = s11e ]; then
+  # Eleventh session: the strict paged suite with 8 split warps from head dim 256.
+  strict 90 "paged"
 elif [ "$phase" = next10c ]; then
   # KDA vs fla with time for fla's first compiles (autotuning); DeepSeek-V4 b=32 against
   # transformers with our model not resident.

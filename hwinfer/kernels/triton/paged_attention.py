@@ -36,7 +36,7 @@ from hwinfer.kernels.triton.pdl import launch_kwargs, pdl_enter, pdl_ok
 
 _LOG2E = 1.4426950408889634
 MAX_SPLITS = 32
-# Warps of the split kernel (None: 8 for head dims >= 512 or wide row blocks, else 4) and of the
+# Warps of the split kernel (None: 8 for head dims >= 256 or wide row blocks, else 4) and of the
 # combine kernel: tuning constants, timed in a decode step by scripts/bench_ablation.py
 # (docs/kernels.md, eleventh session).
 SPLIT_WARPS: int | None = None
@@ -274,7 +274,9 @@ def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
     capacity = block_table.shape[1] * block_size
     bm, n_mb, bn, split, nsplit = _plan(bsz, hkv, rows, bdk, bdv, capacity, q.device, lowp,
                                         block_m, block_n, split)
-    warps = num_warps or SPLIT_WARPS or (8 if max(bdk, bdv) >= 512 or bm * max(bdk, bdv) >= 8192 else 4)
+    # 8 warps from head dim 256 (Qwen3.5's decode step 10-11 us faster at b=1 and 32 than with 4
+    # in paired rounds on the H200, docs/kernels.md), for wide row blocks, else 4.
+    warps = num_warps or SPLIT_WARPS or (8 if max(bdk, bdv) >= 256 or bm * max(bdk, bdv) >= 8192 else 4)
     table = block_table if block_table.stride(1) == 1 else block_table.contiguous()
     sink = sinks.contiguous() if sinks is not None else out
     gt = gate if gate is not None else out
@@ -362,10 +364,10 @@ def _aot_specs():
                  "SHARED_KV": shared, "HAS_WINDOW": window_sink, "HAS_SINK": window_sink,
                  "HAS_GATE": gate, "SINGLE": single, "LOWP": dt != "fp32", "PDL": False}
         specs.append(AotSpec(f"paged_split[{name}]", _paged_split_kernel, sig, const,
-                             {"num_warps": 8 if d >= 512 else 4, "num_stages": 2}))
+                             {"num_warps": 8 if d >= 256 else 4, "num_stages": 2}))
         if name == "qwen35":  # the launch the decode step makes on sm_90+ (PDL)
             specs.append(AotSpec("paged_split[qwen35,pdl]", _paged_split_kernel, sig,
-                                 {**const, "PDL": True}, {"num_warps": 4, "num_stages": 2},
+                                 {**const, "PDL": True}, {"num_warps": 8, "num_stages": 2},
                                  ("sm_90", "sm_100")))
     specs.append(AotSpec("paged_combine[bf16,gate]", _paged_combine_kernel,
                          _sig(_paged_combine_kernel, {"out_ptr": "*bf16", "gate_ptr": "*bf16",
