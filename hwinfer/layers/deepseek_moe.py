@@ -25,20 +25,19 @@ from hwinfer.loader.weights import Layout
 
 
 class ClampedSwiGLU(nn.Module):
-    """Shared expert: ``w2(silu(min(w1 x, limit)) * clamp(w3 x, -limit, limit))``; [T, H] -> [T, H]."""
+    """Shared expert: ``w2(silu(min(w1 x, limit)) * clamp(w3 x, -limit, limit))``; [T, H] -> [T, H]
+    (the clamps and the product one ``gated_act``)."""
 
-    def __init__(self, hidden: int, inter: int, limit: float | None, dtype: torch.dtype) -> None:
+    def __init__(self, ops: OpTable, hidden: int, inter: int, limit: float | None,
+                 dtype: torch.dtype) -> None:
         super().__init__()
         self.w1 = Linear(hidden, inter, dtype=dtype)
         self.w2 = Linear(inter, hidden, dtype=dtype)
         self.w3 = Linear(hidden, inter, dtype=dtype)
-        self.limit = limit
+        self.limit, self.ops = limit, ops
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gate, up = self.w1(x), self.w3(x)
-        if self.limit is not None:
-            gate, up = gate.clamp(max=self.limit), up.clamp(-self.limit, self.limit)
-        return self.w2(F.silu(gate) * up)
+        return self.w2(self.ops.gated_act(self.w1(x), self.w3(x), activation="silu", limit=self.limit))
 
 
 class Router(nn.Module):
@@ -69,7 +68,8 @@ class DeepseekMoE(nn.Module):
         self.limit = cfg.get("swiglu_limit")
         self.gate = Router(h, experts, cfg["vocab_size"], self.top_k, hashed, dtype)
         self.experts = Experts(experts, h, inter, dtype)
-        self.shared_experts = ClampedSwiGLU(h, inter * cfg.get("n_shared_experts", 1), self.limit, dtype)
+        self.shared_experts = ClampedSwiGLU(ops, h, inter * cfg.get("n_shared_experts", 1), self.limit,
+                                            dtype)
         self.ops = ops
 
     def add_expert_entries(self, layout: Layout, prefix: str, ours: str, fused: bool) -> None:

@@ -193,14 +193,21 @@ class Compressor(nn.Module):
         and ``emitted`` [B] instead, and ``kv_store_fp8_ds_mla`` packs only the rows whose
         window closed (a device-side mask)."""
         b, m = step.batch, self.ratio
-        start = (b.positions // m) * m
-        req = torch.arange(b.num_requests, device=kv.device)
-        store, rows = cache[self.name].flatten(0, 1), b.rows_for(start, req, m)
+
+        def window_starts() -> tuple[torch.Tensor, torch.Tensor]:
+            start = (b.positions // m) * m   # each request's current window (one token each)
+            return start, b.rows_for(start, torch.arange(b.num_requests, device=kv.device), m)
+
+        # Shared by every compressor of this ratio in the step (main and indexer ones).
+        start, rows = b.shared(("window_start_rows", m), window_starts)
+        rope = b.shared(("window_start_rope", m, self.rope.dim, self.rope.base,
+                         repr(self.rope.scaling)), lambda: self.rope.tables(self.ops, start))
+        store = cache[self.name].flatten(0, 1)
         packed = store.dtype == torch.uint8
         entries, emitted, _, _ = self.ops.kv_compress_step(
             kv, score, b.positions, cache[f"{self.name}_kv"], cache[f"{self.name}_score"], self.ape,
             self.norm.weight, ratio=m, overlap=self.overlap, eps=self.eps,
-            rope=self.rope.tables(self.ops, start), rope_dim=self.rope.dim, state_slots=b.slots,
+            rope=rope, rope_dim=self.rope.dim, state_slots=b.slots,
             entry_store=None if packed else store, entry_rows=None if packed else rows)
         if packed:  # one kernel packs the closed windows' entries into their rows
             self.ops.kv_store_fp8_ds_mla(entries.to(dtype), store, rows, emitted)
@@ -228,25 +235,35 @@ class Indexer(nn.Module):
         q = self.ops.apply_rope(self.wq_b(qr).view(t, self.heads, self.dim), cos, sin,
                                 start=self.dim - self.rope.dim, interleaved=True)
         weights = self.weights_proj(x).float() * self.heads ** -0.5
-        rows = None
+        b, m = step.batch, self.ratio
         if cache is not None and step.decode:
             # Decode scores the entry store in place through every request's entry rows at the
             # batch's length bound (fixed width, no host value: CUDA graphs); padding rows -> 0.
             self.compressor.update(x, step, cache)
-            width = step.batch.seq_len_bound // self.ratio
-            rows = step.batch.entry_rows(self.ratio).clamp(min=0).flatten()
             keys = cache[self.compressor.name].flatten(0, 1)
-            starts = torch.arange(step.batch.num_requests, device=x.device) * width
+
+            def ranges() -> tuple[torch.Tensor, ...]:
+                starts = torch.arange(b.num_requests, device=x.device) * (b.seq_len_bound // m)
+                return (b.entry_rows(m).clamp(min=0).flatten(), *self._ranges(starts, step))
+
+            # The same for every indexer of this ratio in the step.
+            rows, base, base32, end32 = b.shared(("indexer_ranges", m), ranges)
         else:
             keys, starts = self.compressor.entries(x, step, cache)
-        base = starts[step.requests]
-        end = base + (step.batch.positions + 1) // self.ratio
+            rows, (base, base32, end32) = None, self._ranges(starts, step)
         # A host-side bound of the visible entries, so kernels size their scratch without a sync.
-        bound = step.batch.seq_len_bound // self.ratio
-        picks = self.ops.lightning_indexer(q, keys.to(q.dtype), weights, base.to(torch.int32),
-                                           end.to(torch.int32), topk=self.topk, scale=self.dim ** -0.5,
+        bound = b.seq_len_bound // m
+        picks = self.ops.lightning_indexer(q, keys.to(q.dtype), weights, base32, end32,
+                                           topk=self.topk, scale=self.dim ** -0.5,
                                            max_len=bound, k_rows=rows)
         return torch.where(picks >= 0, picks.long() - base[:, None], -1)
+
+    def _ranges(self, starts: torch.Tensor, step: StepInfo) -> tuple[torch.Tensor, ...]:
+        """Every token's first key (its request's start) and end of visible entries:
+        (base int64, base int32, end int32), [T] each."""
+        base = starts[step.requests]
+        end = base + (step.batch.positions + 1) // self.ratio
+        return base, base.to(torch.int32), end.to(torch.int32)
 
 
 class DeepseekV4Attention(nn.Module):
@@ -378,13 +395,20 @@ class DeepseekV4Attention(nn.Module):
         entries through global rows of the paged store, in one ``sparse_mla_decode`` (which
         takes the packed uint8 [.., 584] ring and store as they are)."""
         b, ring = step.batch, cache["swa"]
-        pos, slots, r = b.positions, b.slots, ring.shape[1]
+        r = ring.shape[1]
+
+        def ring_rows() -> tuple[torch.Tensor, torch.Tensor]:
+            pos, slots = b.positions, b.slots
+            win = self._window(pos)
+            return slots * r + pos % r, torch.where(win >= 0, slots[:, None] * r + win % r, -1)
+
+        # The new token's ring row and its window's rows: the same in every layer of this ring
+        # size and window.
+        new_row, idx = b.shared(("ring_rows", r, self.window), ring_rows)
         if ring.dtype == torch.uint8:
-            self.ops.kv_store_fp8_ds_mla(kv, ring, slots * r + pos % r)
+            self.ops.kv_store_fp8_ds_mla(kv, ring, new_row)
         else:
-            ring[slots, pos % r] = kv.to(ring.dtype)
-        win = self._window(pos)
-        idx = torch.where(win >= 0, slots[:, None] * r + win % r, -1)
+            ring.view(-1, ring.shape[-1])[new_row] = kv.to(ring.dtype)
         extra = extra_idx = None
         if self.compressor is not None:
             self.compressor.update(x, step, cache)

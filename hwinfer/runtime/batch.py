@@ -8,6 +8,7 @@ the given tokens (no prefix, nothing stored).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any, Callable
 
 import torch
 
@@ -38,15 +39,20 @@ class ForwardBatch:
     # A graph-captured decode sets it to the capacity of its block table.
     max_seq_len: int | None = None
 
+    def shared(self, key: tuple, build: Callable[[], Any]) -> Any:
+        """``build()`` computed once per forward under ``key`` and shared by every layer that
+        asks: tensors that depend on the batch only (cache rows, index lists, rope tables). In
+        a decode step each costs kernels, once per layer otherwise."""
+        if key not in self.scratch:
+            self.scratch[key] = build()
+        return self.scratch[key]
+
     def rope(self, ops, rotary_dim: int, base: float, scaling: dict | None = None
              ) -> tuple[torch.Tensor, torch.Tensor]:
         """``ops.rope_tables`` of this batch's positions, computed once per forward and shared
         by every layer that asks with the same parameters (a table costs several kernels)."""
-        key = ("rope", rotary_dim, base, repr(scaling))
-        if key not in self.scratch:
-            self.scratch[key] = ops.rope_tables(self.positions, rotary_dim=rotary_dim, base=base,
-                                                scaling=scaling)
-        return self.scratch[key]
+        return self.shared(("rope", rotary_dim, base, repr(scaling)), lambda: ops.rope_tables(
+            self.positions, rotary_dim=rotary_dim, base=base, scaling=scaling))
 
     @property
     def num_requests(self) -> int:
@@ -75,10 +81,8 @@ class ForwardBatch:
     def token_rows(self, ratio: int = 1) -> torch.Tensor:
         """Global cache row of every new token's position (``per="token"`` tensors, ratio 1);
         computed once per forward and ratio (every attention layer writes the same rows)."""
-        key = ("token_rows", ratio)
-        if key not in self.scratch:
-            self.scratch[key] = self.rows_for(self.positions, self.request_of_token(), ratio)
-        return self.scratch[key]
+        return self.shared(("token_rows", ratio),
+                           lambda: self.rows_for(self.positions, self.request_of_token(), ratio))
 
     def entry_rows(self, ratio: int = 1) -> torch.Tensor:
         """[N, seq_len_bound // ratio] global rows of every request's entries 0, 1, ... in a
@@ -87,15 +91,14 @@ class ForwardBatch:
         length bound and the counts come from the device, so nothing reads the device (under
         CUDA graphs the width is the block table's capacity). Computed once per forward and
         ratio: every layer reading that tensor shares it."""
-        key = ("entry_rows", ratio)
-        if key not in self.scratch:
+        def build() -> torch.Tensor:
             counts = self.seq_lens.long() // ratio
             w = torch.arange(self.seq_len_bound // ratio, device=counts.device)
             valid = w[None] < counts[:, None]
             reqs = torch.arange(counts.numel(), device=counts.device)[:, None].expand(-1, w.numel())
             rows = self.rows_for(torch.where(valid, w[None] * ratio, 0), reqs, ratio)
-            self.scratch[key] = torch.where(valid, rows, -1)
-        return self.scratch[key]
+            return torch.where(valid, rows, -1)
+        return self.shared(("entry_rows", ratio), build)
 
     def request_of_token(self) -> torch.Tensor:
         """[T] int64: which request each packed token belongs to (computed once per batch)."""
