@@ -229,7 +229,8 @@ class Indexer(nn.Module):
 
     def forward(self, x: torch.Tensor, qr: torch.Tensor, step: StepInfo, cache: dict | None) -> torch.Tensor:
         """x [T, H] (normed block input), qr [T, q_lora] -> [T, topk] entry ids of the token's
-        request (relative, -1 = none)."""
+        request (relative, -1 = none); in a cached decode step the picked entries' global rows
+        in the paged entry stores instead (every store of this ratio shares its row layout)."""
         t = x.shape[0]
         cos, sin = step.tables["compress"]
         q = self.ops.apply_rope(self.wq_b(qr).view(t, self.heads, self.dim), cos, sin,
@@ -256,6 +257,8 @@ class Indexer(nn.Module):
         picks = self.ops.lightning_indexer(q, keys.to(q.dtype), weights, base32, end32,
                                            topk=self.topk, scale=self.dim ** -0.5,
                                            max_len=bound, k_rows=rows)
+        if rows is not None:  # decode: the picked entries' global rows in the paged stores
+            return torch.where(picks >= 0, rows[picks.clamp(min=0).long()], -1)
         return torch.where(picks >= 0, picks.long() - base[:, None], -1)
 
     def _ranges(self, starts: torch.Tensor, step: StepInfo) -> tuple[torch.Tensor, ...]:
@@ -413,11 +416,8 @@ class DeepseekV4Attention(nn.Module):
         if self.compressor is not None:
             self.compressor.update(x, step, cache)
             extra = cache["comp"]
-            if picks is not None:
-                reqs = step.requests[:, None].expand_as(picks)
-                extra_idx = torch.where(picks >= 0, b.rows_for(picks.clamp(min=0) * self.ratio, reqs, self.ratio), -1)
-            else:
-                extra_idx = b.entry_rows(self.ratio)
+            # CSA: the indexer's picks, already store rows in decode; HCA: every completed entry
+            extra_idx = picks if picks is not None else b.entry_rows(self.ratio)
             extra_idx = extra_idx[:, None]
         cos, sin = step.tables[self.rope_key]
         out = self.ops.sparse_mla_decode(q[:, None], ring, idx[:, None], self.attn_sink, scale=self.head_dim ** -0.5,
