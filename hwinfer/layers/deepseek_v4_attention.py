@@ -146,13 +146,15 @@ class Compressor(nn.Module):
     def update(self, x: torch.Tensor, step: StepInfo, cache: dict | None) -> torch.Tensor | None:
         """Without a cache: every request's entries, packed. With one: store the new entries and
         the ring state; returns None."""
-        kv, score = self.wkv(x).float(), self.wgate(x).float()
+        kv, score = self.wkv(x), self.wgate(x)
+        if cache is not None and step.decode:
+            # the op reads the projections in the model dtype (its math is fp32): no casts
+            self._step(kv, score, step, cache, x.dtype)
+            return None
+        kv, score = kv.float(), score.float()
         if cache is None:
             parts = [self._pool(kv[s:s + n], score[s:s + n], 0) for s, n in zip(step.starts, step.new)]
             return torch.cat(parts).to(x.dtype)
-        if step.decode:
-            self._step(kv, score, step, cache, x.dtype)
-            return None
         ring_kv, ring_score = cache[f"{self.name}_kv"], cache[f"{self.name}_score"]
         m, rows, b = self.ratio, ring_kv.shape[1], step.batch
         for i, (s, n, c) in enumerate(zip(step.starts, step.new, step.ctx)):
