@@ -15,7 +15,6 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from hwinfer.backend.select import OpTable
@@ -78,7 +77,7 @@ class DeepseekMoE(nn.Module):
         self.experts.add_entries(layout, prefix, ours, fused, names=("w1", "w3", "w2"))
 
     def forward(self, x: torch.Tensor, token_ids: torch.Tensor) -> torch.Tensor:
-        logits = F.linear(x, self.gate.weight)
+        logits = self.ops.linear(x, self.gate.weight)   # the GEMV with PDL in decode
         # transformers always renormalises the chosen scores (norm_topk_prob is not consulted).
         if self.gate.hashed:
             weights, ids = self.ops.route_hash(logits, token_ids, self.gate.tid2eid, scoring=self.scoring,
