@@ -113,7 +113,10 @@ def _ring_attention(ops: OpTable, batch: ForwardBatch, cache: dict, q: torch.Ten
         # Only the last ``rows_per`` new tokens of a request survive in its ring: write just those
         # (several positions on one row in one index_copy_ would race).
         req = batch.request_of_token()
-        rows, k_new, v_new = slots[req] * rows_per + batch.positions % rows_per, k, v
+        # the same rows for every ring layer of this size in the step: computed once
+        rows = batch.shared(("ring_token_rows", rows_per),
+                            lambda: slots[req] * rows_per + batch.positions % rows_per)
+        k_new, v_new = k, v
         if not batch.is_decode:  # decode: one token per request, always kept (and no mask sync)
             last = (batch.seq_lens.to(torch.int64)[req] - batch.positions) <= rows_per
             rows, k_new, v_new = rows[last], k[last], None if v is None else v[last]
@@ -122,7 +125,8 @@ def _ring_attention(ops: OpTable, batch: ForwardBatch, cache: dict, q: torch.Ten
             v_cache.flatten(0, 1).index_copy_(0, rows, v_new.to(v_cache.dtype))
     if batch.is_decode:
         width = -(-batch.seq_len_bound // rows_per) + 1
-        table = slots.to(torch.int32)[:, None].expand(n, width).contiguous()
+        table = batch.shared(("ring_table", width),
+                             lambda: slots.to(torch.int32)[:, None].expand(n, width).contiguous())
         out = ops.paged_attention(q.view(n, 1, *q.shape[1:]), cache["k"], v_cache, table, batch.seq_lens,
                                   scale=scale, window=window, sinks=sinks,
                                   gate=None if gate is None else gate.view(n, 1, *gate.shape[1:]))
