@@ -96,7 +96,9 @@ class KimiMoE(nn.Module):
         self.n_group, self.topk_group, self.eps = n_group, topk_group, eps
         self.act = dict(activation=activation, situ_beta=situ_beta, situ_linear_beta=situ_linear_beta)
         self.gate = nn.Module()
-        self.gate.weight = nn.Parameter(torch.empty(experts, hidden, dtype=dtype), requires_grad=False)
+        # fp32 (loaded exactly from the checkpoint's bf16): the router runs in fp32, and a bf16
+        # weight would be converted again on every forward.
+        self.gate.weight = nn.Parameter(torch.empty(experts, hidden, dtype=torch.float32), requires_grad=False)
         self.gate.e_score_correction_bias = nn.Parameter(torch.empty(experts, dtype=torch.float32),
                                                          requires_grad=False)
         self.latent = latent
@@ -124,7 +126,7 @@ class KimiMoE(nn.Module):
             self.experts.add_entries(layout, prefix, ours, fused=False, names=("w1", "w3", "w2"))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        logits = F.linear(x.float(), self.gate.weight.float())
+        logits = F.linear(x.float(), self.gate.weight)
         weights, ids = self.ops.route_topk(
             logits, top_k=self.top_k, scoring="sigmoid", bias=self.gate.e_score_correction_bias,
             renormalize=self.renormalize, scaling=self.scaling, n_group=self.n_group,
