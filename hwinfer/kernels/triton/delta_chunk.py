@@ -18,7 +18,10 @@ Chunks of 64 tokens (never crossing a sequence boundary), three launches (four f
    - G})^T d``;
 3. ``_out_kernel``, one program per (chunk, value head, BV value channels), all parallel:
    ``o = (q e^G) S0 + P d`` with ``P`` the causal decayed ``q k^T`` (rebuilt by one matmul for
-   GDN, whose decay is one scalar per token; read back from stage 1 for KDA).
+   GDN, whose decay is one scalar per token: for 16-bit inputs from the raw rows on the 16-bit
+   tensor cores, exact products, the row norms applied to the scores after, ``RAW_QK``; read
+   back from stage 1 for KDA). ``_out_blocked_kernel`` (:mod:`.delta_chunk_out_blocked`,
+   ``block_k_out``) is the same stage in key-channel blocks, measured no faster on the H200.
 
 Intermediates are fp32 except, for 16-bit inputs, ``w`` and the decayed keys, stored in bf16: the
 state stage is bound by the bytes each program streams per chunk, and these two are half of
