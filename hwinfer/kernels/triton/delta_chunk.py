@@ -52,7 +52,9 @@ import triton.language as tl
 
 from hwinfer.kernels.triton import INTERPRET, num_sms
 
-from hwinfer.kernels.triton.delta_chunk_out_blocked import _out_blocked_kernel, block_k_out_ok
+from hwinfer.kernels.triton.delta_chunk_out_blocked import (
+    _out_blocked_kernel, _out_program, block_k_out_ok,
+)
 from hwinfer.kernels.triton.delta_chunk_wy import (
     _g_rows, _gdn_decay, _head_rows, _kda_diag_kernel, _mm, _qk_rows, _store_rows, _wy_kernel,
 )
@@ -135,13 +137,7 @@ def _out_kernel(q_ptr, k_ptr, g_ptr, a_ptr, hs_ptr, d_ptr, o_ptr, tab_ptr, Hk, H
                 DK: tl.constexpr, DV: tl.constexpr, BV: tl.constexpr,
                 PER_CHANNEL: tl.constexpr, USE_L2NORM: tl.constexpr, PREC: tl.constexpr,
                 SPAN: tl.constexpr, RAW_QK: tl.constexpr):
-    i_c = tl.program_id(0)
-    i_h = tl.program_id(1)
-    i_vb = tl.program_id(2)
-    i_hk = i_h // (Hv // Hk)
-    tok0 = tl.load(tab_ptr + 2 * i_c).to(tl.int64)
-    n = tl.load(tab_ptr + 2 * i_c + 1)
-    c0 = i_vb * BV
+    i_c, i_h, i_hk, tok0, n, c0 = _out_program(tab_ptr, Hk, Hv, BV)
     r = tl.arange(0, 64)
     g = _g_rows(g_ptr, tok0, n, i_h, Hv, 0, 64, DK, PER_CHANNEL)
     G = tl.cumsum(g, axis=0)

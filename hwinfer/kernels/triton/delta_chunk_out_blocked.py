@@ -27,17 +27,22 @@ from hwinfer.kernels.triton.delta_chunk_wy_blocked import _inv_norm
 
 
 @triton.jit
+def _out_program(tab_ptr, Hk, Hv, BV: tl.constexpr):
+    """An output-stage program's (chunk, value head, key head, first token, tokens, first value
+    channel), from grid (chunks, value heads, value blocks) and the chunk table."""
+    i_c = tl.program_id(0)
+    i_h = tl.program_id(1)
+    tok0 = tl.load(tab_ptr + 2 * i_c).to(tl.int64)
+    n = tl.load(tab_ptr + 2 * i_c + 1)
+    return i_c, i_h, i_h // (Hv // Hk), tok0, n, tl.program_id(2) * BV
+
+
+@triton.jit
 def _out_blocked_kernel(q_ptr, k_ptr, g_ptr, a_ptr, hs_ptr, d_ptr, o_ptr, tab_ptr, Hk, Hv, scale,
                         eps, DK: tl.constexpr, DV: tl.constexpr, BV: tl.constexpr,
                         BK: tl.constexpr, PER_CHANNEL: tl.constexpr, USE_L2NORM: tl.constexpr,
                         PREC: tl.constexpr, SPAN: tl.constexpr):
-    i_c = tl.program_id(0)
-    i_h = tl.program_id(1)
-    i_vb = tl.program_id(2)
-    i_hk = i_h // (Hv // Hk)
-    tok0 = tl.load(tab_ptr + 2 * i_c).to(tl.int64)
-    n = tl.load(tab_ptr + 2 * i_c + 1)
-    c0 = i_vb * BV
+    i_c, i_h, i_hk, tok0, n, c0 = _out_program(tab_ptr, Hk, Hv, BV)
     r = tl.arange(0, 64)
     nq = _inv_norm(q_ptr, tok0, n, i_hk, Hk, eps, 0, 64, DK, BK, USE_L2NORM) * scale
     if not PER_CHANNEL:
