@@ -139,7 +139,8 @@ class Gemma4DecoderLayer(nn.Module):
             self.per_layer_input_gate = Linear(h, self.ple_dim, dtype=dtype)
             self.per_layer_projection = Linear(self.ple_dim, h, dtype=dtype)
             self.post_per_layer_input_norm = RMSNorm(ops, h, eps)
-        self.layer_scalar = nn.Parameter(torch.empty(1, dtype=torch.float32), requires_grad=False)
+        # in the model dtype, as the checkpoint stores it (one cast less per layer and step)
+        self.layer_scalar = nn.Parameter(torch.empty(1, dtype=dtype), requires_grad=False)
         self.ops = ops
 
     def _feed_forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -160,6 +161,6 @@ class Gemma4DecoderLayer(nn.Module):
         x = x + self.post_attention_layernorm(a)
         x = x + self.post_feedforward_layernorm(self._feed_forward(x))
         if self.ple_dim:
-            g = torch.nn.functional.gelu(self.per_layer_input_gate(x), approximate="tanh")
-            x = x + self.post_per_layer_input_norm(self.per_layer_projection(g * per_layer_input))
-        return x * self.layer_scalar.to(x.dtype), kv
+            g = self.ops.gated_act(self.per_layer_input_gate(x), per_layer_input, activation="gelu_tanh")
+            x = x + self.post_per_layer_input_norm(self.per_layer_projection(g))
+        return x * self.layer_scalar, kv
