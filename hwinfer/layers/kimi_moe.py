@@ -35,18 +35,24 @@ def glu(gate: torch.Tensor, up: torch.Tensor, activation: str, situ_beta: float,
 
 
 class KimiMLP(nn.Module):
-    """Dense gated MLP (layer 0, shared experts): down(glu(gate(x), up(x))); x [T, H] -> [T, H]."""
+    """Dense gated MLP (layer 0, shared experts): down(glu(gate(x), up(x))); x [T, H] -> [T, H]
+    (SwiGLU's activation and product one ``gated_act``)."""
 
-    def __init__(self, hidden: int, intermediate: int, dtype: torch.dtype, activation: str = "swiglu",
-                 situ_beta: float = 1.0, situ_linear_beta: float | None = None) -> None:
+    def __init__(self, ops: OpTable, hidden: int, intermediate: int, dtype: torch.dtype,
+                 activation: str = "swiglu", situ_beta: float = 1.0,
+                 situ_linear_beta: float | None = None) -> None:
         super().__init__()
         self.gate_proj = Linear(hidden, intermediate, dtype=dtype)
         self.up_proj = Linear(hidden, intermediate, dtype=dtype)
         self.down_proj = Linear(intermediate, hidden, dtype=dtype)
         self.act = (activation, situ_beta, situ_linear_beta)
+        self.ops = ops
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(glu(self.gate_proj(x), self.up_proj(x), *self.act))
+        gate, up = self.gate_proj(x), self.up_proj(x)
+        if self.act[0] == "swiglu":
+            return self.down_proj(self.ops.gated_act(gate, up, activation="silu"))
+        return self.down_proj(glu(gate, up, *self.act))
 
 
 class PackedExperts(nn.Module):
@@ -113,8 +119,8 @@ class KimiMoE(nn.Module):
                 self.routed_expert_norm = nn.Module()
                 self.routed_expert_norm.weight = nn.Parameter(torch.empty(latent, dtype=torch.float32),
                                                               requires_grad=False)
-        self.shared_experts = (KimiMLP(hidden, inter * shared, dtype, activation, situ_beta, situ_linear_beta)
-                               if shared else None)
+        self.shared_experts = (KimiMLP(ops, hidden, inter * shared, dtype, activation, situ_beta,
+                                       situ_linear_beta) if shared else None)
         self.ops = ops
 
     def add_expert_entries(self, layout: Layout, prefix: str, ours: str) -> None:

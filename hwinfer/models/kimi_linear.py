@@ -143,7 +143,7 @@ class KimiDecoderLayer(nn.Module):
             self.mlp = KimiMoE(h, ops=ops, dtype=dtype, activation=act[0], situ_beta=act[1],
                                situ_linear_beta=act[2], eps=args.eps, **args.moe)
         else:
-            self.mlp = KimiMLP(h, args.intermediate, dtype, *act)
+            self.mlp = KimiMLP(ops, h, args.intermediate, dtype, *act)
         self.input_layernorm = RMSNorm(ops, h, args.eps)
         self.post_attention_layernorm = RMSNorm(ops, h, args.eps)
 
