@@ -56,6 +56,9 @@
 #   bash scripts/device_issue6.sh s11c      # raw q k^T, Qwen3.5 card tests, paired A/B rounds
 #   bash scripts/device_issue6.sh s11d      # final step figures (prefetch removed), split warps
 #   bash scripts/device_issue6.sh s11e      # strict paged suite with 8 split warps
+#   bash scripts/device_issue6.sh s12a      # (prepared) V4 / Gemma 4 / Kimi glue removal on the
+#                                         # card: strict suites, model + graph tests, V4 step
+#   bash scripts/device_issue6.sh s12b      # (prepared) Kimi-Linear step, KDA vs fla
 #   bash scripts/device_issue6.sh diagnose  # model oracle + CUDA-graph tests on the GPU, then
 #                                         # the failures again under HWINFER_SHADOW=raise, which
 #                                         # names the first op whose kernel leaves its reference
@@ -481,6 +484,25 @@ elif [ "$phase" = s11d ]; then
 elif [ "$phase" = s11e ]; then
   # Eleventh session: the strict paged suite with 8 split warps from head dim 256.
   strict 90 "paged"
+elif [ "$phase" = s12a ]; then
+  # Prepared in the eleventh session, not yet run: the glue removed from DeepSeek-V4 / Gemma 4 /
+  # Kimi-Linear on the card (strict suites of the ops now called differently: gated_act's limit,
+  # the compressor step on bf16 projections; model and graph tests), then the steps timed.
+  strict 90 "gated_act or kv_compress_step or lightning_indexer or sparse_mla_decode"
+  HWINFER_TEST_DEVICE=cuda timeout 220 python3 -m pytest tests/models tests/engine/test_graphs.py -q \
+    -p no:cacheprovider -k "deepseek or gemma or kimi" -rf --tb=short > "$out/tests.txt" 2>&1
+  grep -E "^FAILED|passed|failed" "$out/tests.txt" | cut -c1-300 | tail -8
+  timeout 200 python3 scripts/bench_model.py --preset deepseek-v4-flash --layers 4 --batch 1,32 \
+    --prompt 1024 --new 32 --no-eager --no-hf --csv "$out/model.csv" > "$out/bench_model_dsv4.txt" 2>&1
+  grep "^{\|Error" "$out/bench_model_dsv4.txt" | cut -c1-300 | tail -4
+elif [ "$phase" = s12b ]; then
+  # Kimi-Linear 4 layers with its glue removed, then KDA vs fla (fla's first call autotunes).
+  timeout 150 python3 scripts/bench_model.py --preset kimi-linear-48b-a3b --layers 4 --batch 1,32 \
+    --prompt 1024 --new 32 --no-eager --no-hf --csv "$out/model.csv" > "$out/bench_model_kimi.txt" 2>&1
+  grep "^{\|Error" "$out/bench_model_kimi.txt" | cut -c1-300 | tail -4
+  timeout 330 python3 scripts/bench_delta_chunk.py --kinds kda --shapes 1x16384 --no-torch \
+    --no-variants > "$out/bench_delta_chunk_kda.csv" 2> "$out/bench_delta_chunk_kda.err"
+  echo "== bench_delta_chunk kda rc=$?"; grep -v "Warn\|warn" "$out/bench_delta_chunk_kda.err" | tail -6
 elif [ "$phase" = next10c ]; then
   # KDA vs fla with time for fla's first compiles (autotuning); DeepSeek-V4 b=32 against
   # transformers with our model not resident.
