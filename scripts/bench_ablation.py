@@ -33,7 +33,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_model import bench_hwinfer, shrunk_config  # noqa: E402
-from kernel_regs import live_registers, set_constant  # noqa: E402
+from kernel_regs import constants, live_registers, set_constant  # noqa: E402
 
 from hwinfer.api import random_model  # noqa: E402
 
@@ -106,12 +106,8 @@ def main() -> None:
                                   "replay_ms": base.get("graph_replay_ms"),
                                   "step_ms": base["ms_per_step"]}), flush=True)
             for vname, items in variants:
-                saved = [set_constant(item) for item in items]
-                try:
+                with constants(items):
                     row = bench_hwinfer(model, batch, args.prompt, args.new, graphs=True)
-                finally:
-                    for mod, name, old in saved:
-                        setattr(mod, name, old)
                 line = _row(base, row, batch=batch, variant=vname, set=items, round=rnd)
                 paired[vname].append(json.loads(line)["saved_ms"])
                 print(line, flush=True)

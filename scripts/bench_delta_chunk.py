@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import ast
-import contextlib
 import sys
 
 import torch
@@ -33,7 +32,7 @@ from hwinfer.kernels.torch import linear_attention as torch_la
 from hwinfer.kernels.triton import delta_chunk as triton_la
 from hwinfer.kernels.triton import delta_rule
 from hwinfer.ops import linear_attention as ref_la
-from kernel_regs import set_constant
+from kernel_regs import constants, set_constant
 
 PEAK_TFLOPS = 780.0
 C = 64
@@ -75,17 +74,6 @@ def fla_call(kind: str):
         return fn(q=q, k=k, v=v, g=g, beta=beta, initial_state=initial_state,
                   output_final_state=True, use_qk_l2norm_in_kernel=True, cu_seqlens=cu)
     return call
-
-
-@contextlib.contextmanager
-def constants(items: list[str]):
-    """Module constants set for the duration (MODULE:ATTR=VALUE each), then restored."""
-    undo = [set_constant(item) for item in items]
-    try:
-        yield
-    finally:
-        for mod, name, old in reversed(undo):
-            setattr(mod, name, old)
 
 
 def variant(fn, items: list[str]):
@@ -144,7 +132,7 @@ def main() -> None:
                         help="GPU time of each kernel of the Triton impl and of each --variant "
                              "(torch profiler)")
     parser.add_argument("--variant", action="append", default=[],
-                        metavar="NAME@MODULE:ATTR=VALUE[;...]")
+                        metavar="NAME@ITEM[;ITEM...]", help="ITEM: KW=VALUE or MODULE:ATTR=VALUE")
     parser.add_argument("--set", action="append", default=[], metavar="MODULE:ATTR=VALUE")
     args = parser.parse_args()
     for item in args.set:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import contextlib
 import dataclasses
 import importlib
 import os
@@ -40,6 +41,17 @@ def set_constant(item: str):
     setattr(mod, name, ast.literal_eval(value))
     print(f"# {module}.{name} = {getattr(mod, name)!r}", file=sys.stderr)
     return mod, name, old
+
+
+@contextlib.contextmanager
+def constants(items: list[str]):
+    """Module constants set for the duration (MODULE:ATTR=VALUE each), then restored."""
+    undo = [set_constant(item) for item in items]
+    try:
+        yield
+    finally:
+        for mod, name, old in reversed(undo):
+            setattr(mod, name, old)
 
 
 def ptxas_report(ptx: str, arch: str = "sm_90a") -> dict[str, int]:
