@@ -1,0 +1,29 @@
+"""The torch kernels a decode step launches outside its ops ("glue", scripts/find_glue.py) must
+not creep back: each one also stalls the next GEMV's programmatic dependent launch on a GPU
+(docs/engine.md, tenth and eleventh sessions). The ceilings are the counts after the glue was
+taken out of each model's step (tiny checkpoints, the engine's fixed-size decode step run eagerly
+on the CPU, where the ops run their torch impls and the glue is the same code); lower them when
+a change removes more.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
+
+from find_glue import glue_of  # noqa: E402
+
+CEILINGS = {"qwen3_5": 5, "deepseek_v4": 109, "gemma4": 49, "kimi_linear": 42}
+
+
+@pytest.mark.parametrize("arch", sorted(CEILINGS))
+def test_decode_step_glue_stays_under_its_ceiling(arch):
+    found, steps = glue_of(arch, "cpu", 6)
+    assert steps >= 4, f"{arch}: the watched step never ran ({steps} fixed-size steps)"
+    count = sum(found.values())
+    assert count <= CEILINGS[arch], (
+        f"{arch}: {count} glue kernels a decode step (ceiling {CEILINGS[arch]}):\n"
+        + "\n".join(f"  {n}x {site}" for site, n in found.most_common(12)))
