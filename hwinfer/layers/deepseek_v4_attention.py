@@ -402,14 +402,14 @@ class DeepseekV4Attention(nn.Module):
         b, ring = step.batch, cache["swa"]
         r = ring.shape[1]
 
-        def ring_rows() -> tuple[torch.Tensor, torch.Tensor]:
-            pos, slots = b.positions, b.slots
-            win = self._window(pos)
-            return slots * r + pos % r, torch.where(win >= 0, slots[:, None] * r + win % r, -1)
+        def window_rows() -> torch.Tensor:
+            win = self._window(b.positions)
+            return torch.where(win >= 0, b.slots[:, None] * r + win % r, -1)
 
         # The new token's ring row and its window's rows: the same in every layer of this ring
-        # size and window.
-        new_row, idx = b.shared(("ring_rows", r, self.window), ring_rows)
+        # size and window, built once a step.
+        new_row = b.ring_rows(r)
+        idx = b.shared(("ring_window_rows", r, self.window), window_rows)
         if ring.dtype == torch.uint8:
             self.ops.kv_store_fp8_ds_mla(kv, ring, new_row)
         else:

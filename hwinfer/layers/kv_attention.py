@@ -113,10 +113,7 @@ def _ring_attention(ops: OpTable, batch: ForwardBatch, cache: dict, q: torch.Ten
         # Only the last ``rows_per`` new tokens of a request survive in its ring: write just those
         # (several positions on one row in one index_copy_ would race).
         req = batch.request_of_token()
-        # the same rows for every ring layer of this size in the step: computed once
-        rows = batch.shared(("ring_token_rows", rows_per),
-                            lambda: slots[req] * rows_per + batch.positions % rows_per)
-        k_new, v_new = k, v
+        rows, k_new, v_new = batch.ring_rows(rows_per), k, v
         if not batch.is_decode:  # decode: one token per request, always kept (and no mask sync)
             last = (batch.seq_lens.to(torch.int64)[req] - batch.positions) <= rows_per
             rows, k_new, v_new = rows[last], k[last], None if v is None else v[last]

@@ -84,6 +84,16 @@ class ForwardBatch:
         return self.shared(("token_rows", ratio),
                            lambda: self.rows_for(self.positions, self.request_of_token(), ratio))
 
+    def ring_rows(self, size: int) -> torch.Tensor:
+        """[T] row of every new token in a ring of ``size`` rows a request slot (a ring tensor
+        flattened to [slots * size, ...]); computed once per forward and ring size."""
+        def build() -> torch.Tensor:
+            slots = self.slots.long()
+            if not self.is_decode:  # in decode token i is request i: no gather
+                slots = slots[self.request_of_token()]
+            return slots * size + self.positions % size
+        return self.shared(("ring_rows", size), build)
+
     def entry_rows(self, ratio: int = 1) -> torch.Tensor:
         """[N, seq_len_bound // ratio] global rows of every request's entries 0, 1, ... in a
         paged ``per="token"`` tensor with ``ratio`` (the positions 0, ratio, 2 * ratio, ...),

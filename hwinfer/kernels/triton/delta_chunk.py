@@ -56,7 +56,8 @@ from hwinfer.kernels.triton.delta_chunk_out_blocked import (
     _out_blocked_kernel, _out_program, block_k_out_ok,
 )
 from hwinfer.kernels.triton.delta_chunk_wy import (
-    _g_rows, _gdn_decay, _head_rows, _kda_diag_kernel, _mm, _qk_rows, _store_rows, _wy_kernel,
+    _g_rows, _gdn_decay, _head_rows, _kda_diag_kernel, _mm, _qk_rows, _raw_rows, _row_scale,
+    _store_rows, _wy_kernel,
 )
 from hwinfer.kernels.triton.delta_chunk_wy_blocked import _wy_blocked_kernel, block_k_ok
 from hwinfer.ops.linear_attention_chunked import L2NORM_EPS, check_inputs
@@ -124,15 +125,6 @@ def _state_kernel(kg_ptr, ge_ptr, w_ptr, u_ptr, h0_ptr, hs_ptr, d_ptr, ht_ptr, s
 
 
 @triton.jit
-def _row_scale(x, scale, eps, USE_L2NORM: tl.constexpr):
-    """scale / ||row|| of each row of x (scale alone without the norm): [rows] fp32."""
-    if USE_L2NORM:
-        xf = x.to(tl.float32)
-        return scale * tl.rsqrt(tl.sum(xf * xf, axis=1) + eps)
-    return tl.full([x.shape[0]], 1.0, tl.float32) * scale
-
-
-@triton.jit
 def _out_kernel(q_ptr, k_ptr, g_ptr, a_ptr, hs_ptr, d_ptr, o_ptr, tab_ptr, Hk, Hv, scale, eps,
                 DK: tl.constexpr, DV: tl.constexpr, BV: tl.constexpr,
                 PER_CHANNEL: tl.constexpr, USE_L2NORM: tl.constexpr, PREC: tl.constexpr,
@@ -154,9 +146,8 @@ def _out_kernel(q_ptr, k_ptr, g_ptr, a_ptr, hs_ptr, d_ptr, o_ptr, tab_ptr, Hk, H
             # 16-bit inputs: q k^T of the raw rows (their products are exact in the fp32
             # accumulator) on the 16-bit tensor cores, both rows' norms applied to the scores
             # after; on the interpreter (no 16-bit dots) the same product in fp32.
-            rows = ((tok0 + r) * Hk + i_hk)[:, None] * DK + tl.arange(0, DK)[None, :]
-            qr = tl.load(q_ptr + rows, mask=(r < n)[:, None], other=0.0)
-            kr = tl.load(k_ptr + rows, mask=(r < n)[:, None], other=0.0)
+            qr = _raw_rows(q_ptr, tok0, n, i_hk, Hk, 0, 64, DK)
+            kr = _raw_rows(k_ptr, tok0, n, i_hk, Hk, 0, 64, DK)
             nq = _row_scale(qr, scale, eps, USE_L2NORM)
             nk = _row_scale(kr, 1.0, eps, USE_L2NORM)
             if RAW_QK == "native":

@@ -80,16 +80,28 @@ def _gdn_decay(g, NR: tl.constexpr, SPAN: tl.constexpr):
 
 
 @triton.jit
+def _raw_rows(ptr, tok0, n, i_hk, Hk, R0: tl.constexpr, NR: tl.constexpr, DK: tl.constexpr):
+    """Rows R0..R0+NR of q or k (head i_hk) as stored: [NR, DK] in the input dtype; 0 past n."""
+    r = R0 + tl.arange(0, NR)
+    return tl.load(ptr + ((tok0 + r) * Hk + i_hk)[:, None] * DK + tl.arange(0, DK)[None, :],
+                   mask=(r < n)[:, None], other=0.0)
+
+
+@triton.jit
+def _row_scale(x, scale, eps, USE_L2NORM: tl.constexpr):
+    """scale / ||row|| of each row of x (scale alone without the norm): [rows] fp32."""
+    if USE_L2NORM:
+        xf = x.to(tl.float32)
+        return scale * tl.rsqrt(tl.sum(xf * xf, axis=1) + eps)
+    return tl.full([x.shape[0]], 1.0, tl.float32) * scale
+
+
+@triton.jit
 def _qk_rows(ptr, tok0, n, i_hk, Hk, scale, eps, R0: tl.constexpr, NR: tl.constexpr,
              DK: tl.constexpr, USE_L2NORM: tl.constexpr):
     """Rows R0..R0+NR of q or k (head i_hk): [NR, DK] fp32, normalised and scaled; 0 past n."""
-    r = R0 + tl.arange(0, NR)
-    tok = tok0 + r
-    x = tl.load(ptr + (tok * Hk + i_hk)[:, None] * DK + tl.arange(0, DK)[None, :],
-                mask=(r < n)[:, None], other=0.0).to(tl.float32)
-    if USE_L2NORM:
-        x = x * tl.rsqrt(tl.sum(x * x, axis=1) + eps)[:, None]
-    return x * scale
+    x = _raw_rows(ptr, tok0, n, i_hk, Hk, R0, NR, DK).to(tl.float32)
+    return x * _row_scale(x, scale, eps, USE_L2NORM)[:, None]
 
 
 @triton.jit

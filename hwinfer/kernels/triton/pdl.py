@@ -16,8 +16,9 @@ The convention every PDL kernel here follows (``pdl_enter`` at the top):
   finishes. The caller must know the weight was not written by the kernel just before (see
   ``gemv.linear``). ``gemv_norm.add_rms_norm_linear_conv`` also loads its conv state rows and
   slots early, and ``delta_rule`` its recurrent state rows and slots (pool form): only those
-  kernels write them, in earlier steps (slots come from a copy before the step). Either is safe because a kernel starts only once its predecessor has passed its
-  wait, i.e. once every kernel before that one has completed.
+  kernels write them, in earlier steps (slots come from a copy before the step). Either is
+  safe because a kernel starts only once its predecessor has passed its wait, i.e. once every
+  kernel before that one has completed.
 
 On the H200, the 97 weight products of a Qwen3.5-0.8B decode step took 570 us chained plainly and
 500 us with PDL (``scripts/bench_decode_chain.py``, docs/kernels.md). ``HWINFER_PDL=0`` (read at
