@@ -56,9 +56,11 @@
 #   bash scripts/device_issue6.sh s11c      # raw q k^T, Qwen3.5 card tests, paired A/B rounds
 #   bash scripts/device_issue6.sh s11d      # final step figures (prefetch removed), split warps
 #   bash scripts/device_issue6.sh s11e      # strict paged suite with 8 split warps
-#   bash scripts/device_issue6.sh s12a      # (prepared) V4 / Gemma 4 / Kimi glue removal on the
-#                                         # card: strict suites, model + graph tests, V4 step
-#   bash scripts/device_issue6.sh s12b      # (prepared) Kimi-Linear step, KDA vs fla
+#   bash scripts/device_issue6.sh s12a      # V4 / Gemma 4 / Kimi glue removal on the card:
+#                                         # strict suites, model + graph tests, V4 step
+#   bash scripts/device_issue6.sh s12b      # Kimi-Linear step, KDA vs fla
+#   bash scripts/device_issue6.sh s12c      # Nsight Compute on chunked KDA / GDN, sparse MLA,
+#                                         # the decode GEMV (scripts/ncu_targets.py)
 #   bash scripts/device_issue6.sh diagnose  # model oracle + CUDA-graph tests on the GPU, then
 #                                         # the failures again under HWINFER_SHADOW=raise, which
 #                                         # names the first op whose kernel leaves its reference
@@ -503,6 +505,33 @@ elif [ "$phase" = s12b ]; then
   timeout 330 python3 scripts/bench_delta_chunk.py --kinds kda --shapes 1x16384 --no-torch \
     --no-variants > "$out/bench_delta_chunk_kda.csv" 2> "$out/bench_delta_chunk_kda.err"
   echo "== bench_delta_chunk kda rc=$?"; grep -v "Warn\|warn" "$out/bench_delta_chunk_kda.err" | tail -6
+elif [ "$phase" = s12c ]; then
+  # Nsight Compute on the kernels furthest from their targets (first use of ncu here): chunked
+  # KDA 1 x 4k and GDN 1 x 16k (ours and fla's), sparse MLA decode at B = 128 (bf16, FP8 cache),
+  # the decode GEMV at Qwen3.5's shapes. scripts/ncu_targets.py runs each once in the range.
+  ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+  echo "== ncu: $ncu"
+  timeout 420 "$ncu" --profile-from-start off --clock-control none --section SpeedOfLight \
+    --section Occupancy --section LaunchStats --section WarpStateStats --section SchedulerStats \
+    --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis --csv --page details \
+    python3 scripts/ncu_targets.py kda:1x4096 gdn:1x16384 mla:hca128 mla:hca128fp8 \
+    gemv:248320x1024 gemv:8224x1024 gemv:1024x3584 > "$out/ncu.csv" 2> "$out/ncu.err"
+  echo "== ncu rc=$?"; grep -v "Warn\|warn" "$out/ncu.err" | tail -5
+  python3 - "$out/ncu.csv" <<'PY'
+import csv, sys
+keep = ("Duration", "Memory Throughput", "DRAM Throughput", "Compute (SM) Throughput",
+        "Registers Per Thread", "Achieved Occupancy", "Theoretical Occupancy", "Block Limit Registers",
+        "Block Limit Shared Mem", "Issue Slots Busy", "Grid Size", "Warp Cycles Per Issued Instruction")
+rows = [r for r in csv.DictReader(l for l in open(sys.argv[1]) if l.startswith('"'))]
+last = None
+for r in rows:
+    name = r["Kernel Name"][:40]
+    if (r["ID"], name) != last:
+        print(f"-- {r['ID']} {name}")
+        last = (r["ID"], name)
+    if r["Metric Name"] in keep:
+        print(f"   {r['Metric Name']}: {r['Metric Value']} {r['Metric Unit']}")
+PY
 elif [ "$phase" = next10c ]; then
   # KDA vs fla with time for fla's first compiles (autotuning); DeepSeek-V4 b=32 against
   # transformers with our model not resident.
