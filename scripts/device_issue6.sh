@@ -61,6 +61,7 @@
 #   bash scripts/device_issue6.sh s12b      # Kimi-Linear step, KDA vs fla
 #   bash scripts/device_issue6.sh s12c      # Nsight Compute on chunked KDA / GDN, sparse MLA,
 #                                         # the decode GEMV (scripts/ncu_targets.py)
+#   bash scripts/device_issue6.sh s12d      # the split WY stage and KDA's diagonal by levels
 #   bash scripts/device_issue6.sh diagnose  # model oracle + CUDA-graph tests on the GPU, then
 #                                         # the failures again under HWINFER_SHADOW=raise, which
 #                                         # names the first op whose kernel leaves its reference
@@ -532,6 +533,26 @@ for r in rows:
     if r["Metric Name"] in keep:
         print(f"   {r['Metric Name']}: {r['Metric Value']} {r['Metric Unit']}")
 PY
+elif [ "$phase" = s12d ]; then
+  # The WY stage split in two (X to memory, w / u as [64, 64] products: WY_SPLIT) and KDA's
+  # diagonal blocks by levels (DIAG_FORM): strict chunked suites, then stage times against the
+  # previous forms and fla (GDN; KDA's fla figure is s12b's).
+  D=hwinfer.kernels.triton.delta_chunk
+  strict 100 "gdn_chunked or kda_chunked"
+  V=(--variant "one@$D:WY_SPLIT=False" --variant "wy2@$D:SPLIT_LAUNCH=(2, 4, 64)"
+     --variant "wy8@$D:SPLIT_LAUNCH=(8, 4, 64)" --variant "wu8@$D:SPLIT_LAUNCH=(4, 8, 64)"
+     --variant "wu32@$D:SPLIT_LAUNCH=(4, 4, 32)")
+  timeout 160 python3 scripts/bench_delta_chunk.py --kinds gdn --shapes 1x16384,8x2048 --no-torch \
+    --no-variants --breakdown "${V[@]}" > "$out/bench_delta_chunk_gdn.csv" 2> "$out/bench_delta_chunk_gdn.err"
+  echo "== bench_delta_chunk gdn rc=$?"; grep -v "Warn\|warn\|^# hwinfer\|at::native\|anonymous\|^#   " \
+    "$out/bench_delta_chunk_gdn.err" | cut -c1-150 | tail -20
+  timeout 150 python3 scripts/bench_delta_chunk.py --kinds kda --shapes 1x16384 --no-torch --no-fla \
+    --no-variants --breakdown "${V[@]}" --variant "loop@$D:DIAG_FORM='loop'" \
+    --variant "diag4@$D:DIAG_WARPS=4" --variant "diag1@$D:DIAG_WARPS=1" \
+    --variant "before@$D:DIAG_FORM='loop';$D:WY_SPLIT=False" \
+    > "$out/bench_delta_chunk_kda.csv" 2> "$out/bench_delta_chunk_kda.err"
+  echo "== bench_delta_chunk kda rc=$?"; grep -v "Warn\|warn\|^# hwinfer\|at::native\|anonymous\|^#   " \
+    "$out/bench_delta_chunk_kda.err" | cut -c1-150 | tail -20
 elif [ "$phase" = next10c ]; then
   # KDA vs fla with time for fla's first compiles (autotuning); DeepSeek-V4 b=32 against
   # transformers with our model not resident.

@@ -4,7 +4,8 @@ one crossing two chunk boundaries), GQA (Hv = 2 Hk), Dk != Dv, q/k as strided vi
 projection, no initial state, value blocks split over programs (``block_v=16``,
 ``block_v_out=16``), KDA's diagonal-block kernel (varlen with partial and empty tiles
 above; strong decay below) and the WY stage both in key-channel blocks (``block_k``, the
-default) and whole (``block_k=0``), the output stage in key-channel blocks (``block_k_out``),
+default; as two kernels, ``WY_SPLIT``, and as one), KDA's diagonal blocks by levels and by
+the row loop (``DIAG_FORM``), and the WY stage whole (``block_k=0``), the output stage in key-channel blocks (``block_k_out``),
 the output stage's bf16 products (``dots="bf16"``). Checked
 against the token-loop
 reference and the fused recurrent Triton kernel. ``TRITON_INTERPRET`` is read when a kernel is decorated: a fresh interpreter process.
@@ -26,6 +27,17 @@ from hwinfer.ops import linear_attention as ref
 torch.manual_seed(0)
 def rel(a, b):
     return ((a.float() - b.float()).pow(2).mean().sqrt() / b.float().pow(2).mean().sqrt()).item()
+def split(f, wy):   # f with the module constants of wy ('one': WY_SPLIT off; 'diag': DIAG_FORM)
+    def call(*args, **kw):
+        tc.WY_SPLIT, tc.DIAG_FORM = not wy.get("one"), wy.get("diag", "levels")
+        try:
+            return f(*args, **kw, **{k: v for k, v in wy.items() if k not in ("one", "diag")})
+        finally:
+            tc.WY_SPLIT, tc.DIAG_FORM = True, "levels"
+    return call
+# the WY stage whole; in channel blocks as two kernels (w, u from X in memory); as one kernel;
+# KDA's diagonal blocks by levels (default) and by the row loop
+WYS = (dict(block_k=0), dict(block_k=16, block_k_out=16), dict(block_k=16, one=True, diag="loop"))
 for per_channel in (False, True):
     B, T, Hk, Hv, Dk, Dv = 1, 137, 1, 2, 16, 32
     proj = torch.randn(B, T, Hk, 3 * Dk)
@@ -42,8 +54,8 @@ for per_channel in (False, True):
         kk = k * 0.3 if "scale" in kw else k   # keep beta |k|^2 < 2 without the norm
         o2, s2 = f_r(q, kk, v, g, beta, **kw)
         o3, s3 = f_t(q, kk, v, g, beta, **kw)
-        for wy in (dict(block_k=0), dict(block_k=16, block_k_out=16)):   # the WY stage whole, in channel blocks
-            o1, s1 = f_c(q, kk, v, g, beta, block_v=16, block_v_out=16, **kw, **wy)
+        for wy in WYS:
+            o1, s1 = split(f_c, wy)(q, kk, v, g, beta, block_v=16, block_v_out=16, **kw)
             assert o1.shape == o2.shape and s1.shape == s2.shape and s1.dtype == torch.float32
             assert rel(o1, o2) < 1e-5 and rel(s1, s2) < 1e-5, (name, list(kw), wy, rel(o1, o2))
             assert rel(o1, o3) < 1e-5 and rel(s1, s3) < 1e-5, (name, list(kw), wy, rel(o1, o3))
@@ -57,12 +69,12 @@ v, beta = torch.randn(B, T, H, D), torch.rand(B, T, H)
 s0 = torch.randn(1, H, D, D)
 for g in (-0.02 * torch.rand(B, T, H, D), -torch.rand(B, T, H, D), -100 * torch.rand(B, T, H, D)):
     o2, s2 = ref.kda_recurrent(q, k, v, g, beta, s0)   # weak decay: every block of A counts
-    for wy in (dict(block_k=0), dict(block_k=16, block_k_out=16)):
-        o1, s1 = tc.kda_chunked(q, k, v, g, beta, s0, **wy)
+    for wy in WYS:
+        o1, s1 = split(tc.kda_chunked, wy)(q, k, v, g, beta, s0)
         assert rel(o1, o2) < 2e-6 and rel(s1, s2) < 2e-6, (wy, rel(o1, o2), rel(s1, s2))
     o2, s2 = ref.gdn_recurrent(q, k, v, g[..., 0], beta, s0)
-    for wy in (dict(block_k=0), dict(block_k=16, block_k_out=16)):
-        o1, s1 = tc.gdn_chunked(q, k, v, g[..., 0], beta, s0, **wy)
+    for wy in WYS:
+        o1, s1 = split(tc.gdn_chunked, wy)(q, k, v, g[..., 0], beta, s0)
         assert rel(o1, o2) < 2e-6 and rel(s1, s2) < 2e-6, ("gdn", wy, rel(o1, o2), rel(s1, s2))
 # dots="bf16": the output stage's operands rounded to bf16 (emulated in fp32 here); the state
 # recurrence untouched, the output moved by bf16 rounding only.

@@ -59,6 +59,8 @@ from hwinfer.kernels.triton.delta_chunk_wy import (
     _g_rows, _gdn_decay, _head_rows, _kda_diag_kernel, _mm, _qk_rows, _raw_rows, _row_scale,
     _store_rows, _wy_kernel,
 )
+from hwinfer.kernels.triton.delta_chunk_diag import _kda_diag_levels_kernel
+from hwinfer.kernels.triton.delta_chunk_wu import _wu_kernel
 from hwinfer.kernels.triton.delta_chunk_wy_blocked import _wy_blocked_kernel, block_k_ok
 from hwinfer.ops.linear_attention_chunked import L2NORM_EPS, check_inputs
 
@@ -86,6 +88,16 @@ RAW_QK = True
 # num_warps (stages None: Triton's default); see _run for what was measured.
 STATE_LAUNCH = (4, 2)
 OUT_LAUNCH = (4, None)
+# The blocked WY stage as two kernels: ``_wy_blocked_kernel`` stops at X (written as [tokens,
+# Hv, 64] fp32) and ``_wu_kernel`` (:mod:`.delta_chunk_wu`) forms w and u as [64, 64] products.
+# False keeps w and u inside the WY program. SPLIT_LAUNCH: (num_warps of the WY kernel,
+# num_warps of _wu_kernel, its channel block) on NVIDIA when a call names no num_warps.
+WY_SPLIT = True
+SPLIT_LAUNCH = (4, 4, 64)
+# KDA's diagonal blocks: "levels" (:mod:`.delta_chunk_diag`, all rows at once by a binary
+# split of the tile) or "loop" (``_kda_diag_kernel``, a row at a time); DIAG_WARPS its warps.
+DIAG_FORM = "levels"
+DIAG_WARPS = 2
 
 
 @triton.jit
@@ -289,17 +301,29 @@ def _run(op: str, q, k, v, g, beta, initial_state, scale, use_qk_l2norm, cu_seql
         raise ValueError(f"{op} (triton): block_k_out={block_k_out} must be a power of two >= 16 "
                          f"dividing Dk={Dk}")
     xd = torch.empty(B * T, Hv, 16, **f32) if per_channel else u  # KDA's diagonal inverses
-    if nc and per_channel:
+    if nc and per_channel and DIAG_FORM == "levels":
+        _kda_diag_levels_kernel[(4 * nc, Hv)](q, k, g, beta, a, xd, chunks, Hk, Hv, scale,
+                                              L2NORM_EPS, DK=Dk, USE_L2NORM=l2, PREC=prec,
+                                              num_warps=DIAG_WARPS)
+    elif nc and per_channel:
         _kda_diag_kernel[(4 * nc, Hv)](q, k, g, beta, a, xd, chunks, Hk, Hv, scale, L2NORM_EPS,
-                                       DK=Dk, USE_L2NORM=l2, num_warps=2)
+                                       DK=Dk, USE_L2NORM=l2, num_warps=DIAG_WARPS)
     if nc and not block_k:
         _wy_kernel[(nc, Hv)](q, k, v, g, beta, w, u, a, kg, ge, chunks, xd, Hk, Hv, scale,
                              L2NORM_EPS, DK=Dk, DV=Dv, PER_CHANNEL=per_channel, USE_L2NORM=l2,
                              PREC=prec, num_warps=warps_wy)
     elif nc:  # the same stage with the key channels in blocks (delta_chunk_wy_blocked.py)
-        _wy_blocked_kernel[(nc, Hv)](q, k, v, g, beta, w, u, a, kg, ge, chunks, xd, Hk, Hv, scale,
-                                     L2NORM_EPS, DK=Dk, DV=Dv, PER_CHANNEL=per_channel,
-                                     USE_L2NORM=l2, PREC=prec, BK=block_k, num_warps=num_warps or 4)
+        split = WY_SPLIT
+        xs = torch.empty(B * T, Hv, BT, **f32) if split else u
+        wy_warps, wu_warps, wu_block = SPLIT_LAUNCH if split else (4, None, None)
+        _wy_blocked_kernel[(nc, Hv)](q, k, v, g, beta, w, u, a, kg, ge, chunks, xd, xs, Hk, Hv,
+                                     scale, L2NORM_EPS, DK=Dk, DV=Dv, PER_CHANNEL=per_channel,
+                                     USE_L2NORM=l2, PREC=prec, BK=block_k, SPLIT=split,
+                                     num_warps=num_warps or wy_warps)
+        if split:
+            _wu_kernel[(nc, Hv)](k, v, g, beta, xs, w, u, chunks, Hk, Hv, L2NORM_EPS, DK=Dk,
+                                 DV=Dv, BC=min(wu_block, Dk, Dv), PER_CHANNEL=per_channel,
+                                 USE_L2NORM=l2, PREC=prec, num_warps=num_warps or wu_warps)
     _state_kernel[(n * Hv, Dv // bv_state)](
         kg, ge, w, u, h0 if h0 is not None else ht, hs, d, ht, seqs, Hv,
         DK=Dk, DV=Dv, BV=bv_state, PER_CHANNEL=per_channel, HAS_H0=h0 is not None, PREC=prec_state,
@@ -372,9 +396,19 @@ def _aot_specs():
                   "PREC": "constexpr"}
             specs.append(AotSpec(f"delta_chunk_wy[{kind},{dtype},{d}]", _wy_kernel, wy, flags,
                                  {"num_warps": 8 if per_channel else 4}))
-            specs.append(AotSpec(f"delta_chunk_wy_blocked[{kind},{dtype},{d},bk32]",
-                                 _wy_blocked_kernel, {**wy, "BK": "constexpr"},
-                                 {**flags, "BK": 32}, {"num_warps": 4}))
+            for split in (False, True):
+                specs.append(AotSpec(
+                    f"delta_chunk_wy_blocked[{kind},{dtype},{d},bk32{',split' if split else ''}]",
+                    _wy_blocked_kernel, {**wy, "x_ptr": f32, "BK": "constexpr",
+                                         "SPLIT": "constexpr"},
+                    {**flags, "BK": 32, "SPLIT": split}, {"num_warps": 4}))
+            wu = {"k_ptr": ptr, "v_ptr": ptr, "g_ptr": f32, "b_ptr": f32, "x_ptr": f32,
+                  "w_ptr": half, "u_ptr": f32, "tab_ptr": "*i32", "Hk": "i32", "Hv": "i32",
+                  "eps": "fp32", "DK": "constexpr", "DV": "constexpr", "BC": "constexpr",
+                  "PER_CHANNEL": "constexpr", "USE_L2NORM": "constexpr", "PREC": "constexpr"}
+            specs.append(AotSpec(f"delta_chunk_wu[{kind},{dtype},{d}]", _wu_kernel, wu,
+                                 {"DK": d, "DV": d, "BC": 64, "PER_CHANNEL": per_channel,
+                                  "USE_L2NORM": True, "PREC": "ieee"}, {"num_warps": 4}))
             if per_channel:
                 dg = {"q_ptr": ptr, "k_ptr": ptr, "g_ptr": f32, "b_ptr": f32, "a_ptr": f32,
                       "xd_ptr": f32, "tab_ptr": "*i32", "Hk": "i32", "Hv": "i32",
@@ -382,6 +416,10 @@ def _aot_specs():
                       "USE_L2NORM": "constexpr"}
                 specs.append(AotSpec(f"kda_diag[{dtype},{d}]", _kda_diag_kernel, dg,
                                      {"DK": d, "USE_L2NORM": True}, {"num_warps": 2}))
+                specs.append(AotSpec(f"kda_diag_levels[{dtype},{d}]", _kda_diag_levels_kernel,
+                                     {**dg, "PREC": "constexpr"},
+                                     {"DK": d, "USE_L2NORM": True, "PREC": "ieee"},
+                                     {"num_warps": 2}))
             st = {"kg_ptr": half, "ge_ptr": f32, "w_ptr": half, "u_ptr": f32, "h0_ptr": f32,
                   "hs_ptr": f32, "d_ptr": f32, "ht_ptr": f32, "seq_ptr": "*i32", "Hv": "i32",
                   "DK": "constexpr", "DV": "constexpr", "BV": "constexpr",

@@ -24,8 +24,8 @@ import triton
 import triton.language as tl
 
 from hwinfer.kernels.triton.delta_chunk_wy import (
-    _g_rows, _head_rows, _inv16, _kb, _solve_off, _store_aqk_off, _store_kgates, _wy_rows,
-    _x_diag,
+    _g_rows, _head_rows, _inv16, _kb, _solve_off, _store_aqk_off, _store_kgates, _store_rows,
+    _wy_rows, _x_diag,
 )
 
 
@@ -74,9 +74,9 @@ def _gdn_diag(g_ptr, tok0, n, i_h, Hv, DK: tl.constexpr, R0: tl.constexpr):
 
 @triton.jit
 def _wy_blocked_kernel(q_ptr, k_ptr, v_ptr, g_ptr, b_ptr, w_ptr, u_ptr, a_ptr, kg_ptr, ge_ptr,
-                       tab_ptr, xd_ptr, Hk, Hv, scale, eps, DK: tl.constexpr, DV: tl.constexpr,
-                       PER_CHANNEL: tl.constexpr, USE_L2NORM: tl.constexpr, PREC: tl.constexpr,
-                       BK: tl.constexpr):
+                       tab_ptr, xd_ptr, x_ptr, Hk, Hv, scale, eps, DK: tl.constexpr,
+                       DV: tl.constexpr, PER_CHANNEL: tl.constexpr, USE_L2NORM: tl.constexpr,
+                       PREC: tl.constexpr, BK: tl.constexpr, SPLIT: tl.constexpr):
     i_c = tl.program_id(0)
     i_h = tl.program_id(1)
     i_hk = i_h // (Hv // Hk)
@@ -173,6 +173,42 @@ def _wy_blocked_kernel(q_ptr, k_ptr, v_ptr, g_ptr, b_ptr, w_ptr, u_ptr, a_ptr, k
         x33 = _inv16(a33 * _gdn_diag(g_ptr, tok0, n, i_h, Hv, DK, 48) * b3[:, None], n - 48)
     x10, x20, x21, x30, x31, x32 = _solve_off(a10, a20, a21, a30, a31, a32, x00, x11, x22, x33,
                                               b1, b2, b3, PREC)
+    if SPLIT:
+        # X to memory; w and u are one [64, 64] product each in _wu_kernel (delta_chunk_wu.py)
+        _store_x(x_ptr, x00, x10, x11, x20, x21, x22, x30, x31, x32, x33, tok0, n, i_h, Hv)
+    else:
+        _wu_here(k_ptr, v_ptr, g_ptr, w_ptr, u_ptr, tok0, n, i_h, i_hk, Hk, Hv, nk0, nk1, nk2,
+                 nk3, b0, b1, b2, b3, x00, x10, x11, x20, x21, x22, x30, x31, x32, x33, DK, DV,
+                 PER_CHANNEL, PREC, BK)
+
+
+@triton.jit
+def _store_x(x_ptr, x00, x10, x11, x20, x21, x22, x30, x31, x32, x33, tok0, n, i_h, Hv):
+    """The ten lower 16 x 16 blocks of X into rows [tokens, Hv, 64] (blocks above the diagonal
+    are never written: the reader masks them)."""
+    _store_rows(x_ptr, x00, tok0, n, i_h, Hv, 0, 0, 16, 64, 16)
+    _store_rows(x_ptr, x10, tok0, n, i_h, Hv, 0, 16, 16, 64, 16)
+    _store_rows(x_ptr, x11, tok0, n, i_h, Hv, 16, 16, 16, 64, 16)
+    _store_rows(x_ptr, x20, tok0, n, i_h, Hv, 0, 32, 16, 64, 16)
+    _store_rows(x_ptr, x21, tok0, n, i_h, Hv, 16, 32, 16, 64, 16)
+    _store_rows(x_ptr, x22, tok0, n, i_h, Hv, 32, 32, 16, 64, 16)
+    _store_rows(x_ptr, x30, tok0, n, i_h, Hv, 0, 48, 16, 64, 16)
+    _store_rows(x_ptr, x31, tok0, n, i_h, Hv, 16, 48, 16, 64, 16)
+    _store_rows(x_ptr, x32, tok0, n, i_h, Hv, 32, 48, 16, 64, 16)
+    _store_rows(x_ptr, x33, tok0, n, i_h, Hv, 48, 48, 16, 64, 16)
+
+
+@triton.jit
+def _wu_here(k_ptr, v_ptr, g_ptr, w_ptr, u_ptr, tok0, n, i_h, i_hk, Hk, Hv, nk0, nk1, nk2, nk3,
+             b0, b1, b2, b3, x00, x10, x11, x20, x21, x22, x30, x31, x32, x33,
+             DK: tl.constexpr, DV: tl.constexpr, PER_CHANNEL: tl.constexpr, PREC: tl.constexpr,
+             BK: tl.constexpr):
+    """w and u in the WY program itself (``SPLIT`` off), from X's sixteen-row blocks."""
+    if not PER_CHANNEL:   # GDN: one decay a row, its span sums taken once
+        L0, S0, T0 = _spans(g_ptr, tok0, n, i_h, Hv, 0, 0, DK, BK, False)
+        L1, S1, T1 = _spans(g_ptr, tok0, n, i_h, Hv, 0, 16, DK, BK, False)
+        L2, S2, T2 = _spans(g_ptr, tok0, n, i_h, Hv, 0, 32, DK, BK, False)
+        L3, S3, T3 = _spans(g_ptr, tok0, n, i_h, Hv, 0, 48, DK, BK, False)
     # w = X (beta k e^G), G from the chunk's start: channel block by channel block.
     for c0 in range(0, DK, BK):
         if PER_CHANNEL:

@@ -1,0 +1,77 @@
+"""KDA's diagonal 16 x 16 blocks without a loop over rows (driver: :mod:`.delta_chunk`,
+``DIAG_FORM = "levels"``; the row loop is ``delta_chunk_wy._kda_diag_kernel``).
+
+Same outputs as the loop: the decayed causal ``q k^T`` block (s <= t) into Aqk at the tile's
+columns, and ``(I + diag(beta) A)^-1`` of the strictly lower decayed ``k k^T`` block into
+``xd`` [tokens, Hv, 16]. The decay of a pair s < t is ``e^{g_{s+1} + .. + g_t}`` per channel;
+it does not factor out of the channel sum, and ``e^{G_t} e^{-G_s}`` would overflow at strong
+decay. So the pairs are taken by levels of a binary split of the tile: at level m (8, 4, 2, 1)
+the pairs whose rows lie in adjacent m-row blocks of one 2m-row block. For such a pair the span
+splits at the boundary b between the two blocks into ``L_m[t] = g_b + .. + g_t`` (t's block,
+from its start) and ``S_m[s] = g_{s+1} + .. + g_{b-1}`` (s's block, after s): both sums of
+their own terms, both <= 0. A level is then two products over the channels, ``(k e^{L_m})
+(k e^{S_m})^T`` and ``(q e^{L_m}) (k e^{S_m})^T``, kept on that level's pairs; every pair
+belongs to exactly one level. The segment sums are products of 0/1 matrices with g in exact
+fp32 ("ieee"), so they are plain fp32 sums as in the loop.
+
+Work a tile: 8 [16, DK] exponentials and 16 small products, all rows at once, where the loop
+walks 16 dependent steps of row loads and cross-thread reductions.
+"""
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from hwinfer.kernels.triton.delta_chunk_wy import _g_rows, _inv16, _qk_rows
+
+
+@triton.jit
+def _level(k, q, g, M: tl.constexpr, PREC: tl.constexpr):
+    """The pairs of level M: ([16, 16] decayed k k^T, [16, 16] decayed q k^T), 0 elsewhere."""
+    r = tl.arange(0, 16)
+    same = (r[:, None] // M) == (r[None, :] // M)
+    upto = tl.where(same & (r[None, :] <= r[:, None]), 1.0, 0.0)   # [t, r]: r in t's block, <= t
+    after = tl.where(same & (r[None, :] > r[:, None]), 1.0, 0.0)   # [s, r]: r in s's block, > s
+    el = tl.exp(tl.dot(upto, g, input_precision="ieee"))
+    right = k * tl.exp(tl.dot(after, g, input_precision="ieee"))
+    pair = ((r[:, None] // (2 * M)) == (r[None, :] // (2 * M))) \
+        & ((r[:, None] // M) % 2 == 1) & ((r[None, :] // M) % 2 == 0)
+    akk = tl.dot(k * el, tl.trans(right), input_precision=PREC)
+    aqk = tl.dot(q * el, tl.trans(right), input_precision=PREC)
+    return tl.where(pair, akk, 0.0), tl.where(pair, aqk, 0.0)
+
+
+@triton.jit
+def _kda_diag_levels_kernel(q_ptr, k_ptr, g_ptr, b_ptr, a_ptr, xd_ptr, tab_ptr, Hk, Hv, scale,
+                            eps, DK: tl.constexpr, USE_L2NORM: tl.constexpr,
+                            PREC: tl.constexpr):
+    """One program per (16-row tile, value head), as ``_kda_diag_kernel``."""
+    i_c = tl.program_id(0) // 4
+    r0 = (tl.program_id(0) % 4) * 16
+    i_h = tl.program_id(1)
+    i_hk = i_h // (Hv // Hk)
+    tok0 = tl.load(tab_ptr + 2 * i_c).to(tl.int64) + r0
+    live = tl.load(tab_ptr + 2 * i_c + 1) - r0
+    if live > 0:
+        r = tl.arange(0, 16)
+        k = _qk_rows(k_ptr, tok0, live, i_hk, Hk, 1.0, eps, 0, 16, DK, USE_L2NORM)
+        q = _qk_rows(q_ptr, tok0, live, i_hk, Hk, scale, eps, 0, 16, DK, USE_L2NORM)
+        g = _g_rows(g_ptr, tok0, live, i_h, Hv, 0, 16, DK, True)
+        b = tl.load(b_ptr + (tok0 + r) * Hv + i_h, mask=r < live, other=0.0).to(tl.float32)
+        # s = t: no decay
+        aqk = tl.where(r[:, None] == r[None, :], tl.sum(q * k, axis=1)[:, None], 0.0)
+        akk, p = _level(k, q, g, 8, PREC)
+        aqk += p
+        a, p = _level(k, q, g, 4, PREC)
+        akk += a
+        aqk += p
+        a, p = _level(k, q, g, 2, PREC)
+        akk += a
+        aqk += p
+        a, p = _level(k, q, g, 1, PREC)
+        akk += a
+        aqk += p
+        x = _inv16(akk * b[:, None], live)
+        out = ((tok0 + r) * Hv + i_h)[:, None]
+        tl.store(xd_ptr + out * 16 + r[None, :], x, mask=(r < live)[:, None])
+        tl.store(a_ptr + out * 64 + r0 + r[None, :], aqk, mask=(r < live)[:, None])

@@ -1,0 +1,51 @@
+"""The WY stage's products ``w = X (beta k e^G)`` and ``u = X (beta v)`` as a kernel of their own
+(driver: :mod:`.delta_chunk`, ``WY_SPLIT``).
+
+``_wy_blocked_kernel`` with ``SPLIT`` on stops after the solve and writes ``X = (I + diag(beta)
+A)^-1`` (unit lower triangular, [64, 64] a chunk and value head) as rows ``[tokens, Hv, 64]``
+fp32. Here one program a (chunk, value head) reads it once and forms both products as whole
+[64, 64] x [64, BC] matrix products, channel block by channel block: one tensor-core product of
+M = 64 instead of ten 16 x 16 blocks, and the WY program no longer holds X, k, v and the decay
+sums at once (255 registers and spills on the H200 when it did).
+
+``G`` is the decay from the chunk's start through row t, a cumulative sum of g over the rows
+(each exponent <= 0, a sum of its own terms, as everywhere in these kernels). Shapes: k [tokens,
+Hk, Dk] and v [tokens, Hv, Dv] in the input dtype, g [tokens, Hv(, Dk)] and beta [tokens, Hv]
+any float, w [tokens, Hv, Dk] (bf16 for 16-bit inputs), u [tokens, Hv, Dv] fp32.
+"""
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from hwinfer.kernels.triton.delta_chunk_wy import _g_rows, _head_rows, _store_rows
+from hwinfer.kernels.triton.delta_chunk_wy_blocked import _inv_norm
+
+
+@triton.jit
+def _wu_kernel(k_ptr, v_ptr, g_ptr, b_ptr, x_ptr, w_ptr, u_ptr, tab_ptr, Hk, Hv, eps,
+               DK: tl.constexpr, DV: tl.constexpr, BC: tl.constexpr,
+               PER_CHANNEL: tl.constexpr, USE_L2NORM: tl.constexpr, PREC: tl.constexpr):
+    i_c = tl.program_id(0)
+    i_h = tl.program_id(1)
+    i_hk = i_h // (Hv // Hk)
+    tok0 = tl.load(tab_ptr + 2 * i_c).to(tl.int64)
+    n = tl.load(tab_ptr + 2 * i_c + 1)
+    r = tl.arange(0, 64)
+    live = r < n
+    # X's blocks above the diagonal and rows past n were never written: masked here.
+    x = tl.load(x_ptr + ((tok0 + r) * Hv + i_h)[:, None] * 64 + r[None, :],
+                mask=live[:, None] & (r[None, :] <= r[:, None]), other=0.0)
+    b = tl.load(b_ptr + (tok0 + r) * Hv + i_h, mask=live, other=0.0).to(tl.float32)
+    bk = b * _inv_norm(k_ptr, tok0, n, i_hk, Hk, eps, 0, 64, DK, BC, USE_L2NORM)
+    if not PER_CHANNEL:   # GDN: one decay a row
+        bk = bk * tl.exp(tl.cumsum(_g_rows(g_ptr, tok0, n, i_h, Hv, 0, 64, DK, False), axis=0))
+    for c0 in range(0, DK, BC):
+        y = _head_rows(k_ptr, tok0, n, i_hk, Hk, c0, 0, 64, DK, BC) * bk[:, None]
+        if PER_CHANNEL:
+            y = y * tl.exp(tl.cumsum(_head_rows(g_ptr, tok0, n, i_h, Hv, c0, 0, 64, DK, BC), axis=0))
+        _store_rows(w_ptr, tl.dot(x, y, input_precision=PREC), tok0, n, i_h, Hv, c0, 0, 64, DK, BC)
+    for c0 in range(0, DV, BC):
+        y = _head_rows(v_ptr, tok0, n, i_h, Hv, c0, 0, 64, DV, BC) * b[:, None]
+        _store_rows(u_ptr, tl.dot(x, y, input_precision=PREC), tok0, n, i_h, Hv, c0, 0, 64, DV, BC)
+
