@@ -5,13 +5,16 @@
 engine_handle.py (the engine thread and its messages), protocol.py (request bodies, errors),
 routes_openai.py / routes_responses.py (the endpoints), metrics.py (Prometheus).
 """
-from hwinfer.server.state import ServerConfig
-
 __all__ = ["ServerConfig", "create_app", "serve"]
 
 
 def __getattr__(name: str):
-    # FastAPI is an optional extra: import it only when the app is asked for.
+    # The web stack (pydantic, FastAPI) is imported only when the server is asked for, so that
+    # `hwinfer generate` / `chat`, which read default_model.py from this package, run without it.
+    if name == "ServerConfig":
+        from hwinfer.server.state import ServerConfig
+
+        return ServerConfig
     if name in ("create_app", "serve"):
         from hwinfer.server import app
 

@@ -56,3 +56,14 @@ def test_chat_reads_turns_from_stdin(checkpoint):
     assert chat_main(str(checkpoint), "cpu", 3, 0.0, None, inp=io.StringIO("hi\n\nagain\n/exit\nignored\n"),
                      out=out) == 0
     assert out.getvalue().count("\n") == 2
+
+
+def test_generate_path_does_not_import_the_web_stack():
+    # `hwinfer generate` / `chat` read the embedded default from hwinfer.server.default_model;
+    # importing it must not pull in pydantic / FastAPI (a machine without them, such as the
+    # device, failed tests/models/test_deepseek_v4_fp8_cache.py::test_option_validation on it).
+    code = ("import sys, hwinfer.interactive, hwinfer.server.default_model\n"
+            "hwinfer.interactive._open\n"
+            "bad = [m for m in ('pydantic', 'fastapi', 'uvicorn') if m in sys.modules]\n"
+            "assert not bad, bad\n")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
