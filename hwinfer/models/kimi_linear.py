@@ -147,9 +147,14 @@ class KimiDecoderLayer(nn.Module):
         self.input_layernorm = RMSNorm(ops, h, args.eps)
         self.post_attention_layernorm = RMSNorm(ops, h, args.eps)
 
-    def forward(self, x: torch.Tensor, batch: ForwardBatch, cache: dict | None) -> torch.Tensor:
-        x = x + self.self_attn(self.input_layernorm(x), batch, cache)
-        return x + self.mlp(self.post_attention_layernorm(x))
+    def forward(self, x: torch.Tensor, batch: ForwardBatch, cache: dict | None,
+                residual: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """x [T, H] the previous layer's MLP output (the embeddings, residual None) -> (this
+        layer's MLP output, the residual stream before it): each residual add is fused with the
+        norm after it (``add_rms_norm``, the same bf16 sums as ``x + y``)."""
+        h, residual = self.input_layernorm.add(x, residual)
+        h, residual = self.post_attention_layernorm.add(self.self_attn(h, batch, cache), residual)
+        return self.mlp(h), residual
 
 
 def add_layer_entries(layout: Layout, layer: KimiDecoderLayer, prefix: str, ours: str,
@@ -203,10 +208,11 @@ class KimiLinearForCausalLM(CausalLM):
         return [layer.self_attn.cache_specs(self.dtype) for layer in self.layers]
 
     def forward_batch(self, batch: ForwardBatch) -> torch.Tensor:
-        x = self.embed_tokens(batch.input_ids)
+        x, residual = self.embed_tokens(batch.input_ids), None
         for i, layer in enumerate(self.layers):
-            x = layer(x, batch, batch.cache.layers[i] if batch.cache is not None else None)
-        return self.norm(x)
+            x, residual = layer(x, batch, batch.cache.layers[i] if batch.cache is not None else None,
+                                residual)
+        return self.norm.add(x, residual)[0]
 
     def _layout(self, name: str, dense_under: str) -> Layout:
         layout = Layout({}, name=name)
