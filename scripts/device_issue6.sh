@@ -536,23 +536,25 @@ PY
 elif [ "$phase" = s12d ]; then
   # The WY stage split in two (X to memory, w / u as [64, 64] products: WY_SPLIT) and KDA's
   # diagonal blocks by levels (DIAG_FORM): strict chunked suites, then stage times against the
-  # previous forms and fla (GDN; KDA's fla figure is s12b's).
+  # previous forms and fla (GDN; KDA's fla figure is s12b's); Kimi-Linear's step with its
+  # residual adds fused into the norms.
   D=hwinfer.kernels.triton.delta_chunk
-  strict 100 "gdn_chunked or kda_chunked"
+  strict 90 "gdn_chunked or kda_chunked"
   V=(--variant "one@$D:WY_SPLIT=False" --variant "wy2@$D:SPLIT_LAUNCH=(2, 4, 64)"
-     --variant "wy8@$D:SPLIT_LAUNCH=(8, 4, 64)" --variant "wu8@$D:SPLIT_LAUNCH=(4, 8, 64)"
-     --variant "wu32@$D:SPLIT_LAUNCH=(4, 4, 32)")
-  timeout 160 python3 scripts/bench_delta_chunk.py --kinds gdn --shapes 1x16384,8x2048 --no-torch \
+     --variant "wu8@$D:SPLIT_LAUNCH=(4, 8, 64)" --variant "wu32@$D:SPLIT_LAUNCH=(4, 4, 32)")
+  timeout 140 python3 scripts/bench_delta_chunk.py --kinds gdn --shapes 1x16384,8x2048 --no-torch \
     --no-variants --breakdown "${V[@]}" > "$out/bench_delta_chunk_gdn.csv" 2> "$out/bench_delta_chunk_gdn.err"
   echo "== bench_delta_chunk gdn rc=$?"; grep -v "Warn\|warn\|^# hwinfer\|at::native\|anonymous\|^#   " \
     "$out/bench_delta_chunk_gdn.err" | cut -c1-150 | tail -20
-  timeout 150 python3 scripts/bench_delta_chunk.py --kinds kda --shapes 1x16384 --no-torch --no-fla \
+  timeout 130 python3 scripts/bench_delta_chunk.py --kinds kda --shapes 1x16384 --no-torch --no-fla \
     --no-variants --breakdown "${V[@]}" --variant "loop@$D:DIAG_FORM='loop'" \
-    --variant "diag4@$D:DIAG_WARPS=4" --variant "diag1@$D:DIAG_WARPS=1" \
-    --variant "before@$D:DIAG_FORM='loop';$D:WY_SPLIT=False" \
+    --variant "diag4@$D:DIAG_WARPS=4" --variant "before@$D:DIAG_FORM='loop';$D:WY_SPLIT=False" \
     > "$out/bench_delta_chunk_kda.csv" 2> "$out/bench_delta_chunk_kda.err"
   echo "== bench_delta_chunk kda rc=$?"; grep -v "Warn\|warn\|^# hwinfer\|at::native\|anonymous\|^#   " \
     "$out/bench_delta_chunk_kda.err" | cut -c1-150 | tail -20
+  timeout 100 python3 scripts/bench_model.py --preset kimi-linear-48b-a3b --layers 4 --batch 1,32 \
+    --prompt 1024 --new 32 --no-eager --no-hf --csv "$out/model.csv" > "$out/bench_model_kimi.txt" 2>&1
+  grep "^{\|Error" "$out/bench_model_kimi.txt" | cut -c1-300 | tail -4
 elif [ "$phase" = next10c ]; then
   # KDA vs fla with time for fla's first compiles (autotuning); DeepSeek-V4 b=32 against
   # transformers with our model not resident.
