@@ -62,6 +62,7 @@
 #   bash scripts/device_issue6.sh s12c      # Nsight Compute on chunked KDA / GDN, sparse MLA,
 #                                         # the decode GEMV (scripts/ncu_targets.py)
 #   bash scripts/device_issue6.sh s12d      # the split WY stage and KDA's diagonal by levels
+#   bash scripts/device_issue6.sh s12e      # the split WY stage's chosen launches
 #   bash scripts/device_issue6.sh diagnose  # model oracle + CUDA-graph tests on the GPU, then
 #                                         # the failures again under HWINFER_SHADOW=raise, which
 #                                         # names the first op whose kernel leaves its reference
@@ -555,6 +556,15 @@ elif [ "$phase" = s12d ]; then
   timeout 100 python3 scripts/bench_model.py --preset kimi-linear-48b-a3b --layers 4 --batch 1,32 \
     --prompt 1024 --new 32 --no-eager --no-hf --csv "$out/model.csv" > "$out/bench_model_kimi.txt" 2>&1
   grep "^{\|Error" "$out/bench_model_kimi.txt" | cut -c1-300 | tail -4
+elif [ "$phase" = s12e ]; then
+  # The split WY stage's chosen launches (SPLIT_LAUNCH per kind) against the one-kernel form, at
+  # 1 x 16k and 8 x 2k (packed, cu_seqlens): times and errors against the recurrent kernel.
+  D=hwinfer.kernels.triton.delta_chunk
+  timeout 110 python3 scripts/bench_delta_chunk.py --shapes 1x16384,8x2048 --no-torch --no-fla \
+    --no-variants --breakdown --variant "one@$D:WY_SPLIT=False" \
+    > "$out/bench_delta_chunk.csv" 2> "$out/bench_delta_chunk.err"
+  echo "== bench_delta_chunk rc=$?"; grep -v "Warn\|warn\|^# hwinfer\|at::native\|anonymous" \
+    "$out/bench_delta_chunk.err" | grep -v "Memcpy" | cut -c1-150 | tail -40
 elif [ "$phase" = next10c ]; then
   # KDA vs fla with time for fla's first compiles (autotuning); DeepSeek-V4 b=32 against
   # transformers with our model not resident.

@@ -4,8 +4,8 @@ one crossing two chunk boundaries), GQA (Hv = 2 Hk), Dk != Dv, q/k as strided vi
 projection, no initial state, value blocks split over programs (``block_v=16``,
 ``block_v_out=16``), KDA's diagonal-block kernel (varlen with partial and empty tiles
 above; strong decay below) and the WY stage both in key-channel blocks (``block_k``, the
-default; as two kernels, ``WY_SPLIT``, and as one), KDA's diagonal blocks by levels and by
-the row loop (``DIAG_FORM``), and the WY stage whole (``block_k=0``), the output stage in key-channel blocks (``block_k_out``),
+default; as two kernels, ``WY_SPLIT``, and as one), KDA's diagonal blocks by the row loop and
+by levels (``DIAG_FORM``), and the WY stage whole (``block_k=0``), the output stage in key-channel blocks (``block_k_out``),
 the output stage's bf16 products (``dots="bf16"``). Checked
 against the token-loop
 reference and the fused recurrent Triton kernel. ``TRITON_INTERPRET`` is read when a kernel is decorated: a fresh interpreter process.
@@ -29,15 +29,15 @@ def rel(a, b):
     return ((a.float() - b.float()).pow(2).mean().sqrt() / b.float().pow(2).mean().sqrt()).item()
 def split(f, wy):   # f with the module constants of wy ('one': WY_SPLIT off; 'diag': DIAG_FORM)
     def call(*args, **kw):
-        tc.WY_SPLIT, tc.DIAG_FORM = not wy.get("one"), wy.get("diag", "levels")
+        tc.WY_SPLIT, tc.DIAG_FORM = not wy.get("one"), wy.get("diag", "loop")
         try:
             return f(*args, **kw, **{k: v for k, v in wy.items() if k not in ("one", "diag")})
         finally:
-            tc.WY_SPLIT, tc.DIAG_FORM = True, "levels"
+            tc.WY_SPLIT, tc.DIAG_FORM = True, "loop"
     return call
 # the WY stage whole; in channel blocks as two kernels (w, u from X in memory); as one kernel;
-# KDA's diagonal blocks by levels (default) and by the row loop
-WYS = (dict(block_k=0), dict(block_k=16, block_k_out=16), dict(block_k=16, one=True, diag="loop"))
+# KDA's diagonal blocks by the row loop (default) and by levels
+WYS = (dict(block_k=0), dict(block_k=16, block_k_out=16), dict(block_k=16, one=True, diag="levels"))
 for per_channel in (False, True):
     B, T, Hk, Hv, Dk, Dv = 1, 137, 1, 2, 16, 32
     proj = torch.randn(B, T, Hk, 3 * Dk)

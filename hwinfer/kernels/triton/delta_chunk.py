@@ -2,7 +2,7 @@
 :func:`hwinfer.ops.linear_attention.gdn_chunked`,
 :func:`~hwinfer.ops.linear_attention.kda_chunked`).
 
-Chunks of 64 tokens (never crossing a sequence boundary), three launches (four for KDA):
+Chunks of 64 tokens (never crossing a sequence boundary), four launches (five for KDA):
 
 0. KDA only, ``_kda_diag_kernel`` (:mod:`.delta_chunk_wy`), one small program per (16-row
    tile, value head): the diagonal 16 x 16 blocks, whose per-channel decay needs a sequential
@@ -10,8 +10,11 @@ Chunks of 64 tokens (never crossing a sequence boundary), three launches (four f
    kernel);
 1. ``_wy_blocked_kernel`` (:mod:`.delta_chunk_wy_blocked`; the key channels in blocks of 32,
    the default) or ``_wy_kernel`` (:mod:`.delta_chunk_wy`, whole tiles, ``block_k=0``), one
-   program per (chunk, value head), all chunks in parallel: ``w``, ``u`` of the WY form (the chunk's deltas are ``u - w S0``), the decayed
-   keys ``k e^{G_end - G}`` and ``G_end`` and, for KDA, the causal decayed ``q k^T`` block;
+   program per (chunk, value head), all chunks in parallel: ``w``, ``u`` of the WY form (the
+   chunk's deltas are ``u - w S0``), the decayed keys ``k e^{G_end - G}`` and ``G_end`` and,
+   for KDA, the causal decayed ``q k^T`` block. By default (``WY_SPLIT``) the blocked kernel
+   stops at ``X = (I + diag(beta) A)^-1`` and ``_wu_kernel`` (:mod:`.delta_chunk_wu`) forms
+   ``w = X (beta k e^G)`` and ``u = X (beta v)`` as [64, 64] products (one launch more);
 2. ``_state_kernel``, one program per (sequence, value head, BV value channels), the only
    sequential part, kept to what needs the state: walks the chunks, stores each chunk's start
    state ``S0`` and its deltas ``d = u - w S0``, steps ``S <- diag(e^{G_end}) S + (k e^{G_end
@@ -90,13 +93,18 @@ STATE_LAUNCH = (4, 2)
 OUT_LAUNCH = (4, None)
 # The blocked WY stage as two kernels: ``_wy_blocked_kernel`` stops at X (written as [tokens,
 # Hv, 64] fp32) and ``_wu_kernel`` (:mod:`.delta_chunk_wu`) forms w and u as [64, 64] products.
-# False keeps w and u inside the WY program. SPLIT_LAUNCH: (num_warps of the WY kernel,
-# num_warps of _wu_kernel, its channel block) on NVIDIA when a call names no num_warps.
+# False keeps w and u inside the WY program. SPLIT_LAUNCH[kind]: (num_warps of the WY kernel,
+# num_warps of _wu_kernel, its channel block) on NVIDIA when a call names no num_warps. On the
+# H200 at 1 x 16k (docs/kernels.md, twelfth session) the split took GDN's WY stage from 570 us to
+# 283 + 149 and KDA's from 1,976 to 1,148 + 401 with these launches (2 warps: GDN only; KDA's
+# WY kernel spills at 2); 64-channel blocks cost _wu_kernel 175 / 584 us.
 WY_SPLIT = True
-SPLIT_LAUNCH = (4, 4, 64)
-# KDA's diagonal blocks: "levels" (:mod:`.delta_chunk_diag`, all rows at once by a binary
-# split of the tile) or "loop" (``_kda_diag_kernel``, a row at a time); DIAG_WARPS its warps.
-DIAG_FORM = "levels"
+SPLIT_LAUNCH = {"gdn": (2, 4, 32), "kda": (4, 4, 32)}
+# KDA's diagonal blocks: "loop" (``_kda_diag_kernel``, a row at a time) or "levels"
+# (:mod:`.delta_chunk_diag`, all rows at once by a binary split of the tile). On the H200 the
+# levels form was 2.9x slower at 2 warps (3,408 against 1,170 us, KDA 1 x 16k) and 1.6x at 4:
+# its segment sums are exact fp32 products, which run on the FMA units. DIAG_WARPS: its warps.
+DIAG_FORM = "loop"
 DIAG_WARPS = 2
 
 
@@ -315,7 +323,8 @@ def _run(op: str, q, k, v, g, beta, initial_state, scale, use_qk_l2norm, cu_seql
     elif nc:  # the same stage with the key channels in blocks (delta_chunk_wy_blocked.py)
         split = WY_SPLIT
         xs = torch.empty(B * T, Hv, BT, **f32) if split else u
-        wy_warps, wu_warps, wu_block = SPLIT_LAUNCH if split else (4, None, None)
+        wy_warps, wu_warps, wu_block = (SPLIT_LAUNCH["kda" if per_channel else "gdn"] if split
+                                        else (4, None, None))
         _wy_blocked_kernel[(nc, Hv)](q, k, v, g, beta, w, u, a, kg, ge, chunks, xd, xs, Hk, Hv,
                                      scale, L2NORM_EPS, DK=Dk, DV=Dv, PER_CHANNEL=per_channel,
                                      USE_L2NORM=l2, PREC=prec, BK=block_k, SPLIT=split,
@@ -401,14 +410,16 @@ def _aot_specs():
                     f"delta_chunk_wy_blocked[{kind},{dtype},{d},bk32{',split' if split else ''}]",
                     _wy_blocked_kernel, {**wy, "x_ptr": f32, "BK": "constexpr",
                                          "SPLIT": "constexpr"},
-                    {**flags, "BK": 32, "SPLIT": split}, {"num_warps": 4}))
+                    {**flags, "BK": 32, "SPLIT": split},
+                    {"num_warps": SPLIT_LAUNCH[kind][0] if split else 4}))
             wu = {"k_ptr": ptr, "v_ptr": ptr, "g_ptr": f32, "b_ptr": f32, "x_ptr": f32,
                   "w_ptr": half, "u_ptr": f32, "tab_ptr": "*i32", "Hk": "i32", "Hv": "i32",
                   "eps": "fp32", "DK": "constexpr", "DV": "constexpr", "BC": "constexpr",
                   "PER_CHANNEL": "constexpr", "USE_L2NORM": "constexpr", "PREC": "constexpr"}
             specs.append(AotSpec(f"delta_chunk_wu[{kind},{dtype},{d}]", _wu_kernel, wu,
-                                 {"DK": d, "DV": d, "BC": 64, "PER_CHANNEL": per_channel,
-                                  "USE_L2NORM": True, "PREC": "ieee"}, {"num_warps": 4}))
+                                 {"DK": d, "DV": d, "BC": SPLIT_LAUNCH[kind][2],
+                                  "PER_CHANNEL": per_channel, "USE_L2NORM": True, "PREC": "ieee"},
+                                 {"num_warps": SPLIT_LAUNCH[kind][1]}))
             if per_channel:
                 dg = {"q_ptr": ptr, "k_ptr": ptr, "g_ptr": f32, "b_ptr": f32, "a_ptr": f32,
                       "xd_ptr": f32, "tab_ptr": "*i32", "Hk": "i32", "Hv": "i32",

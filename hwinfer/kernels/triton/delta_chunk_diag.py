@@ -1,5 +1,5 @@
 """KDA's diagonal 16 x 16 blocks without a loop over rows (driver: :mod:`.delta_chunk`,
-``DIAG_FORM = "levels"``; the row loop is ``delta_chunk_wy._kda_diag_kernel``).
+``DIAG_FORM = "levels"``, opt-in; the default row loop is ``delta_chunk_wy._kda_diag_kernel``).
 
 Same outputs as the loop: the decayed causal ``q k^T`` block (s <= t) into Aqk at the tile's
 columns, and ``(I + diag(beta) A)^-1`` of the strictly lower decayed ``k k^T`` block into
@@ -15,7 +15,10 @@ belongs to exactly one level. The segment sums are products of 0/1 matrices with
 fp32 ("ieee"), so they are plain fp32 sums as in the loop.
 
 Work a tile: 8 [16, DK] exponentials and 16 small products, all rows at once, where the loop
-walks 16 dependent steps of row loads and cross-thread reductions.
+walks 16 dependent steps of row loads and cross-thread reductions. Measured on the H200 (KDA 1 x
+16k, twelfth session): 3,408 us at 2 warps, 1,898 at 4, against the loop's 1,170, so it is not
+the default; the exact fp32 segment-sum products run on the FMA units (3xTF32 products or a
+scan are what to try next).
 """
 from __future__ import annotations
 
