@@ -5,7 +5,8 @@ x [T, H] -> q, k, v projections [T, P] (P = heads * head_dim) -> depthwise causa
 here they are one [3P, 1, K] parameter, q then k then v, which is also transformers' fused
 ``conv1d.weight``) -> per-head q, k, v [T, h, d]; per-channel log-decay g = kda_gate(f_b(f_a(x)))
 (softplus form for Kimi-Linear, lower-bounded sigmoid form for K3); beta = sigmoid(b_proj(x));
-the KDA delta rule (chunked for prefill, recurrent for decode, state per request in the cache);
+the KDA delta rule (chunked for prefill, recurrent for decode, state per request in the cache;
+decode computes the gate and beta inside the recurrence, ``kda_gated_recurrent``);
 output = RMSNorm(o) * sigmoid(gate) with gate = g_b(g_a(x)) (Kimi-Linear) or the full-rank
 g_proj(x) (K3), then o_proj.
 """
@@ -17,7 +18,7 @@ from torch import nn
 from hwinfer.backend.select import OpTable
 from hwinfer.cache.spec import CacheTensor
 from hwinfer.layers.basic import Linear, MergedProjection
-from hwinfer.layers.delta_state import run_delta_rule, run_short_conv
+from hwinfer.layers.delta_state import decodes_in_place, run_delta_rule, run_short_conv
 from hwinfer.runtime.batch import ForwardBatch
 
 
@@ -86,10 +87,16 @@ class KimiDeltaAttention(nn.Module):
         mixed = run_short_conv(ops.causal_conv1d, batch, cache, qkv, self.conv1d.weight)
         q, k, v = (part.reshape(1, t, h, d) for part in mixed.split(self.proj_dim, dim=-1))
         a_log = self.A_log.reshape(-1)[:h]
-        g = ops.kda_gate(self.f_b_proj(f_a).view(1, t, h, d), a_log, self.dt_bias,
-                         lower_bound=self.lower_bound)
-        beta = torch.sigmoid(b.float())[None]
-        o = run_delta_rule(ops.kda_recurrent, ops.kda_chunked, batch, cache, q, k, v, g, beta)
+        f = self.f_b_proj(f_a).view(1, t, h, d)
+        if decodes_in_place(batch, cache):
+            # decode: the gate and beta's sigmoid inside the recurrence (three kernels fewer)
+            o = ops.kda_gated_recurrent(q, k, v, f, b[None], a_log, self.dt_bias, cache["ssm"],
+                                        use_qk_l2norm=True, cu_seqlens=batch.cu_seqlens,
+                                        state_slots=batch.slots, lower_bound=self.lower_bound)[0]
+        else:
+            g = ops.kda_gate(f, a_log, self.dt_bias, lower_bound=self.lower_bound)
+            beta = torch.sigmoid(b.float())[None]
+            o = run_delta_rule(ops.kda_recurrent, ops.kda_chunked, batch, cache, q, k, v, g, beta)
         if not self.full_rank_gate:
             gate = self.g_b_proj(gate)
         gate = gate.view(t, h, d)

@@ -325,6 +325,66 @@ def _gated_cases() -> list[Case]:
             if c.name in ("slots_decode_B3", "slots_varlen_1_4_2", "decode_B4")]
 
 
+def kda_gated_recurrent(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, f: torch.Tensor,
+                        b: torch.Tensor, A_log: torch.Tensor, dt_bias: torch.Tensor,
+                        initial_state: torch.Tensor | None = None, *, scale: float | None = None,
+                        use_qk_l2norm: bool = True, cu_seqlens: torch.Tensor | None = None,
+                        state_slots: torch.Tensor | None = None,
+                        lower_bound: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`kda_recurrent` with its gates taken from the raw projections, so that a decode
+    step runs the gates inside the recurrence (the gate kernel and beta's two kernels fewer per
+    KDA layer).
+
+    Exactly ``kda_recurrent(q, k, v, kda_gate(f, A_log, dt_bias, lower_bound=lower_bound),
+    sigmoid(b.float()), initial_state, ...)``: beta in fp32, as Kimi-Linear and K3 compute it.
+
+    Shapes: q, k [B, T, Hk, Dk]; v [B, T, Hv, Dv]; f [B, T, Hv, Dk] (``f_b_proj``'s output per
+    head) and b [B, T, Hv] (a view into the input projection is fine), any float dtype; A_log
+    [Hv] or [1, 1, Hv, 1]; dt_bias [Hv * Dk] or [Hv, Dk]; initial_state, cu_seqlens,
+    state_slots as :func:`kda_recurrent`. Returns ``(o [B, T, Hv, Dv] in v.dtype, final_state
+    [N, Hv, Dk, Dv] fp32)``.
+
+    Uses: the decode step of Kimi-Linear's and Kimi-K3's KDA layers.
+    """
+    return compose_kda_gated_recurrent(kda_gate, kda_recurrent, q, k, v, f, b, A_log, dt_bias,
+                                       initial_state, scale=scale, use_qk_l2norm=use_qk_l2norm,
+                                       cu_seqlens=cu_seqlens, state_slots=state_slots,
+                                       lower_bound=lower_bound)
+
+
+def compose_kda_gated_recurrent(gate, rule, q, k, v, f, b, A_log, dt_bias, initial_state, *,
+                                lower_bound=None, **kw):
+    """``kda_gated_recurrent`` from implementations of ``kda_gate`` and ``kda_recurrent`` (the
+    reference's definition; impls reuse it for the calls they do not fuse)."""
+    if not b.is_floating_point() or b.shape != f.shape[:-1]:
+        raise ValueError(f"kda_gated_recurrent: b must be a float tensor [B, T, Hv] matching f "
+                         f"{list(f.shape)}, got {b.dtype} {list(b.shape)}")
+    return rule(q, k, v, gate(f, A_log, dt_bias, lower_bound=lower_bound),
+                torch.sigmoid(b.float()), initial_state, **kw)
+
+
+def _kda_gated_cases() -> list[Case]:
+    """kda_recurrent's decode-like cases with raw gate inputs in place of g and beta; the last
+    one with K3's lower-bounded gate."""
+    def raw(make, lower_bound):
+        def made(gen, dtype, device):
+            inputs = make(gen, dtype, device)
+            shape = inputs.pop("g").shape
+            hv, dk = shape[2], shape[3]
+            inputs.pop("beta")
+            inputs["f"] = randn(gen, *shape, dtype=dtype, device=device, scale=3.0)
+            inputs["b"] = randn(gen, *shape[:3], dtype=dtype, device=device, scale=2.0)
+            inputs["A_log"] = uniform(gen, hv, lo=-4.0, hi=1.0, dtype=torch.float32, device=device)
+            inputs["dt_bias"] = randn(gen, hv * dk, dtype=torch.float32, device=device)
+            inputs["lower_bound"] = lower_bound
+            return inputs
+        return made
+    base = {c.name: c for c in _cases(True, False)}
+    return [Case("slots_decode_B3", raw(base["slots_decode_B3"].make, None)),
+            Case("slots_varlen_1_4_2", raw(base["slots_varlen_1_4_2"].make, None)),
+            Case("decode_B4_lower_bound", raw(base["decode_B4"].make, -5.0))]
+
+
 GDN_CHUNKED = define_op(gdn_chunked, cases=_cases(False, True), tolerance=_LA_TOL,
                         family="linear_attention")
 GDN_GATED_RECURRENT = define_op(gdn_gated_recurrent, cases=_gated_cases(), tolerance=_LA_TOL,
@@ -333,6 +393,8 @@ KDA_RECURRENT = define_op(kda_recurrent, cases=_cases(True, False), tolerance=_L
                           mutates=("initial_state",))
 KDA_CHUNKED = define_op(kda_chunked, cases=_cases(True, True), tolerance=_LA_TOL,
                         family="linear_attention")
+KDA_GATED_RECURRENT = define_op(kda_gated_recurrent, cases=_kda_gated_cases(), tolerance=_LA_TOL,
+                                mutates=("initial_state",))
 
 
 def _gdn_gate_case(shape: tuple[int, ...]):

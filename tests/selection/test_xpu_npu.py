@@ -72,7 +72,7 @@ def test_catalog_is_the_one_place_a_kernel_is_added():
         assert [(i.op, i.target, i.check) for i in triton] == list(PORTABLE_TRITON_KERNELS)
         assert all(i.requires == ("triton",) and i.interpretable for i in triton)
     assert ops_of_module("hwinfer.kernels.triton.delta_rule") == ["gdn_recurrent", "gdn_gated_recurrent",
-                                                                  "kda_recurrent"]
+                                                                  "kda_recurrent", "kda_gated_recurrent"]
 
 
 def test_every_portable_kernel_has_an_nvidia_and_an_amd_impl():

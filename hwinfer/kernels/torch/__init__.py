@@ -36,6 +36,7 @@ KERNELS: dict[str, tuple[str, str | None]] = {
     "gdn_chunked": (f"{_P}.linear_attention:gdn_chunked", None),
     "kda_recurrent": (f"{_P}.linear_attention:kda_recurrent", None),
     "kda_chunked": (f"{_P}.linear_attention:kda_chunked", None),
+    "kda_gated_recurrent": (f"{_P}.linear_attention:kda_gated_recurrent", None),
     "causal_conv1d": (f"{_P}.conv:causal_conv1d", None),
     "rms_norm": (f"{_P}.norm:rms_norm", None),
     "rms_norm_gated": (f"{_P}.norm:rms_norm_gated", None),

@@ -24,7 +24,9 @@ import torch
 from torch import Tensor
 
 from hwinfer.ops.linear_attention_chunked import check_inputs, prepare
-from hwinfer.ops.linear_attention import compose_gdn_gated_recurrent, gdn_gate, on_state_slots
+from hwinfer.ops.linear_attention import (
+    compose_gdn_gated_recurrent, compose_kda_gated_recurrent, gdn_gate, kda_gate, on_state_slots,
+)
 
 _GDN_CHUNK = 64
 # KDA's pairwise per-channel decays cost T * _KDA_SUB * Dk per head, the cross-block terms grow
@@ -264,6 +266,11 @@ def kda_recurrent(q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor,
                               scale=scale, use_qk_l2norm=use_qk_l2norm, cu_seqlens=cu_seqlens)
     return _run("kda_recurrent", q, k, v, g, beta, initial_state, scale, use_qk_l2norm,
                 cu_seqlens, True, _KDA_CHUNK)
+
+
+# ``kda_gated_recurrent`` (contract in hwinfer.ops.linear_attention): the gate expression and
+# beta's sigmoid, then kda_recurrent above; the composition the contract defines.
+kda_gated_recurrent = partial(compose_kda_gated_recurrent, kda_gate, kda_recurrent)
 
 
 def kda_chunked(q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor,

@@ -16,6 +16,8 @@ PORTABLE_TRITON_KERNELS: tuple[tuple[str, str, str | None], ...] = (
      "hwinfer.kernels.triton.delta_rule:gdn_gated_recurrent_supported"),
     ("kda_recurrent", "hwinfer.kernels.triton.delta_rule:kda_recurrent",
      "hwinfer.kernels.triton.delta_rule:delta_rule_supported"),
+    ("kda_gated_recurrent", "hwinfer.kernels.triton.delta_rule:kda_gated_recurrent",
+     "hwinfer.kernels.triton.delta_rule:kda_gated_recurrent_supported"),
     ("kv_store_fp8_ds_mla", "hwinfer.kernels.triton.kv_pack:kv_store_fp8_ds_mla", None),
     ("sparse_mla_decode", "hwinfer.kernels.triton.sparse_mla:sparse_mla_decode",
      "hwinfer.kernels.triton.sparse_mla:sparse_mla_decode_supported"),

@@ -1,6 +1,7 @@
 """Triton fused recurrent gated delta rule (contracts: :func:`hwinfer.ops.linear_attention.gdn_recurrent`,
-:func:`~hwinfer.ops.linear_attention.gdn_gated_recurrent` and
-:func:`~hwinfer.ops.linear_attention.kda_recurrent`).
+:func:`~hwinfer.ops.linear_attention.gdn_gated_recurrent`,
+:func:`~hwinfer.ops.linear_attention.kda_recurrent` and
+:func:`~hwinfer.ops.linear_attention.kda_gated_recurrent`).
 
 One kernel serves both: GDN's decay is one scalar per token and value head, KDA's one value per
 key channel (``PER_CHANNEL``). One program owns one (sequence, value head, block of BV value
@@ -12,7 +13,9 @@ of its sequence, per token
 
 then stores the final state. ``RAW_GATES`` (gdn_gated_recurrent) reads the projections a, b
 instead of g, beta and computes ``g = -e^{A_log} softplus(a + dt_bias)`` and ``beta =
-sigmoid(b)`` per token itself: the decode step's two gate kernels per layer disappear. Made for
+sigmoid(b)`` per token itself: the decode step's two gate kernels per layer disappear; for KDA
+(kda_gated_recurrent) f, b and ``kda_gate`` per key channel (``BOUNDED``: K3's ``lb *
+sigmoid(e^{A_log} x)``), beta in fp32. Made for
 decode (T=1) and short multi-token steps (speculative verification); long prefills belong to the
 chunked form. The value channels of one head are
 independent of each other in this recurrence (every step reads S only through ``S^T x`` per
@@ -48,11 +51,11 @@ DECODE_TILE = (16, 2)
 @triton.jit
 def _delta_rule_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, alog_ptr, dt_ptr, h0_ptr, o_ptr,
                        ht_ptr, cu_ptr, slot_ptr, T, Hk, Hv, sq_b, sq_t, sq_h, sv_b, sv_t, sv_h,
-                       sg_t, sb_t, scale, eps,
+                       sg_t, sb_t, scale, eps, lb,
                        DK: tl.constexpr, DV: tl.constexpr, BV: tl.constexpr,
                        PER_CHANNEL: tl.constexpr, USE_L2NORM: tl.constexpr,
                        HAS_H0: tl.constexpr, IS_VARLEN: tl.constexpr, HAS_SLOTS: tl.constexpr,
-                       RAW_GATES: tl.constexpr, PDL: tl.constexpr):
+                       RAW_GATES: tl.constexpr, BOUNDED: tl.constexpr, PDL: tl.constexpr):
     # Axis 0 (up to 2^31 programs) carries sequence x head, axis 1 (<= 65535) the value blocks.
     i_nh = tl.program_id(0)
     i_vb = tl.program_id(1)
@@ -89,9 +92,12 @@ def _delta_rule_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, alog_ptr, dt_ptr, h
         p_g = g_ptr + (tok0 * Hv + i_h) * DK + offs_k
     else:
         p_g = g_ptr + tok0 * sg_t + i_h
-    if RAW_GATES:  # g and beta given as the projections a, b: gdn_gate and sigmoid in here
+    if RAW_GATES:  # g and beta given as projections (a or f, b): the gate and sigmoid in here
         neg_a = -tl.exp(tl.load(alog_ptr + i_h).to(tl.float32))
-        dt = tl.load(dt_ptr + i_h).to(tl.float32)
+        if PER_CHANNEL:   # kda_gate's dt_bias: one per key channel
+            dt = tl.load(dt_ptr + i_h * DK + offs_k).to(tl.float32)
+        else:
+            dt = tl.load(dt_ptr + i_h).to(tl.float32)
     if not HAS_SLOTS:
         state_off = i_nh.to(tl.int64) * DK * DV + offs_k[:, None] * DV + offs_v[None, :]
         if HAS_H0:
@@ -105,14 +111,23 @@ def _delta_rule_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, alog_ptr, dt_ptr, h
         b_k = tl.load(p_k).to(tl.float32)
         b_v = tl.load(p_v).to(tl.float32)
         b_beta = tl.load(p_beta).to(tl.float32)
-        if RAW_GATES:
+        if RAW_GATES and PER_CHANNEL:   # KDA: sigmoid(b.float()), fp32 as Kimi computes it
+            b_beta = 1.0 / (1.0 + tl.exp(-b_beta))
+        elif RAW_GATES:
             # beta rounded to b's dtype, as the model's b.sigmoid() gives it
             b_beta = (1.0 / (1.0 + tl.exp(-b_beta))).to(beta_ptr.dtype.element_ty).to(tl.float32)
         if USE_L2NORM:
             b_q = b_q * tl.rsqrt(tl.sum(b_q * b_q, axis=0) + eps)
             b_k = b_k * tl.rsqrt(tl.sum(b_k * b_k, axis=0) + eps)
         b_q = b_q * scale
-        if PER_CHANNEL:
+        if PER_CHANNEL and RAW_GATES:   # kda_gate per channel, as its reference computes it
+            x = tl.load(p_g).to(tl.float32) + dt
+            if BOUNDED:   # lb * sigmoid(A x)
+                gk = lb / (1.0 + tl.exp(neg_a * x))
+            else:         # -A softplus(x)
+                gk = neg_a * tl.where(x > 20.0, x, tl.maximum(x, 0.0) + tl.log(1.0 + tl.exp(-tl.abs(x))))
+            h = h * tl.exp(gk)[:, None]
+        elif PER_CHANNEL:
             h = h * tl.exp(tl.load(p_g).to(tl.float32))[:, None]   # row i decays by e^{g[i]}
         elif RAW_GATES:
             x = tl.load(p_g).to(tl.float32) + dt   # softplus as the gdn_gate kernel computes it
@@ -176,8 +191,10 @@ def _token_rows(x: torch.Tensor) -> tuple[torch.Tensor, int]:
 
 def _run(op: str, q, k, v, g, beta, initial_state, scale, use_qk_l2norm, cu_seqlens,
          per_channel: bool, block_v: int | None, num_warps: int | None, state_slots=None,
-         gates: tuple[torch.Tensor, torch.Tensor] | None = None):
-    """Both ops, and with ``gates`` = (A_log, dt_bias) gdn_gated_recurrent (g, beta = a, b)."""
+         gates: tuple[torch.Tensor, torch.Tensor] | None = None,
+         lower_bound: float | None = None):
+    """Both ops, and with ``gates`` = (A_log, dt_bias) the gated forms (g, beta = a or f, b;
+    ``lower_bound``: kda_gate's bounded form)."""
     varlen = cu_seqlens is not None
     pool = state_slots is not None
     # Validate shapes as the reference does; cu_seqlens contents are trusted (no host sync).
@@ -211,7 +228,7 @@ def _run(op: str, q, k, v, g, beta, initial_state, scale, use_qk_l2norm, cu_seql
     else:
         g, sg = _token_rows(g)
     beta, sb = _token_rows(beta)
-    alog, dt = (t.contiguous() for t in gates) if gates is not None else (beta, beta)
+    alog, dt = (t.reshape(-1).contiguous() for t in gates) if gates is not None else (beta, beta)
     o = torch.empty(B, T, Hv, Dv, dtype=v.dtype, device=v.device)
     ht = initial_state if pool else torch.empty(n, Hv, Dk, Dv, dtype=torch.float32, device=v.device)
     if n * Hv == 0:
@@ -239,9 +256,10 @@ def _run(op: str, q, k, v, g, beta, initial_state, scale, use_qk_l2norm, cu_seql
         q, k, v, g, beta, alog, dt, h0 if h0 is not None else ht, o, ht, cu, slots,
         T, Hk, Hv, q.stride(0), q.stride(1), q.stride(2), v.stride(0), v.stride(1), v.stride(2),
         sg, sb, float(Dk ** -0.5 if scale is None else scale), L2NORM_EPS,
+        float(lower_bound or 0.0),
         DK=Dk, DV=Dv, BV=bv, PER_CHANNEL=per_channel, USE_L2NORM=bool(use_qk_l2norm),
         HAS_H0=h0 is not None, IS_VARLEN=varlen, HAS_SLOTS=pool, RAW_GATES=gates is not None,
-        num_warps=warps,
+        BOUNDED=lower_bound is not None, num_warps=warps,
         PDL=pdl_ok(v.device), **launch_kwargs(v.device))
     return o, ht
 
@@ -304,6 +322,47 @@ def kda_recurrent(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Te
                 cu_seqlens, True, block_v, num_warps, state_slots)
 
 
+def kda_gated_recurrent(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, f: torch.Tensor,
+                        b: torch.Tensor, A_log: torch.Tensor, dt_bias: torch.Tensor,
+                        initial_state: torch.Tensor | None = None, *, scale: float | None = None,
+                        use_qk_l2norm: bool = True, cu_seqlens: torch.Tensor | None = None,
+                        state_slots: torch.Tensor | None = None, lower_bound: float | None = None,
+                        block_v: int | None = None, num_warps: int | None = None
+                        ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Triton ``kda_gated_recurrent``: :func:`kda_recurrent` reading f [B, T, Hv, Dk] and b
+    [B, T, Hv] (a strided view welcome) with A_log [Hv] (or [1, 1, Hv, 1]) and dt_bias
+    [Hv * Dk]; kda_gate (either form) and beta's sigmoid computed per token in the recurrence."""
+    reason = _kda_gate_inputs_reason(f, b, A_log, dt_bias, lower_bound)  # _run checks the rest
+    if reason is not None:
+        raise ValueError(f"kda_gated_recurrent (triton): {reason}")
+    return _run("kda_gated_recurrent", q, k, v, f, b, initial_state, scale, use_qk_l2norm,
+                cu_seqlens, True, block_v, num_warps, state_slots, gates=(A_log, dt_bias),
+                lower_bound=lower_bound)
+
+
+def kda_gated_recurrent_supported(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                                  f: torch.Tensor, b: torch.Tensor, A_log: torch.Tensor,
+                                  dt_bias: torch.Tensor, initial_state: torch.Tensor | None = None,
+                                  state_slots: torch.Tensor | None = None,
+                                  lower_bound: float | None = None, **_: object) -> str | None:
+    """Per-call check of :func:`kda_gated_recurrent`: the gate inputs, then the delta rule's."""
+    return _kda_gate_inputs_reason(f, b, A_log, dt_bias, lower_bound) or \
+        delta_rule_supported(q, k, v, f, b, initial_state, state_slots)
+
+
+def _kda_gate_inputs_reason(f, b, A_log, dt_bias, lower_bound) -> str | None:
+    if f.dim() != 4 or b.shape != f.shape[:3]:
+        return f"f must be [B, T, Hv, Dk] and b [B, T, Hv], got {list(f.shape)} and {list(b.shape)}"
+    hv, dk = f.shape[2], f.shape[3]
+    if A_log.numel() != hv or tuple(A_log.shape) not in ((hv,), (1, 1, hv, 1)):
+        return f"A_log must be [{hv}] or [1, 1, {hv}, 1], got {list(A_log.shape)}"
+    if tuple(dt_bias.shape) not in ((hv * dk,), (hv, dk)):
+        return f"dt_bias must be [{hv * dk}] (Hv*Dk), got {list(dt_bias.shape)}"
+    if lower_bound is not None and not lower_bound < 0:
+        return f"lower_bound must be negative, got {lower_bound}"
+    return None
+
+
 def _aot_specs():
     from hwinfer.kernels.triton.aot import AotSpec
 
@@ -312,8 +371,8 @@ def _aot_specs():
         for dtype in ("bf16", "fp32"):
             for d, bv, warps in ((128, 16, 1), (128, 64, 4), (256, 16, 1)):
                 ptr = f"*{dtype}"
-                # GDN decode with bv 64 also in its raw-gate form (gdn_gated_recurrent)
-                for raw in (False, True) if not per_channel and bv == 64 else (False,):
+                # decode with bv 64 (GDN) or 16 (KDA) also in its raw-gate form (the gated ops)
+                for raw in (False, True) if bv == (16 if per_channel else 64) else (False,):
                     gate_t = ptr if raw else "*fp32"
                     sig = {"q_ptr": ptr, "k_ptr": ptr, "v_ptr": ptr, "g_ptr": gate_t,
                            "beta_ptr": gate_t, "alog_ptr": "*fp32", "dt_ptr": "*fp32",
@@ -321,17 +380,18 @@ def _aot_specs():
                            "cu_ptr": "*i32", "slot_ptr": "*i32", "T": "i32", "Hk": "i32",
                            "Hv": "i32", "sq_b": "i32", "sq_t": "i32", "sq_h": "i32",
                            "sv_b": "i32", "sv_t": "i32", "sv_h": "i32", "sg_t": "i32",
-                           "sb_t": "i32", "scale": "fp32", "eps": "fp32", "DK": "constexpr",
+                           "sb_t": "i32", "scale": "fp32", "eps": "fp32", "lb": "fp32",
+                           "DK": "constexpr",
                            "DV": "constexpr", "BV": "constexpr", "PER_CHANNEL": "constexpr",
                            "USE_L2NORM": "constexpr", "HAS_H0": "constexpr",
                            "IS_VARLEN": "constexpr", "HAS_SLOTS": "constexpr",
-                           "RAW_GATES": "constexpr", "PDL": "constexpr"}
-                    kind = ("gdn_raw" if raw else "gdn") if not per_channel else "kda"
+                           "RAW_GATES": "constexpr", "BOUNDED": "constexpr", "PDL": "constexpr"}
+                    kind = ("gdn" if not per_channel else "kda") + ("_raw" if raw else "")
                     specs.append(AotSpec(
                         f"delta_rule[{kind},{dtype},{d},bv{bv}]", _delta_rule_kernel, sig,
                         {"DK": d, "DV": d, "BV": bv, "PER_CHANNEL": per_channel, "USE_L2NORM": True,
                          "HAS_H0": True, "IS_VARLEN": bv == 16, "HAS_SLOTS": bv == 64,
-                         "RAW_GATES": raw, "PDL": False},
+                         "RAW_GATES": raw, "BOUNDED": False, "PDL": False},
                         {"num_warps": warps}))
     return specs
 
