@@ -34,7 +34,7 @@ def chunked(kind: str, shape: str):
 
 
 def mla(shape: str):
-    batch = int(shape.rstrip("fp8")[3:])
+    batch = int(shape.removesuffix("fp8")[3:])   # (rstrip("fp8") also ate the batch's last 8)
     inputs = bsm.dsv4_inputs(batch, 512 if shape.startswith("csa") else None)
     if shape.endswith("fp8"):
         inputs = bsm.packed(inputs)
