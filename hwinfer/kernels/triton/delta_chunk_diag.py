@@ -25,7 +25,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from hwinfer.kernels.triton.delta_chunk_wy import _g_rows, _inv16, _qk_rows
+from hwinfer.kernels.triton.delta_chunk_wy import _g_rows, _inv16, _qk_rows, _tile_program
 
 
 @triton.jit
@@ -49,12 +49,7 @@ def _kda_diag_levels_kernel(q_ptr, k_ptr, g_ptr, b_ptr, a_ptr, xd_ptr, tab_ptr, 
                             eps, DK: tl.constexpr, USE_L2NORM: tl.constexpr,
                             PREC: tl.constexpr):
     """One program per (16-row tile, value head), as ``_kda_diag_kernel``."""
-    i_c = tl.program_id(0) // 4
-    r0 = (tl.program_id(0) % 4) * 16
-    i_h = tl.program_id(1)
-    i_hk = i_h // (Hv // Hk)
-    tok0 = tl.load(tab_ptr + 2 * i_c).to(tl.int64) + r0
-    live = tl.load(tab_ptr + 2 * i_c + 1) - r0
+    r0, i_h, i_hk, tok0, live = _tile_program(tab_ptr, Hk, Hv)
     if live > 0:
         r = tl.arange(0, 16)
         k = _qk_rows(k_ptr, tok0, live, i_hk, Hk, 1.0, eps, 0, 16, DK, USE_L2NORM)

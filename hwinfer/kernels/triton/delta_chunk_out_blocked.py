@@ -22,7 +22,9 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from hwinfer.kernels.triton.delta_chunk_wy import _g_rows, _gdn_decay, _head_rows, _mm, _store_rows
+from hwinfer.kernels.triton.delta_chunk_wy import (
+    _chunk_program, _g_rows, _gdn_decay, _head_rows, _mm, _store_rows,
+)
 from hwinfer.kernels.triton.delta_chunk_wy_blocked import _inv_norm
 
 
@@ -30,11 +32,8 @@ from hwinfer.kernels.triton.delta_chunk_wy_blocked import _inv_norm
 def _out_program(tab_ptr, Hk, Hv, BV: tl.constexpr):
     """An output-stage program's (chunk, value head, key head, first token, tokens, first value
     channel), from grid (chunks, value heads, value blocks) and the chunk table."""
-    i_c = tl.program_id(0)
-    i_h = tl.program_id(1)
-    tok0 = tl.load(tab_ptr + 2 * i_c).to(tl.int64)
-    n = tl.load(tab_ptr + 2 * i_c + 1)
-    return i_c, i_h, i_h // (Hv // Hk), tok0, n, tl.program_id(2) * BV
+    i_c, i_h, i_hk, tok0, n = _chunk_program(tab_ptr, Hk, Hv)
+    return i_c, i_h, i_hk, tok0, n, tl.program_id(2) * BV
 
 
 @triton.jit

@@ -18,7 +18,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from hwinfer.kernels.triton.delta_chunk_wy import _g_rows, _head_rows, _store_rows
+from hwinfer.kernels.triton.delta_chunk_wy import _chunk_program, _g_rows, _head_rows, _store_rows
 from hwinfer.kernels.triton.delta_chunk_wy_blocked import _inv_norm
 
 
@@ -26,11 +26,7 @@ from hwinfer.kernels.triton.delta_chunk_wy_blocked import _inv_norm
 def _wu_kernel(k_ptr, v_ptr, g_ptr, b_ptr, x_ptr, w_ptr, u_ptr, tab_ptr, Hk, Hv, eps,
                DK: tl.constexpr, DV: tl.constexpr, BC: tl.constexpr,
                PER_CHANNEL: tl.constexpr, USE_L2NORM: tl.constexpr, PREC: tl.constexpr):
-    i_c = tl.program_id(0)
-    i_h = tl.program_id(1)
-    i_hk = i_h // (Hv // Hk)
-    tok0 = tl.load(tab_ptr + 2 * i_c).to(tl.int64)
-    n = tl.load(tab_ptr + 2 * i_c + 1)
+    i_c, i_h, i_hk, tok0, n = _chunk_program(tab_ptr, Hk, Hv)
     r = tl.arange(0, 64)
     live = r < n
     # X's blocks above the diagonal and rows past n were never written: masked here.

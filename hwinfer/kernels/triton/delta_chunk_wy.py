@@ -229,12 +229,7 @@ def _kda_diag_kernel(q_ptr, k_ptr, g_ptr, b_ptr, a_ptr, xd_ptr, tab_ptr, Hk, Hv,
     many run per SM, not in the WY kernel (one 8-warp program per SM, stalled on each row's
     loads). Unrolling the 16 rows (so that every row's loads could be issued early) was 10%
     slower on the H200 (KDA 1 x 16k: 7,031 against 6,418 us) and was dropped."""
-    i_c = tl.program_id(0) // 4
-    r0 = (tl.program_id(0) % 4) * 16
-    i_h = tl.program_id(1)
-    i_hk = i_h // (Hv // Hk)
-    tok0 = tl.load(tab_ptr + 2 * i_c).to(tl.int64) + r0
-    live = tl.load(tab_ptr + 2 * i_c + 1) - r0
+    r0, i_h, i_hk, tok0, live = _tile_program(tab_ptr, Hk, Hv)
     if live > 0:
         r = tl.arange(0, 16)
         cols = tl.arange(0, DK)
@@ -284,15 +279,37 @@ def _x_diag(xd_ptr, tok0, n, i_h, Hv):
 
 
 @triton.jit
-def _store_aqk_off(a_ptr, p10, p20, p21, p30, p31, p32, tok0, n, i_h, Hv):
-    """KDA's off-diagonal blocks of the causal Aqk [tokens, Hv, 64] (rows past n masked; the
-    blocks above the diagonal are never written, the output kernel masks them on load)."""
-    _store_rows(a_ptr, p10, tok0, n, i_h, Hv, 0, 16, 16, 64, 16)
-    _store_rows(a_ptr, p20, tok0, n, i_h, Hv, 0, 32, 16, 64, 16)
-    _store_rows(a_ptr, p21, tok0, n, i_h, Hv, 16, 32, 16, 64, 16)
-    _store_rows(a_ptr, p30, tok0, n, i_h, Hv, 0, 48, 16, 64, 16)
-    _store_rows(a_ptr, p31, tok0, n, i_h, Hv, 16, 48, 16, 64, 16)
-    _store_rows(a_ptr, p32, tok0, n, i_h, Hv, 32, 48, 16, 64, 16)
+def _store_off_blocks(ptr, p10, p20, p21, p30, p31, p32, tok0, n, i_h, Hv):
+    """The six 16 x 16 blocks below the diagonal of a chunk's lower [64, 64] matrix (KDA's causal
+    Aqk, X) into rows [tokens, Hv, 64] (rows past n masked; the blocks above the diagonal are
+    never written, the reader masks them on load)."""
+    _store_rows(ptr, p10, tok0, n, i_h, Hv, 0, 16, 16, 64, 16)
+    _store_rows(ptr, p20, tok0, n, i_h, Hv, 0, 32, 16, 64, 16)
+    _store_rows(ptr, p21, tok0, n, i_h, Hv, 16, 32, 16, 64, 16)
+    _store_rows(ptr, p30, tok0, n, i_h, Hv, 0, 48, 16, 64, 16)
+    _store_rows(ptr, p31, tok0, n, i_h, Hv, 16, 48, 16, 64, 16)
+    _store_rows(ptr, p32, tok0, n, i_h, Hv, 32, 48, 16, 64, 16)
+
+
+@triton.jit
+def _chunk_program(tab_ptr, Hk, Hv):
+    """A program's (chunk, value head, key head, first token, tokens) from grid axes (chunks,
+    value heads) and the chunk table."""
+    i_c = tl.program_id(0)
+    i_h = tl.program_id(1)
+    return (i_c, i_h, i_h // (Hv // Hk), tl.load(tab_ptr + 2 * i_c).to(tl.int64),
+            tl.load(tab_ptr + 2 * i_c + 1))
+
+
+@triton.jit
+def _tile_program(tab_ptr, Hk, Hv):
+    """A diagonal-block program's (first row in its chunk, value head, key head, first token,
+    rows left in the chunk from it) from grid axes (4 x chunks, value heads)."""
+    i_c = tl.program_id(0) // 4
+    r0 = (tl.program_id(0) % 4) * 16
+    i_h = tl.program_id(1)
+    return (r0, i_h, i_h // (Hv // Hk), tl.load(tab_ptr + 2 * i_c).to(tl.int64) + r0,
+            tl.load(tab_ptr + 2 * i_c + 1) - r0)
 
 
 @triton.jit
@@ -370,11 +387,7 @@ def _solve_off(a10, a20, a21, a30, a31, a32, x00, x11, x22, x33, b1, b2, b3,
 def _wy_kernel(q_ptr, k_ptr, v_ptr, g_ptr, b_ptr, w_ptr, u_ptr, a_ptr, kg_ptr, ge_ptr, tab_ptr,
                xd_ptr, Hk, Hv, scale, eps, DK: tl.constexpr, DV: tl.constexpr,
                PER_CHANNEL: tl.constexpr, USE_L2NORM: tl.constexpr, PREC: tl.constexpr):
-    i_c = tl.program_id(0)
-    i_h = tl.program_id(1)
-    i_hk = i_h // (Hv // Hk)
-    tok0 = tl.load(tab_ptr + 2 * i_c).to(tl.int64)
-    n = tl.load(tab_ptr + 2 * i_c + 1)
+    i_c, i_h, i_hk, tok0, n = _chunk_program(tab_ptr, Hk, Hv)
     q0, k0, b0, L0, S0, T0, a00 = _tile(q_ptr, k_ptr, g_ptr, b_ptr, tok0, n, i_h, i_hk, Hk, Hv,
                                         scale, eps, 0, DK, PER_CHANNEL, USE_L2NORM, PREC)
     q1, k1, b1, L1, S1, T1, a11 = _tile(q_ptr, k_ptr, g_ptr, b_ptr, tok0, n, i_h, i_hk, Hk, Hv,
@@ -424,7 +437,7 @@ def _wy_kernel(q_ptr, k_ptr, v_ptr, g_ptr, b_ptr, w_ptr, u_ptr, a_ptr, kg_ptr, g
         p30 = tl.dot(lq3, tl.trans(r30), input_precision=PREC)
         p31 = tl.dot(lq3, tl.trans(r31), input_precision=PREC)
         p32 = tl.dot(lq3, tl.trans(r32), input_precision=PREC)
-        _store_aqk_off(a_ptr, p10, p20, p21, p30, p31, p32, tok0, n, i_h, Hv)
+        _store_off_blocks(a_ptr, p10, p20, p21, p30, p31, p32, tok0, n, i_h, Hv)
         # (the diagonal blocks come from _kda_diag_kernel)
     # The diagonal blocks' inverses; beta scales the rows of A (the written strength of token t)
     if PER_CHANNEL:

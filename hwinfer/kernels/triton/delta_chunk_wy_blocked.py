@@ -16,7 +16,9 @@ channel is taken BK channels at a time:
    ``u = X (beta v)`` per BK value channels.
 
 Every exponent is still a sum of g over its own span, <= 0. Selected by ``block_k`` in the
-drivers (``gdn_chunked`` / ``kda_chunked``); not yet timed on a GPU.
+drivers (``gdn_chunked`` / ``kda_chunked``; the default). With ``SPLIT`` (the drivers'
+``WY_SPLIT``, the default) step 4 is left to ``_wu_kernel`` (:mod:`.delta_chunk_wu`): X is
+stored as rows [tokens, Hv, 64] instead.
 """
 from __future__ import annotations
 
@@ -24,8 +26,8 @@ import triton
 import triton.language as tl
 
 from hwinfer.kernels.triton.delta_chunk_wy import (
-    _g_rows, _head_rows, _inv16, _kb, _solve_off, _store_aqk_off, _store_kgates, _store_rows,
-    _wy_rows, _x_diag,
+    _chunk_program, _g_rows, _head_rows, _inv16, _kb, _solve_off, _store_kgates,
+    _store_off_blocks, _store_rows, _wy_rows, _x_diag,
 )
 
 
@@ -77,11 +79,7 @@ def _wy_blocked_kernel(q_ptr, k_ptr, v_ptr, g_ptr, b_ptr, w_ptr, u_ptr, a_ptr, k
                        tab_ptr, xd_ptr, x_ptr, Hk, Hv, scale, eps, DK: tl.constexpr,
                        DV: tl.constexpr, PER_CHANNEL: tl.constexpr, USE_L2NORM: tl.constexpr,
                        PREC: tl.constexpr, BK: tl.constexpr, SPLIT: tl.constexpr):
-    i_c = tl.program_id(0)
-    i_h = tl.program_id(1)
-    i_hk = i_h // (Hv // Hk)
-    tok0 = tl.load(tab_ptr + 2 * i_c).to(tl.int64)
-    n = tl.load(tab_ptr + 2 * i_c + 1)
+    i_c, i_h, i_hk, tok0, n = _chunk_program(tab_ptr, Hk, Hv)
     r16 = tl.arange(0, 16)
     b0 = tl.load(b_ptr + (tok0 + r16) * Hv + i_h, mask=r16 < n, other=0.0).to(tl.float32)
     b1 = tl.load(b_ptr + (tok0 + 16 + r16) * Hv + i_h, mask=16 + r16 < n, other=0.0).to(tl.float32)
@@ -157,7 +155,7 @@ def _wy_blocked_kernel(q_ptr, k_ptr, v_ptr, g_ptr, b_ptr, w_ptr, u_ptr, a_ptr, k
         _store_kgates(kg_ptr, k0, k1, k2, k3, S0, S1, S2, S3, T1, T2, T3, tok0, n, i_h, Hv, c0,
                       DK, BK, PER_CHANNEL)
     if PER_CHANNEL:
-        _store_aqk_off(a_ptr, p10, p20, p21, p30, p31, p32, tok0, n, i_h, Hv)
+        _store_off_blocks(a_ptr, p10, p20, p21, p30, p31, p32, tok0, n, i_h, Hv)
         x00, x11, x22, x33 = _x_diag(xd_ptr, tok0, n, i_h, Hv)
     else:
         tl.store(ge_ptr + i_c.to(tl.int64) * Hv + i_h, T0 + T1 + T2 + T3)
@@ -175,7 +173,8 @@ def _wy_blocked_kernel(q_ptr, k_ptr, v_ptr, g_ptr, b_ptr, w_ptr, u_ptr, a_ptr, k
                                               b1, b2, b3, PREC)
     if SPLIT:
         # X to memory; w and u are one [64, 64] product each in _wu_kernel (delta_chunk_wu.py)
-        _store_x(x_ptr, x00, x10, x11, x20, x21, x22, x30, x31, x32, x33, tok0, n, i_h, Hv)
+        _store_off_blocks(x_ptr, x10, x20, x21, x30, x31, x32, tok0, n, i_h, Hv)
+        _store_diag_blocks(x_ptr, x00, x11, x22, x33, tok0, n, i_h, Hv)
     else:
         _wu_here(k_ptr, v_ptr, g_ptr, w_ptr, u_ptr, tok0, n, i_h, i_hk, Hk, Hv, nk0, nk1, nk2,
                  nk3, b0, b1, b2, b3, x00, x10, x11, x20, x21, x22, x30, x31, x32, x33, DK, DV,
@@ -183,18 +182,11 @@ def _wy_blocked_kernel(q_ptr, k_ptr, v_ptr, g_ptr, b_ptr, w_ptr, u_ptr, a_ptr, k
 
 
 @triton.jit
-def _store_x(x_ptr, x00, x10, x11, x20, x21, x22, x30, x31, x32, x33, tok0, n, i_h, Hv):
-    """The ten lower 16 x 16 blocks of X into rows [tokens, Hv, 64] (blocks above the diagonal
-    are never written: the reader masks them)."""
+def _store_diag_blocks(x_ptr, x00, x11, x22, x33, tok0, n, i_h, Hv):
+    """The four diagonal 16 x 16 blocks of X into rows [tokens, Hv, 64]."""
     _store_rows(x_ptr, x00, tok0, n, i_h, Hv, 0, 0, 16, 64, 16)
-    _store_rows(x_ptr, x10, tok0, n, i_h, Hv, 0, 16, 16, 64, 16)
     _store_rows(x_ptr, x11, tok0, n, i_h, Hv, 16, 16, 16, 64, 16)
-    _store_rows(x_ptr, x20, tok0, n, i_h, Hv, 0, 32, 16, 64, 16)
-    _store_rows(x_ptr, x21, tok0, n, i_h, Hv, 16, 32, 16, 64, 16)
     _store_rows(x_ptr, x22, tok0, n, i_h, Hv, 32, 32, 16, 64, 16)
-    _store_rows(x_ptr, x30, tok0, n, i_h, Hv, 0, 48, 16, 64, 16)
-    _store_rows(x_ptr, x31, tok0, n, i_h, Hv, 16, 48, 16, 64, 16)
-    _store_rows(x_ptr, x32, tok0, n, i_h, Hv, 32, 48, 16, 64, 16)
     _store_rows(x_ptr, x33, tok0, n, i_h, Hv, 48, 48, 16, 64, 16)
 
 
