@@ -63,6 +63,8 @@
 #                                         # the decode GEMV (scripts/ncu_targets.py)
 #   bash scripts/device_issue6.sh s12d      # the split WY stage and KDA's diagonal by levels
 #   bash scripts/device_issue6.sh s12e      # the split WY stage's chosen launches
+#   bash scripts/device_issue6.sh s13a      # (prepared) strict suites + Kimi card tests + step
+#   bash scripts/device_issue6.sh s13b      # (prepared) chunked stages, final defaults vs forms
 #   bash scripts/device_issue6.sh diagnose  # model oracle + CUDA-graph tests on the GPU, then
 #                                         # the failures again under HWINFER_SHADOW=raise, which
 #                                         # names the first op whose kernel leaves its reference
@@ -565,6 +567,32 @@ elif [ "$phase" = s12e ]; then
     > "$out/bench_delta_chunk.csv" 2> "$out/bench_delta_chunk.err"
   echo "== bench_delta_chunk rc=$?"; grep -v "Warn\|warn\|^# hwinfer\|at::native\|anonymous" \
     "$out/bench_delta_chunk.err" | grep -v "Memcpy" | cut -c1-150 | tail -40
+elif [ "$phase" = s13a ]; then
+  # Prepared in the twelfth session, not yet run: what that session wrote after its device time
+  # on the card (the split WY stage's final launches, KDA's levels diagonal with 3xTF32 segment
+  # sums, kda_gated_recurrent and Kimi's decode with it, the rms_norm_rope tolerance).
+  strict 240 "gdn_chunked or kda_chunked or kda_gated_recurrent or kda_recurrent or rms_norm_rope"
+  HWINFER_TEST_DEVICE=cuda timeout 200 python3 -m pytest tests/models tests/engine/test_graphs.py -q \
+    -p no:cacheprovider -k "kimi" -rf --tb=short > "$out/tests.txt" 2>&1
+  grep -E "^FAILED|passed|failed" "$out/tests.txt" | cut -c1-300 | tail -8
+  timeout 120 python3 scripts/bench_model.py --preset kimi-linear-48b-a3b --layers 4 --batch 1,32 \
+    --prompt 1024 --new 32 --no-eager --no-hf --csv "$out/model.csv" > "$out/bench_model_kimi.txt" 2>&1
+  grep "^{\|Error" "$out/bench_model_kimi.txt" | cut -c1-300 | tail -4
+elif [ "$phase" = s13b ]; then
+  # The chunked stages with the final defaults against the one-kernel WY stage and the levels
+  # diagonal (3xTF32 sums), GDN with fla, KDA without (its first call autotunes for minutes).
+  D=hwinfer.kernels.triton.delta_chunk
+  timeout 200 python3 scripts/bench_delta_chunk.py --kinds gdn --shapes 1x16384,8x2048 --no-torch \
+    --no-variants --breakdown --variant "one@$D:WY_SPLIT=False" \
+    > "$out/bench_delta_chunk_gdn.csv" 2> "$out/bench_delta_chunk_gdn.err"
+  echo "== bench_delta_chunk gdn rc=$?"; grep -v "Warn\|warn\|^# hwinfer\|at::native\|anonymous\|^#   " \
+    "$out/bench_delta_chunk_gdn.err" | cut -c1-150 | tail -12
+  timeout 200 python3 scripts/bench_delta_chunk.py --kinds kda --shapes 1x16384,8x2048 --no-torch \
+    --no-fla --no-variants --breakdown --variant "one@$D:WY_SPLIT=False" \
+    --variant "levels@$D:DIAG_FORM='levels'" --variant "levels4@$D:DIAG_FORM='levels';$D:DIAG_WARPS=4" \
+    > "$out/bench_delta_chunk_kda.csv" 2> "$out/bench_delta_chunk_kda.err"
+  echo "== bench_delta_chunk kda rc=$?"; grep -v "Warn\|warn\|^# hwinfer\|at::native\|anonymous\|^#   " \
+    "$out/bench_delta_chunk_kda.err" | cut -c1-150 | tail -12
 elif [ "$phase" = next10c ]; then
   # KDA vs fla with time for fla's first compiles (autotuning); DeepSeek-V4 b=32 against
   # transformers with our model not resident.

@@ -93,8 +93,9 @@ STATE_LAUNCH = (4, 2)
 OUT_LAUNCH = (4, None)
 # The blocked WY stage as two kernels: ``_wy_blocked_kernel`` stops at X (written as [tokens,
 # Hv, 64] fp32) and ``_wu_kernel`` (:mod:`.delta_chunk_wu`) forms w and u as [64, 64] products.
-# False keeps w and u inside the WY program. SPLIT_LAUNCH[kind]: (num_warps of the WY kernel,
-# num_warps of _wu_kernel, its channel block) on NVIDIA when a call names no num_warps. On the
+# False keeps w and u inside the WY program. X costs 256 bytes a token and value head while the
+# call runs. SPLIT_LAUNCH[kind]: (num_warps of the WY kernel, num_warps of _wu_kernel, its
+# channel block) when a call names no num_warps (AMD takes the H200's choice, untimed). On the
 # H200 at 1 x 16k (docs/kernels.md, twelfth session) the split took GDN's WY stage from 570 us to
 # 283 + 149 and KDA's from 1,976 to 1,148 + 401 with these launches (2 warps: GDN only; KDA's
 # WY kernel spills at 2); 64-channel blocks cost _wu_kernel 175 / 584 us.
@@ -427,10 +428,11 @@ def _aot_specs():
                       "USE_L2NORM": "constexpr"}
                 specs.append(AotSpec(f"kda_diag[{dtype},{d}]", _kda_diag_kernel, dg,
                                      {"DK": d, "USE_L2NORM": True}, {"num_warps": 2}))
-                specs.append(AotSpec(f"kda_diag_levels[{dtype},{d}]", _kda_diag_levels_kernel,
-                                     {**dg, "PREC": "constexpr"},
-                                     {"DK": d, "USE_L2NORM": True, "PREC": "ieee"},
-                                     {"num_warps": 2}))
+                for prec, targets in (("ieee", None), ("tf32", ("sm_90", "sm_100"))):
+                    specs.append(AotSpec(f"kda_diag_levels[{dtype},{d},{prec}]",
+                                         _kda_diag_levels_kernel, {**dg, "PREC": "constexpr"},
+                                         {"DK": d, "USE_L2NORM": True, "PREC": prec},
+                                         {"num_warps": 2}, targets))
             st = {"kg_ptr": half, "ge_ptr": f32, "w_ptr": half, "u_ptr": f32, "h0_ptr": f32,
                   "hs_ptr": f32, "d_ptr": f32, "ht_ptr": f32, "seq_ptr": "*i32", "Hv": "i32",
                   "DK": "constexpr", "DV": "constexpr", "BV": "constexpr",

@@ -11,14 +11,14 @@ splits at the boundary b between the two blocks into ``L_m[t] = g_b + .. + g_t``
 from its start) and ``S_m[s] = g_{s+1} + .. + g_{b-1}`` (s's block, after s): both sums of
 their own terms, both <= 0. A level is then two products over the channels, ``(k e^{L_m})
 (k e^{S_m})^T`` and ``(q e^{L_m}) (k e^{S_m})^T``, kept on that level's pairs; every pair
-belongs to exactly one level. The segment sums are products of 0/1 matrices with g in exact
-fp32 ("ieee"), so they are plain fp32 sums as in the loop.
+belongs to exactly one level. The segment sums are products of 0/1 matrices with g: exact fp32
+("ieee") for fp32 inputs, 3xTF32 (fp32 accuracy on the tensor cores) for 16-bit ones.
 
 Work a tile: 8 [16, DK] exponentials and 16 small products, all rows at once, where the loop
 walks 16 dependent steps of row loads and cross-thread reductions. Measured on the H200 (KDA 1 x
 16k, twelfth session): 3,408 us at 2 warps, 1,898 at 4, against the loop's 1,170, so it is not
-the default; the exact fp32 segment-sum products run on the FMA units (3xTF32 products or a
-scan are what to try next).
+the default. That run formed the segment sums as exact fp32 products (FMA units) for bf16
+inputs too; the 3xTF32 form above was written after it and is not timed yet.
 """
 from __future__ import annotations
 
@@ -35,8 +35,11 @@ def _level(k, q, g, M: tl.constexpr, PREC: tl.constexpr):
     same = (r[:, None] // M) == (r[None, :] // M)
     upto = tl.where(same & (r[None, :] <= r[:, None]), 1.0, 0.0)   # [t, r]: r in t's block, <= t
     after = tl.where(same & (r[None, :] > r[:, None]), 1.0, 0.0)   # [s, r]: r in s's block, > s
-    el = tl.exp(tl.dot(upto, g, input_precision="ieee"))
-    right = k * tl.exp(tl.dot(after, g, input_precision="ieee"))
+    # The segment sums at fp32 accuracy: exact FMA products for fp32 inputs ("ieee"), 3xTF32
+    # tensor-core products beside the 16-bit inputs' tf32 pair products.
+    SUMS: tl.constexpr = "ieee" if PREC == "ieee" else "tf32x3"
+    el = tl.exp(tl.dot(upto, g, input_precision=SUMS))
+    right = k * tl.exp(tl.dot(after, g, input_precision=SUMS))
     pair = ((r[:, None] // (2 * M)) == (r[None, :] // (2 * M))) \
         & ((r[:, None] // M) % 2 == 1) & ((r[None, :] // M) % 2 == 0)
     akk = tl.dot(k * el, tl.trans(right), input_precision=PREC)
