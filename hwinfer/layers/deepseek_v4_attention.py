@@ -237,7 +237,10 @@ class Indexer(nn.Module):
         cos, sin = step.tables["compress"]
         q = self.ops.apply_rope(self.wq_b(qr).view(t, self.heads, self.dim), cos, sin,
                                 start=self.dim - self.rope.dim, interleaved=True)
-        weights = self.weights_proj(x).float() * self.heads ** -0.5
+        # transformers scales these by heads^-0.5 in fp32. The indexer returns only the order of
+        # its scores, which one positive factor a query does not change (for 64 heads, 1/8,
+        # not even by rounding), and it reads the weights in fp32 itself: no cast, no product.
+        weights = self.weights_proj(x)
         b, m = step.batch, self.ratio
         if cache is not None and step.decode:
             # Decode scores the entry store in place through every request's entry rows at the
