@@ -200,26 +200,35 @@ class MLAttention(nn.Module):
         q = self.indexer.queries(q_latent, cos, sin)
         weights = self.indexer.head_weights(x)
         request = batch.request_of_token()
-        key_rows = None
+        if cache is not None:
+            store = cache["index_k"].flatten(0, 1)
+            store.index_copy_(0, batch.token_rows(), keys.to(store.dtype))
+        if cache is not None and batch.is_decode:
+            # Score the store in place through fixed-width rows: no host value of the batch but
+            # its length bound, so the step can be captured in a CUDA graph. The rows (with one
+            # -1 after them, which a pick of -1 reads) and the key ranges depend on the batch
+            # alone: built once a step for every DSA layer.
+            def decode_rows() -> tuple[torch.Tensor, ...]:
+                rows = batch.entry_rows().clamp(min=0).flatten()   # -1 -> any row (unscored)
+                start = request * batch.seq_len_bound
+                return (torch.cat([rows, rows.new_full((1,), -1)]).to(torch.int32),
+                        start.to(torch.int32), (start + batch.positions + 1).to(torch.int32))
+
+            rows_or_none, k_start, k_end = batch.shared(("dsa_decode_rows",), decode_rows)
+            picked = self.ops.lightning_indexer(q, store, weights, k_start, k_end,
+                                                topk=self.c.index_topk, scale=self.c.index_dim ** -0.5,
+                                                max_len=batch.seq_len_bound, k_rows=rows_or_none[:-1])
+            return rows_or_none[picked]   # the picks' cache rows; -1 stays -1
         if cache is None:
             rows, start = None, batch.cu_seqlens[:-1].to(torch.int64)[request]
         else:
-            store = cache["index_k"].flatten(0, 1)
-            store.index_copy_(0, batch.token_rows(), keys.to(store.dtype))
-            if batch.is_decode:
-                # Score the store in place through fixed-width rows: no host value of the batch
-                # but its length bound, so the step can be captured in a CUDA graph.
-                rows = key_rows = batch.entry_rows().clamp(min=0).flatten()  # -1 -> any row
-                keys, start = store, request * batch.seq_len_bound
-            else:
-                rows, cu = _context_rows(batch)
-                keys = store.index_select(0, rows) if batch.has_prefix else keys
-                start = cu[:-1].to(torch.int64)[request]
+            rows, cu = _context_rows(batch)
+            keys = store.index_select(0, rows) if batch.has_prefix else keys
+            start = cu[:-1].to(torch.int64)[request]
         k_start = start.to(torch.int32)
         k_end = (start + batch.positions + 1).to(torch.int32)
         picked = self.ops.lightning_indexer(q, keys, weights, k_start, k_end, topk=self.c.index_topk,
-                                            scale=self.c.index_dim ** -0.5, max_len=batch.seq_len_bound,
-                                            k_rows=key_rows)
+                                            scale=self.c.index_dim ** -0.5, max_len=batch.seq_len_bound)
         if rows is None:
             return picked
         return torch.where(picked >= 0, rows[picked.clamp(min=0).long()], -1).to(torch.int32)
