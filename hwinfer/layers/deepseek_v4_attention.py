@@ -250,13 +250,12 @@ class Indexer(nn.Module):
 
             def ranges() -> tuple[torch.Tensor, ...]:
                 starts = torch.arange(b.num_requests, device=x.device) * (b.seq_len_bound // m)
-                rows = b.entry_rows(m).clamp(min=0).flatten()
-                # one -1 after the rows: a pick of -1 (none) indexes it (see the return below)
-                return (torch.cat([rows, rows.new_full((1,), -1)]), *self._ranges(starts, step))
+                return self._ranges(starts, step)
 
             # The same for every indexer of this ratio in the step.
-            rows_or_none, base, base32, end32 = b.shared(("indexer_ranges", m), ranges)
-            rows = rows_or_none[:-1]
+            base, base32, end32 = b.shared(("indexer_ranges", m), ranges)
+            pick_rows = b.pick_rows(m)
+            rows = pick_rows[:-1]
         else:
             keys, starts = self.compressor.entries(x, step, cache)
             rows, (base, base32, end32) = None, self._ranges(starts, step)
@@ -266,7 +265,7 @@ class Indexer(nn.Module):
                                            topk=self.topk, scale=self.dim ** -0.5,
                                            max_len=bound, k_rows=rows)
         if rows is not None:  # decode: the picked entries' global rows in the paged stores
-            return rows_or_none[picks]   # one gather; -1 (no pick) reads the trailing -1
+            return pick_rows[picks]
         return torch.where(picks >= 0, picks.long() - base[:, None], -1)
 
     def _ranges(self, starts: torch.Tensor, step: StepInfo) -> tuple[torch.Tensor, ...]:

@@ -205,20 +205,18 @@ class MLAttention(nn.Module):
             store.index_copy_(0, batch.token_rows(), keys.to(store.dtype))
         if cache is not None and batch.is_decode:
             # Score the store in place through fixed-width rows: no host value of the batch but
-            # its length bound, so the step can be captured in a CUDA graph. The rows (with one
-            # -1 after them, which a pick of -1 reads) and the key ranges depend on the batch
-            # alone: built once a step for every DSA layer.
-            def decode_rows() -> tuple[torch.Tensor, ...]:
-                rows = batch.entry_rows().clamp(min=0).flatten()   # -1 -> any row (unscored)
+            # its length bound, so the step can be captured in a CUDA graph. The rows and the key
+            # ranges depend on the batch alone: built once a step for every DSA layer.
+            def decode_ranges() -> tuple[torch.Tensor, torch.Tensor]:
                 start = request * batch.seq_len_bound
-                return (torch.cat([rows, rows.new_full((1,), -1)]).to(torch.int32),
-                        start.to(torch.int32), (start + batch.positions + 1).to(torch.int32))
+                return start.to(torch.int32), (start + batch.positions + 1).to(torch.int32)
 
-            rows_or_none, k_start, k_end = batch.shared(("dsa_decode_rows",), decode_rows)
+            k_start, k_end = batch.shared(("dsa_decode_ranges",), decode_ranges)
+            pick_rows = batch.pick_rows(dtype=torch.int32)
             picked = self.ops.lightning_indexer(q, store, weights, k_start, k_end,
                                                 topk=self.c.index_topk, scale=self.c.index_dim ** -0.5,
-                                                max_len=batch.seq_len_bound, k_rows=rows_or_none[:-1])
-            return rows_or_none[picked]   # the picks' cache rows; -1 stays -1
+                                                max_len=batch.seq_len_bound, k_rows=pick_rows[:-1])
+            return pick_rows[picked]   # the picks' cache rows; -1 stays -1
         if cache is None:
             rows, start = None, batch.cu_seqlens[:-1].to(torch.int64)[request]
         else:

@@ -110,6 +110,17 @@ class ForwardBatch:
             return torch.where(valid, rows, -1)
         return self.shared(("entry_rows", ratio), build)
 
+    def pick_rows(self, ratio: int = 1, dtype: torch.dtype = torch.int64) -> torch.Tensor:
+        """[N * (seq_len_bound // ratio) + 1] :meth:`entry_rows` flattened, its unused slots as
+        row 0 (outside every query's key range, so never scored), and one -1 after them; once
+        per forward, ratio and dtype. ``pick_rows[:-1]`` is a lightning indexer's ``k_rows``
+        over the paged store, and ``pick_rows[picks]`` turns its picks into store rows in one
+        gather, a pick of -1 (none) reading the trailing -1."""
+        def build() -> torch.Tensor:
+            rows = self.entry_rows(ratio).clamp(min=0).flatten()
+            return torch.cat([rows, rows.new_full((1,), -1)]).to(dtype)
+        return self.shared(("pick_rows", ratio, dtype), build)
+
     def request_of_token(self) -> torch.Tensor:
         """[T] int64: which request each packed token belongs to (computed once per batch)."""
         if self.token_requests is None:
