@@ -63,6 +63,7 @@
 #                                         # the decode GEMV (scripts/ncu_targets.py)
 #   bash scripts/device_issue6.sh s12d      # the split WY stage and KDA's diagonal by levels
 #   bash scripts/device_issue6.sh s12e      # the split WY stage's chosen launches
+#   bash scripts/device_issue6.sh s13       # strict suites, the state stage's split products
 #   bash scripts/device_issue6.sh s13a      # (prepared) strict suites + Kimi card tests + step
 #   bash scripts/device_issue6.sh s13b      # (prepared) chunked stages, final defaults vs forms
 #   bash scripts/device_issue6.sh diagnose  # model oracle + CUDA-graph tests on the GPU, then
@@ -593,6 +594,25 @@ elif [ "$phase" = s13b ]; then
     > "$out/bench_delta_chunk_kda.csv" 2> "$out/bench_delta_chunk_kda.err"
   echo "== bench_delta_chunk kda rc=$?"; grep -v "Warn\|warn\|^# hwinfer\|at::native\|anonymous\|^#   " \
     "$out/bench_delta_chunk_kda.err" | cut -c1-150 | tail -12
+elif [ "$phase" = s13 ]; then
+  # The twelfth session's untimed work (split WY launches, kda_gated_recurrent, rms_norm_rope's
+  # tolerance) and the state stage with split bf16 products and the next chunk's loads in
+  # flight (STATE_DOTS='split', STATE_PREFETCH): strict suites, then the stages against the
+  # previous state form and fla (GDN; KDA without fla: its first call autotunes for minutes).
+  D=hwinfer.kernels.triton.delta_chunk
+  strict 180 "test_impl_matches_reference and triton and (gdn_chunked or kda_chunked or kda_gated_recurrent or kda_recurrent or rms_norm_rope)"
+  V=(--variant "old@$D:STATE_DOTS=None;$D:STATE_PREFETCH=False" --variant "nopf@$D:STATE_PREFETCH=False"
+     --variant "w8@$D:STATE_LAUNCH=(8, 2)" --variant "bv32w8@block_v=32;$D:STATE_LAUNCH=(8, 2)"
+     --variant "s3@$D:STATE_LAUNCH=(4, 3)")
+  timeout 150 python3 scripts/bench_delta_chunk.py --kinds gdn --shapes 1x16384,8x2048 --no-torch \
+    --no-variants --breakdown "${V[@]}" > "$out/bench_delta_chunk_gdn.csv" 2> "$out/bench_delta_chunk_gdn.err"
+  echo "== bench_delta_chunk gdn rc=$?"; grep -v "Warn\|warn\|^# hwinfer\|at::native\|anonymous\|^#   " \
+    "$out/bench_delta_chunk_gdn.err" | cut -c1-150 | tail -24
+  timeout 150 python3 scripts/bench_delta_chunk.py --kinds kda --shapes 1x16384,8x2048 --no-torch \
+    --no-fla --no-variants --breakdown "${V[@]}" \
+    > "$out/bench_delta_chunk_kda.csv" 2> "$out/bench_delta_chunk_kda.err"
+  echo "== bench_delta_chunk kda rc=$?"; grep -v "Warn\|warn\|^# hwinfer\|at::native\|anonymous\|^#   " \
+    "$out/bench_delta_chunk_kda.err" | cut -c1-150 | tail -24
 elif [ "$phase" = next10c ]; then
   # KDA vs fla with time for fla's first compiles (autotuning); DeepSeek-V4 b=32 against
   # transformers with our model not resident.

@@ -85,9 +85,23 @@ assert rel(s1, s2) < 2e-6 and 1e-4 < rel(o1, o2) < 2e-2, (rel(o1, o2), rel(s1, s
 # STATE_DOTS="bf16": the state stage's operands rounded too (the carried state stays fp32)
 tc.STATE_DOTS = "bf16"
 o1, s1 = tc.kda_chunked(q, k, v, g, beta, s0)
-tc.STATE_DOTS = None
+tc.STATE_DOTS = "split"
 o2, s2 = ref.kda_recurrent(q, k, v, g, beta, s0)
 assert 1e-4 < rel(s1, s2) < 2e-2 and rel(o1, o2) < 2e-2, (rel(o1, o2), rel(s1, s2))
+# STATE_DOTS="split" (the default; 16-bit inputs, whose w and decayed keys are stored in bf16):
+# S and d as bf16 hi + lo, two products each, within 1e-5 of exact fp32 products of the same
+# stored operands (None, in the interpreter; o within a few bf16 ulps of its rounding); "bf16"
+# (S and d rounded, one product) is not.
+qb, kb, vb = (t.bfloat16() for t in (q, k, v))
+for f, gg in ((tc.gdn_chunked, g[..., 0]), (tc.kda_chunked, g)):
+    outs = {}
+    for mode in ("split", None, "bf16"):
+        tc.STATE_DOTS = mode
+        outs[mode] = f(qb, kb, vb, gg, beta, s0)
+    tc.STATE_DOTS = "split"
+    (o1, s1), (o2, s2), (o3, s3) = outs["split"], outs[None], outs["bf16"]
+    assert rel(s1, s2) < 1e-5 and rel(o1, o2) < 1e-3, (f.__name__, rel(s1, s2), rel(o1, o2))
+    assert rel(s3, s2) > 1e-4, (f.__name__, rel(s3, s2))
 try:
     tc.gdn_chunked(q, k, v, g[..., 0], beta, s0, dots="fp8")
     raise SystemExit("dots='fp8' was accepted")

@@ -59,8 +59,8 @@ from hwinfer.kernels.triton.delta_chunk_out_blocked import (
     _out_blocked_kernel, _out_program, block_k_out_ok,
 )
 from hwinfer.kernels.triton.delta_chunk_wy import (
-    _g_rows, _gdn_decay, _head_rows, _kda_diag_kernel, _mm, _qk_rows, _raw_rows, _row_scale,
-    _store_rows, _wy_kernel,
+    _g_rows, _gdn_decay, _head_rows, _kda_diag_kernel, _mm, _mm_split, _qk_rows, _raw_rows,
+    _row_scale, _store_rows, _wy_kernel,
 )
 from hwinfer.kernels.triton.delta_chunk_diag import _kda_diag_levels_kernel
 from hwinfer.kernels.triton.delta_chunk_wu import _wu_kernel
@@ -77,9 +77,14 @@ OUT_DOTS: str | None = None
 # Key channels per block of the output stage when a call names no ``block_k_out``: 0 runs the
 # whole-tile ``_out_kernel``, a power of two the blocked one (:mod:`.delta_chunk_out_blocked`).
 OUT_BLOCK_K = 0
-# The state stage's products (w S and k^T d): None keeps tf32 / exact fp32; "bf16" rounds the
-# operands (the carried state stays fp32), as fla does. A tuning constant to time on a card.
-STATE_DOTS: str | None = None
+# The state stage's products (w S and k^T d): "split" (delta_chunk_wy._mm_split: S and d as
+# bf16 hi + lo, two bf16 products, more precise than tf32) for 16-bit inputs on NVIDIA, where w
+# and the decayed keys are stored in bf16, tf32 / exact fp32 otherwise; None keeps tf32 with w
+# and the keys converted to fp32 (exact fp32 for fp32 inputs and on AMD); "bf16" rounds S and
+# d to bf16 (one product; the carried state stays fp32), as fla does, for every input.
+STATE_DOTS: str | None = "split"
+# The state stage loads the next chunk's w and decayed keys while it works on this one.
+STATE_PREFETCH = True
 # How the output stage forms GDN's intra-chunk decay exponents (delta_chunk_wy._gdn_decay):
 # "scan" (exact sums of each span), "dot" (the same sums by 3xTF32 products), "diff" (fla's
 # differences of cumulative sums). A tuning constant to time on a card.
@@ -112,7 +117,8 @@ DIAG_WARPS = 2
 @triton.jit
 def _state_kernel(kg_ptr, ge_ptr, w_ptr, u_ptr, h0_ptr, hs_ptr, d_ptr, ht_ptr, seq_ptr, Hv,
                   DK: tl.constexpr, DV: tl.constexpr, BV: tl.constexpr,
-                  PER_CHANNEL: tl.constexpr, HAS_H0: tl.constexpr, PREC: tl.constexpr):
+                  PER_CHANNEL: tl.constexpr, HAS_H0: tl.constexpr, PREC: tl.constexpr,
+                  PREFETCH: tl.constexpr):
     i_nh = tl.program_id(0)
     i_vb = tl.program_id(1)
     i_n = i_nh // Hv
@@ -127,21 +133,34 @@ def _state_kernel(kg_ptr, ge_ptr, w_ptr, u_ptr, h0_ptr, hs_ptr, d_ptr, ht_ptr, s
     else:
         h = tl.zeros([DK, BV], dtype=tl.float32)
     # The loop does only what needs the state; w, k e^{G_end - G}, G_end come precomputed.
+    # w and the decayed keys as stored (bf16 for 16-bit inputs; _mm_split takes them so).
+    # PREFETCH: the next chunk's are loaded at the top of each step, so their latency overlaps
+    # this chunk's products (Triton 3.6 / 3.7 pipeline the u load of this loop but never the
+    # loads feeding its dots; all-masked past the sequence's end: no traffic).
+    if PREFETCH:
+        w = _raw_rows(w_ptr, tok0, seq_len, i_h, Hv, 0, 64, DK)
+        kg = _raw_rows(kg_ptr, tok0, seq_len, i_h, Hv, 0, 64, DK)
     for c in range(0, tl.cdiv(seq_len, 64)):
         t0 = tok0 + c * 64
         n = seq_len - c * 64
+        if PREFETCH:
+            w_next = _raw_rows(w_ptr, t0 + 64, n - 64, i_h, Hv, 0, 64, DK)
+            kg_next = _raw_rows(kg_ptr, t0 + 64, n - 64, i_h, Hv, 0, 64, DK)
+        else:
+            w = _raw_rows(w_ptr, t0, n, i_h, Hv, 0, 64, DK)
+            kg = _raw_rows(kg_ptr, t0, n, i_h, Hv, 0, 64, DK)
         tl.store(hs_ptr + ((chunk0 + c) * Hv + i_h) * DK * DV + offs_s, h)
-        w = _head_rows(w_ptr, t0, n, i_h, Hv, 0, 0, 64, DK, DK)
         d = _head_rows(u_ptr, t0, n, i_h, Hv, c0, 0, 64, DV, BV)
-        d -= _mm(w, h, PREC)
+        d -= _mm_split(w, h, PREC)
         _store_rows(d_ptr, d, t0, n, i_h, Hv, c0, 0, 64, DV, BV)
-        kg = _head_rows(kg_ptr, t0, n, i_h, Hv, 0, 0, 64, DK, DK)
         if PER_CHANNEL:
             g_end = tl.load(ge_ptr + ((chunk0 + c) * Hv + i_h) * DK + tl.arange(0, DK))
             h = h * tl.exp(g_end)[:, None]
         else:
             h = h * tl.exp(tl.load(ge_ptr + (chunk0 + c) * Hv + i_h))
-        h += _mm(tl.trans(kg), d, PREC)
+        h += _mm_split(tl.trans(kg), d, PREC)
+        if PREFETCH:
+            w, kg = w_next, kg_next
     tl.store(ht_ptr + i_nh.to(tl.int64) * DK * DV + offs_s, h)
 
 
@@ -300,9 +319,13 @@ def _run(op: str, q, k, v, g, beta, initial_state, scale, use_qk_l2norm, cu_seql
     # The output stage's products may take bf16 operands (a tuning knob, measured against the
     # contract's tolerance); the WY inversion and the state recurrence always keep ``prec``.
     prec_out = "bf16_rounded" if dots == "bf16" and _INTERPRET else dots or prec
-    if STATE_DOTS not in (None, "bf16"):
-        raise ValueError(f"{op} (triton): STATE_DOTS={STATE_DOTS!r} must be None or 'bf16'")
-    prec_state = ("bf16_rounded" if _INTERPRET else "bf16") if STATE_DOTS == "bf16" else prec
+    if STATE_DOTS not in (None, "bf16", "split"):
+        raise ValueError(f"{op} (triton): STATE_DOTS={STATE_DOTS!r} must be None, 'bf16' or "
+                         "'split'")
+    prec_state = prec
+    # "split" needs w and the keys in bf16: 16-bit inputs on NVIDIA (and in the interpreter).
+    if STATE_DOTS == "bf16" or (STATE_DOTS == "split" and prec == "tf32"):
+        prec_state = STATE_DOTS + ("_rounded" if _INTERPRET else "")
     raw_qk = (("fp32" if _INTERPRET else "native")
               if RAW_QK and q.dtype in (torch.bfloat16, torch.float16) else "")
     block_k_out = OUT_BLOCK_K if block_k_out is None else block_k_out
@@ -337,7 +360,7 @@ def _run(op: str, q, k, v, g, beta, initial_state, scale, use_qk_l2norm, cu_seql
     _state_kernel[(n * Hv, Dv // bv_state)](
         kg, ge, w, u, h0 if h0 is not None else ht, hs, d, ht, seqs, Hv,
         DK=Dk, DV=Dv, BV=bv_state, PER_CHANNEL=per_channel, HAS_H0=h0 is not None, PREC=prec_state,
-        num_warps=num_warps or state_warps, **stages)
+        PREFETCH=STATE_PREFETCH, num_warps=num_warps or state_warps, **stages)
     if nc and block_k_out:
         _out_blocked_kernel[(nc, Hv, Dv // bv_out)](
             q, k, g, a, hs, d, o, chunks, Hk, Hv, scale, L2NORM_EPS,
@@ -436,11 +459,14 @@ def _aot_specs():
             st = {"kg_ptr": half, "ge_ptr": f32, "w_ptr": half, "u_ptr": f32, "h0_ptr": f32,
                   "hs_ptr": f32, "d_ptr": f32, "ht_ptr": f32, "seq_ptr": "*i32", "Hv": "i32",
                   "DK": "constexpr", "DV": "constexpr", "BV": "constexpr",
-                  "PER_CHANNEL": "constexpr", "HAS_H0": "constexpr", "PREC": "constexpr"}
-            specs.append(AotSpec(f"delta_chunk_state[{kind},{dtype},{d}]", _state_kernel, st,
-                                 {"DK": d, "DV": d, "BV": 32, "PER_CHANNEL": per_channel,
-                                  "HAS_H0": True, "PREC": "ieee"},
-                                 {"num_warps": 4, "num_stages": 2}))
+                  "PER_CHANNEL": "constexpr", "HAS_H0": "constexpr", "PREC": "constexpr",
+                  "PREFETCH": "constexpr"}
+            for prec, targets in (("ieee", None), ("split", ("sm_90", "sm_100"))):
+                specs.append(AotSpec(f"delta_chunk_state[{kind},{dtype},{d},{prec}]",
+                                     _state_kernel, st,
+                                     {"DK": d, "DV": d, "BV": 32, "PER_CHANNEL": per_channel,
+                                      "HAS_H0": True, "PREC": prec, "PREFETCH": True},
+                                     {"num_warps": 4, "num_stages": 2}, targets))
             out = {"q_ptr": ptr, "k_ptr": ptr, "g_ptr": f32, "a_ptr": f32, "hs_ptr": f32,
                    "d_ptr": f32, "o_ptr": ptr, "tab_ptr": "*i32", "Hk": "i32", "Hv": "i32",
                    "scale": "fp32", "eps": "fp32", "DK": "constexpr", "DV": "constexpr",

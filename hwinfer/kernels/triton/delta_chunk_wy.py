@@ -59,6 +59,26 @@ def _mm(a, b, PREC: tl.constexpr):
 
 
 @triton.jit
+def _mm_split(a, b, PREC: tl.constexpr):
+    """a @ b accumulated in fp32 for ``a`` holding bf16 values as stored (not converted) and
+    ``b`` fp32. PREC "split": ``b = hi + lo``, both bf16, and two bf16 products: ~16 mantissa
+    bits of b against tf32's 11, a exact, and both operands 16-bit, so the tensor cores take
+    them without the fp32 conversion and staging a tf32 product of a needs ("split_rounded":
+    the same math in fp32 for the interpreter). Any other PREC: :func:`_mm` of a in fp32."""
+    if PREC == "split":
+        hi = b.to(tl.bfloat16)
+        lo = (b - hi.to(tl.float32)).to(tl.bfloat16)
+        return tl.dot(a, hi, acc=tl.dot(a, lo))
+    elif PREC == "split_rounded":
+        hi = _round_bf16(b)
+        a32 = a.to(tl.float32)
+        return (tl.dot(a32, hi, input_precision="ieee")
+                + tl.dot(a32, _round_bf16(b - hi), input_precision="ieee"))
+    else:
+        return _mm(a.to(tl.float32), b, PREC)
+
+
+@triton.jit
 def _gdn_decay(g, NR: tl.constexpr, SPAN: tl.constexpr):
     """GDN's causal decay inside a tile of NR rows: [NR, NR], e^{g_{s+1} + .. + g_t} for t >= s,
     0 above the diagonal. SPAN picks how the exponent is formed: "scan", a cumulative sum of g
