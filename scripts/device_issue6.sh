@@ -64,6 +64,7 @@
 #   bash scripts/device_issue6.sh s12d      # the split WY stage and KDA's diagonal by levels
 #   bash scripts/device_issue6.sh s12e      # the split WY stage's chosen launches
 #   bash scripts/device_issue6.sh s13       # strict suites, the state stage's split products
+#   bash scripts/device_issue6.sh s13c      # Kimi / V4 / GLM-5 / HY4 card tests, model steps
 #   bash scripts/device_issue6.sh s13a      # (prepared) strict suites + Kimi card tests + step
 #   bash scripts/device_issue6.sh s13b      # (prepared) chunked stages, final defaults vs forms
 #   bash scripts/device_issue6.sh diagnose  # model oracle + CUDA-graph tests on the GPU, then
@@ -614,6 +615,21 @@ elif [ "$phase" = s13 ]; then
     > "$out/bench_delta_chunk_kda.csv" 2> "$out/bench_delta_chunk_kda.err"
   echo "== bench_delta_chunk kda rc=$?"; grep -v "Warn\|warn\|^# hwinfer\|at::native\|anonymous\|^#   " \
     "$out/bench_delta_chunk_kda.err" | cut -c1-150 | tail -24
+elif [ "$phase" = s13c ]; then
+  # The models the twelfth session changed on the CPU only: Kimi-Linear's decode through
+  # kda_gated_recurrent with its residual adds in the norms, DeepSeek-V4 / GLM-5 / HY4 with the
+  # indexer's store rows from ForwardBatch.pick_rows; card tests and graphs, then the steps.
+  HWINFER_TEST_DEVICE=cuda timeout 220 python3 -m pytest tests/models tests/engine/test_graphs.py -q \
+    -p no:cacheprovider -k "kimi or deepseek or glm or hy" -rf --tb=short > "$out/tests.txt" 2>&1
+  grep -E "^FAILED|passed|failed" "$out/tests.txt" | cut -c1-300 | tail -8
+  for preset in kimi-linear-48b-a3b deepseek-v4-flash; do
+    timeout 110 python3 scripts/bench_model.py --preset $preset --layers 4 --batch 1,32 \
+      --prompt 1024 --new 32 --no-eager --no-hf --csv "$out/model.csv" > "$out/bench_model_$preset.txt" 2>&1
+    grep "^{\|Error" "$out/bench_model_$preset.txt" | cut -c1-300 | tail -4
+  done
+  timeout 90 python3 scripts/bench_model.py --preset glm-5 --layers 4 --batch 1,32 \
+    --prompt 1024 --new 32 --no-eager --no-hf --csv "$out/model.csv" > "$out/bench_model_glm-5.txt" 2>&1
+  grep "^{\|Error" "$out/bench_model_glm-5.txt" | cut -c1-300 | tail -4
 elif [ "$phase" = next10c ]; then
   # KDA vs fla with time for fla's first compiles (autotuning); DeepSeek-V4 b=32 against
   # transformers with our model not resident.
