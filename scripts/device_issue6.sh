@@ -605,7 +605,7 @@ elif [ "$phase" = s13 ]; then
   V=(--variant "old@$D:STATE_DOTS=None;$D:STATE_PREFETCH=False" --variant "nopf@$D:STATE_PREFETCH=False"
      --variant "w8@$D:STATE_LAUNCH=(8, 2)" --variant "bv32w8@block_v=32;$D:STATE_LAUNCH=(8, 2)"
      --variant "s3@$D:STATE_LAUNCH=(4, 3)" --variant "bvo32@block_v_out=32"
-     --variant "bvo128@block_v_out=128")
+     --variant "bvo128@block_v_out=128" --variant "qs0@$D:OUT_QS=''")
   timeout 150 python3 scripts/bench_delta_chunk.py --kinds gdn --shapes 1x16384,8x2048 --no-torch \
     --no-variants --breakdown "${V[@]}" > "$out/bench_delta_chunk_gdn.csv" 2> "$out/bench_delta_chunk_gdn.err"
   echo "== bench_delta_chunk gdn rc=$?"; grep -v "Warn\|warn\|^# hwinfer\|at::native\|anonymous\|^#   " \

@@ -28,7 +28,9 @@ Chunks of 64 tokens (never crossing a sequence boundary), four launches (five fo
 
 Intermediates are fp32 except, for 16-bit inputs, ``w`` and the decayed keys, stored in bf16: the
 state stage is bound by the bytes each program streams per chunk, and these two are half of
-them. Measured under the interpreter on the conformance cases (relative RMSE against the fp32
+them. The state stage takes them as stored into bf16 products against the fp32 state and deltas
+split into bf16 hi + lo halves (``STATE_DOTS = "split"``, two products, ~16 bits of the fp32
+operand), and so does GDN's ``q S0`` with q's raw bf16 rows (``OUT_QS``). Measured under the interpreter on the conformance cases (relative RMSE against the fp32
 token loop): bf16 ``w`` / keys leave it at 3.3e-3, as all-fp32; bf16 deltas, chunk states or
 Aqk (fla stores all of them in the input dtype) raise it to 6-9e-3, past the 5e-3 contract.
 
@@ -92,6 +94,10 @@ GDN_SPAN = "scan"
 # GDN's q k^T in the output stage from the raw 16-bit rows, norms applied to the scores after
 # (exact products, half the operand bytes); False keeps the normalised fp32 rows at ``PREC``.
 RAW_QK = True
+# GDN's inter-chunk term (q e^G) S0 with bf16 q: "split" takes q's raw rows into two bf16
+# products against S0 split hi + lo (delta_chunk_wy._mm_split) and scales the result's rows;
+# "" forms q e^G in fp32 for a tf32 product.
+OUT_QS = "split"
 # (num_warps, num_stages) of the state and output kernels on NVIDIA when a call names no
 # num_warps (stages None: Triton's default); see _run for what was measured.
 STATE_LAUNCH = (4, 2)
@@ -168,7 +174,7 @@ def _state_kernel(kg_ptr, ge_ptr, w_ptr, u_ptr, h0_ptr, hs_ptr, d_ptr, ht_ptr, s
 def _out_kernel(q_ptr, k_ptr, g_ptr, a_ptr, hs_ptr, d_ptr, o_ptr, tab_ptr, Hk, Hv, scale, eps,
                 DK: tl.constexpr, DV: tl.constexpr, BV: tl.constexpr,
                 PER_CHANNEL: tl.constexpr, USE_L2NORM: tl.constexpr, PREC: tl.constexpr,
-                SPAN: tl.constexpr, RAW_QK: tl.constexpr):
+                SPAN: tl.constexpr, RAW_QK: tl.constexpr, QS: tl.constexpr):
     i_c, i_h, i_hk, tok0, n, c0 = _out_program(tab_ptr, Hk, Hv, BV)
     r = tl.arange(0, 64)
     g = _g_rows(g_ptr, tok0, n, i_h, Hv, 0, 64, DK, PER_CHANNEL)
@@ -195,7 +201,8 @@ def _out_kernel(q_ptr, k_ptr, g_ptr, a_ptr, hs_ptr, d_ptr, o_ptr, tab_ptr, Hk, H
             else:
                 s = tl.dot(qr.to(tl.float32), tl.trans(kr.to(tl.float32)), input_precision="ieee")
             p = s * (nq[:, None] * nk[None, :]) * e
-            qg = qr.to(tl.float32) * (nq * tl.exp(G))[:, None]
+            if QS == "":
+                qg = qr.to(tl.float32) * (nq * tl.exp(G))[:, None]
         else:
             q = _qk_rows(q_ptr, tok0, n, i_hk, Hk, scale, eps, 0, 64, DK, USE_L2NORM)
             k = _qk_rows(k_ptr, tok0, n, i_hk, Hk, 1.0, eps, 0, 64, DK, USE_L2NORM)
@@ -204,7 +211,12 @@ def _out_kernel(q_ptr, k_ptr, g_ptr, a_ptr, hs_ptr, d_ptr, o_ptr, tab_ptr, Hk, H
     h = tl.load(hs_ptr + (i_c.to(tl.int64) * Hv + i_h) * DK * DV
                 + tl.arange(0, DK)[:, None] * DV + c0 + tl.arange(0, BV)[None, :])
     d = _head_rows(d_ptr, tok0, n, i_h, Hv, c0, 0, 64, DV, BV)
-    o = _mm(qg, h, PREC) + _mm(p, d, PREC)
+    if QS != "":
+        # GDN with bf16 q: (q e^G) S0 = diag(e^G / |q|) (q_raw S0), q_raw as stored against S0
+        # split hi + lo (_mm_split): no fp32 copy of q, more precise than tf32.
+        o = (nq * tl.exp(G))[:, None] * _mm_split(qr, h, QS) + _mm(p, d, PREC)
+    else:
+        o = _mm(qg, h, PREC) + _mm(p, d, PREC)
     _store_rows(o_ptr, o, tok0, n, i_h, Hv, c0, 0, 64, DV, BV)
 
 
@@ -328,6 +340,10 @@ def _run(op: str, q, k, v, g, beta, initial_state, scale, use_qk_l2norm, cu_seql
         prec_state = STATE_DOTS + ("_rounded" if _INTERPRET else "")
     raw_qk = (("fp32" if _INTERPRET else "native")
               if RAW_QK and q.dtype in (torch.bfloat16, torch.float16) else "")
+    # GDN's q S0 by split products: bf16 q (whose raw rows are exact bf16), default products.
+    qs = ""
+    if OUT_QS == "split" and not per_channel and raw_qk and q.dtype == torch.bfloat16 and not dots:
+        qs = "split_rounded" if _INTERPRET else "split"
     block_k_out = OUT_BLOCK_K if block_k_out is None else block_k_out
     if block_k_out and not block_k_out_ok(block_k_out, Dk):
         raise ValueError(f"{op} (triton): block_k_out={block_k_out} must be a power of two >= 16 "
@@ -370,7 +386,7 @@ def _run(op: str, q, k, v, g, beta, initial_state, scale, use_qk_l2norm, cu_seql
         _out_kernel[(nc, Hv, Dv // bv_out)](
             q, k, g, a, hs, d, o, chunks, Hk, Hv, scale, L2NORM_EPS,
             DK=Dk, DV=Dv, BV=bv_out, PER_CHANNEL=per_channel, USE_L2NORM=l2, PREC=prec_out,
-            SPAN=GDN_SPAN, RAW_QK=raw_qk, num_warps=num_warps or out_warps, **out_stages)
+            SPAN=GDN_SPAN, RAW_QK=raw_qk, QS=qs, num_warps=num_warps or out_warps, **out_stages)
     return o, ht
 
 
@@ -471,13 +487,19 @@ def _aot_specs():
                    "d_ptr": f32, "o_ptr": ptr, "tab_ptr": "*i32", "Hk": "i32", "Hv": "i32",
                    "scale": "fp32", "eps": "fp32", "DK": "constexpr", "DV": "constexpr",
                    "BV": "constexpr", "PER_CHANNEL": "constexpr", "USE_L2NORM": "constexpr",
-                   "PREC": "constexpr", "SPAN": "constexpr", "RAW_QK": "constexpr"}
-            specs.append(AotSpec(f"delta_chunk_out[{kind},{dtype},{d}]", _out_kernel, out,
-                                 {**flags, "BV": 64, "SPAN": "scan", "RAW_QK": "native"},
-                                 {"num_warps": 4}))
+                   "PREC": "constexpr", "SPAN": "constexpr", "RAW_QK": "constexpr",
+                   "QS": "constexpr"}
+            for qs, targets in (("", None), ("split", ("sm_90", "sm_100"))):
+                if qs and per_channel:
+                    continue
+                specs.append(AotSpec(f"delta_chunk_out[{kind},{dtype},{d}{',' + qs if qs else ''}]",
+                                     _out_kernel, out, {**flags, "BV": 64, "SPAN": "scan",
+                                                        "RAW_QK": "native", "QS": qs},
+                                     {"num_warps": 4}, targets))
             specs.append(AotSpec(f"delta_chunk_out_blocked[{kind},{dtype},{d},bk32]",
                                  _out_blocked_kernel,
-                                 {**{k: v for k, v in out.items() if k != "RAW_QK"}, "BK": "constexpr"},
+                                 {**{k: v for k, v in out.items() if k not in ("RAW_QK", "QS")},
+                                  "BK": "constexpr"},
                                  {**flags, "BV": 64, "BK": 32, "SPAN": "scan"}, {"num_warps": 4}))
     return specs
 
