@@ -619,15 +619,20 @@ elif [ "$phase" = s13c ]; then
   # The models the twelfth session changed on the CPU only: Kimi-Linear's decode through
   # kda_gated_recurrent with its residual adds in the norms, DeepSeek-V4 / GLM-5 / HY4 with the
   # indexer's store rows from ForwardBatch.pick_rows; card tests and graphs, then the steps.
-  HWINFER_TEST_DEVICE=cuda timeout 220 python3 -m pytest tests/models tests/engine/test_graphs.py -q \
+  # First the chunked stages with s13's choices as defaults (per-kernel times).
+  timeout 100 python3 scripts/bench_delta_chunk.py --shapes 1x16384,8x2048 --no-torch --no-fla \
+    --no-variants --breakdown > "$out/bench_delta_chunk.csv" 2> "$out/bench_delta_chunk.err"
+  echo "== bench_delta_chunk rc=$?"; grep -v "Warn\|warn\|^# hwinfer\|at::native\|anonymous\|Memcpy" \
+    "$out/bench_delta_chunk.err" | cut -c1-150 | tail -30
+  HWINFER_TEST_DEVICE=cuda timeout 200 python3 -m pytest tests/models tests/engine/test_graphs.py -q \
     -p no:cacheprovider -k "kimi or deepseek or glm or hy" -rf --tb=short > "$out/tests.txt" 2>&1
   grep -E "^FAILED|passed|failed" "$out/tests.txt" | cut -c1-300 | tail -8
   for preset in kimi-linear-48b-a3b deepseek-v4-flash; do
-    timeout 110 python3 scripts/bench_model.py --preset $preset --layers 4 --batch 1,32 \
+    timeout 100 python3 scripts/bench_model.py --preset $preset --layers 4 --batch 1,32 \
       --prompt 1024 --new 32 --no-eager --no-hf --csv "$out/model.csv" > "$out/bench_model_$preset.txt" 2>&1
     grep "^{\|Error" "$out/bench_model_$preset.txt" | cut -c1-300 | tail -4
   done
-  timeout 90 python3 scripts/bench_model.py --preset glm-5 --layers 4 --batch 1,32 \
+  timeout 60 python3 scripts/bench_model.py --preset glm-5 --layers 4 --batch 1,32 \
     --prompt 1024 --new 32 --no-eager --no-hf --csv "$out/model.csv" > "$out/bench_model_glm-5.txt" 2>&1
   grep "^{\|Error" "$out/bench_model_glm-5.txt" | cut -c1-300 | tail -4
 elif [ "$phase" = next10c ]; then

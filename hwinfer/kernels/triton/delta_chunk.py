@@ -85,8 +85,9 @@ OUT_BLOCK_K = 0
 # and the keys converted to fp32 (exact fp32 for fp32 inputs and on AMD); "bf16" rounds S and
 # d to bf16 (one product; the carried state stays fp32), as fla does, for every input.
 STATE_DOTS: str | None = "split"
-# The state stage loads the next chunk's w and decayed keys while it works on this one.
-STATE_PREFETCH = True
+# Whether the state stage loads the next chunk's w and decayed keys while it works on this one
+# (None: where its grid is one wave at most, see _run; True / False force it).
+STATE_PREFETCH: bool | None = None
 # How the output stage forms GDN's intra-chunk decay exponents (delta_chunk_wy._gdn_decay):
 # "scan" (exact sums of each span), "dot" (the same sums by 3xTF32 products), "diff" (fla's
 # differences of cumulative sums). A tuning constant to time on a card.
@@ -301,7 +302,11 @@ def _run(op: str, q, k, v, g, beta, initial_state, scale, use_qk_l2norm, cu_seql
     # stage has chunks x heads programs already.
     few = n * Hv * triton.cdiv(Dv, 32) < num_sms(v.device, 8) // 2
     bv_state = min(block_v or (Dv if _INTERPRET else 16 if few else 32), Dv)
-    bv_out = min(block_v_out or (Dv if _INTERPRET else 64), Dv)
+    # The output stage: 128 value channels a program for GDN's split q S0 (293 against 332 us
+    # at 64 on the H200, GDN 1 x 16k; 294 / 334 at 8 x 2k), 64 otherwise (KDA: 945 at 64, 1,028
+    # at 128, 1,198 at 32).
+    wide_out = not per_channel and OUT_QS == "split"
+    bv_out = min(block_v_out or (Dv if _INTERPRET else 128 if wide_out else 64), Dv)
     if bv_state & (bv_state - 1) or bv_out & (bv_out - 1) or min(bv_state, bv_out) < 16:
         raise ValueError(f"{op} (triton): block_v={block_v}, block_v_out={block_v_out} must be "
                          "powers of two >= 16")
@@ -313,13 +318,24 @@ def _run(op: str, q, k, v, g, beta, initial_state, scale, use_qk_l2norm, cu_seql
     if block_k and not block_k_ok(block_k, Dk, Dv):
         raise ValueError(f"{op} (triton): block_k={block_k} must be a power of two >= 16 dividing "
                          f"Dk={Dk} and Dv={Dv}")
-    # 4 warps for the state and output kernels: on the H200 faster than 8 at every shape timed
-    # (GDN 1 x 16k / 8 x 2k: 14% / 13%, KDA 1 x 16k: 4%), although ptxas reports spills of
-    # their fp32 [64, 128] tiles at 4; the whole-tile WY kernel of KDA (q, k, G tiles) keeps 8.
+    # 4 warps for the state (but see prefetch below) and output kernels: on the H200 faster
+    # than 8 at every shape timed (tenth session: GDN 1 x 16k / 8 x 2k: 14% / 13%, KDA 1 x 16k:
+    # 4%); the whole-tile WY kernel of KDA (q, k, G tiles) keeps 8.
     # The state kernel's loads pipelined 3 deep need 240 KB of shared memory (> 227 KB): 2 stages.
     warps_wy = num_warps or (8 if per_channel else 4)
     state_warps, state_stages = STATE_LAUNCH
     stages = {} if torch.version.hip or not state_stages else {"num_stages": state_stages}
+    # The next chunk's loads in flight help a program alone on its SM and cost the registers
+    # that let several share one. H200, per-kernel us (prefetch at 4 warps / none / prefetch at
+    # 8 warps; thirteenth session): GDN 1 x 16k, 128 programs of 16 channels: 480 / 604 / 565;
+    # KDA 1 x 16k, 128 of 32: 849 / 817 / 716; GDN 8 x 2k, 512 of 32: 276 / 265 / 388; KDA
+    # 8 x 2k, 1,024 of 32: 684 / 627 / 806. So: prefetch where the grid is one wave, with 8
+    # warps for 32-channel blocks (their 4-warp build spills); none where programs share SMs.
+    state_programs = n * Hv * (Dv // bv_state)
+    prefetch = (state_programs <= num_sms(v.device, 8) if STATE_PREFETCH is None
+                else STATE_PREFETCH)
+    if prefetch and bv_state >= 32:
+        state_warps = 8
     out_warps, out_stages = OUT_LAUNCH
     out_stages = {} if torch.version.hip or not out_stages else {"num_stages": out_stages}
     # tf32 matmuls for 16-bit inputs on NVIDIA (their own rounding is coarser); exact fp32
@@ -376,7 +392,7 @@ def _run(op: str, q, k, v, g, beta, initial_state, scale, use_qk_l2norm, cu_seql
     _state_kernel[(n * Hv, Dv // bv_state)](
         kg, ge, w, u, h0 if h0 is not None else ht, hs, d, ht, seqs, Hv,
         DK=Dk, DV=Dv, BV=bv_state, PER_CHANNEL=per_channel, HAS_H0=h0 is not None, PREC=prec_state,
-        PREFETCH=STATE_PREFETCH, num_warps=num_warps or state_warps, **stages)
+        PREFETCH=prefetch, num_warps=num_warps or state_warps, **stages)
     if nc and block_k_out:
         _out_blocked_kernel[(nc, Hv, Dv // bv_out)](
             q, k, g, a, hs, d, o, chunks, Hk, Hv, scale, L2NORM_EPS,
@@ -477,12 +493,14 @@ def _aot_specs():
                   "DK": "constexpr", "DV": "constexpr", "BV": "constexpr",
                   "PER_CHANNEL": "constexpr", "HAS_H0": "constexpr", "PREC": "constexpr",
                   "PREFETCH": "constexpr"}
-            for prec, targets in (("ieee", None), ("split", ("sm_90", "sm_100"))):
-                specs.append(AotSpec(f"delta_chunk_state[{kind},{dtype},{d},{prec}]",
-                                     _state_kernel, st,
-                                     {"DK": d, "DV": d, "BV": 32, "PER_CHANNEL": per_channel,
-                                      "HAS_H0": True, "PREC": prec, "PREFETCH": True},
-                                     {"num_warps": 4, "num_stages": 2}, targets))
+            # (no prefetch, 4 warps) as on AMD and for many programs; prefetch at 8 warps.
+            for prec, pf, targets in (("ieee", False, None), ("split", False, ("sm_90", "sm_100")),
+                                      ("split", True, ("sm_90", "sm_100"))):
+                specs.append(AotSpec(
+                    f"delta_chunk_state[{kind},{dtype},{d},{prec}{',prefetch' if pf else ''}]",
+                    _state_kernel, st, {"DK": d, "DV": d, "BV": 32, "PER_CHANNEL": per_channel,
+                                        "HAS_H0": True, "PREC": prec, "PREFETCH": pf},
+                    {"num_warps": 8 if pf else 4, "num_stages": 2}, targets))
             out = {"q_ptr": ptr, "k_ptr": ptr, "g_ptr": f32, "a_ptr": f32, "hs_ptr": f32,
                    "d_ptr": f32, "o_ptr": ptr, "tab_ptr": "*i32", "Hk": "i32", "Hv": "i32",
                    "scale": "fp32", "eps": "fp32", "DK": "constexpr", "DV": "constexpr",
@@ -493,8 +511,9 @@ def _aot_specs():
                 if qs and per_channel:
                     continue
                 specs.append(AotSpec(f"delta_chunk_out[{kind},{dtype},{d}{',' + qs if qs else ''}]",
-                                     _out_kernel, out, {**flags, "BV": 64, "SPAN": "scan",
-                                                        "RAW_QK": "native", "QS": qs},
+                                     _out_kernel, out, {**flags, "BV": 128 if qs else 64,
+                                                        "SPAN": "scan", "RAW_QK": "native",
+                                                        "QS": qs},
                                      {"num_warps": 4}, targets))
             specs.append(AotSpec(f"delta_chunk_out_blocked[{kind},{dtype},{d},bk32]",
                                  _out_blocked_kernel,
