@@ -4,14 +4,13 @@ from __future__ import annotations
 import sys
 from typing import Callable, TextIO
 
-from hwinfer.engine.engine import Engine
+from hwinfer.engine.engine import CPU_CACHE_BYTES, Engine
 from hwinfer.engine.request import SamplingParams
 
 
 def _open(path: str | None, device: str, kv_format: str = "auto"):
     from hwinfer.api import load_model
     from hwinfer.server.default_model import default_checkpoint
-    from hwinfer.server.state import CPU_CACHE_BYTES
 
     model = load_model(path or default_checkpoint(), device=device, kv_format=kv_format)
     if model.tokenizer is None:

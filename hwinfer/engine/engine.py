@@ -21,6 +21,9 @@ from hwinfer.engine.speculative import Speculator, SpecStats, spec_cache_model
 from hwinfer.runtime.batch import ForwardBatch
 
 DEFAULT_CPU_BUDGET = 1 << 30
+# The KV pool that `hwinfer serve` / `generate` / `chat` give a CPU engine when not told a size:
+# a CPU step's time grows with the pool's size, so it stays modest.
+CPU_CACHE_BYTES = 64 << 20
 
 
 class Engine:

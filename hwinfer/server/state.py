@@ -7,11 +7,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hwinfer.engine.engine import CPU_CACHE_BYTES
 from hwinfer.server.protocol import ServerError
 
 log = logging.getLogger("hwinfer.server")
-
-CPU_CACHE_BYTES = 64 << 20
 
 
 @dataclass
