@@ -65,6 +65,7 @@
 #   bash scripts/device_issue6.sh s12e      # the split WY stage's chosen launches
 #   bash scripts/device_issue6.sh s13       # strict suites, the state stage's split products
 #   bash scripts/device_issue6.sh s13c      # Kimi / V4 / GLM-5 / HY4 card tests, model steps
+#   bash scripts/device_issue6.sh s13d      # device-built chunk tables: strict, calls, prefill
 #   bash scripts/device_issue6.sh s13a      # (prepared) strict suites + Kimi card tests + step
 #   bash scripts/device_issue6.sh s13b      # (prepared) chunked stages, final defaults vs forms
 #   bash scripts/device_issue6.sh diagnose  # model oracle + CUDA-graph tests on the GPU, then
@@ -631,6 +632,23 @@ elif [ "$phase" = s13c ]; then
     timeout 100 python3 scripts/bench_model.py --preset $preset --layers 4 --batch 1,32 \
       --prompt 1024 --new 32 --no-eager --no-hf --csv "$out/model.csv" > "$out/bench_model_$preset.txt" 2>&1
     grep "^{\|Error" "$out/bench_model_$preset.txt" | cut -c1-300 | tail -4
+  done
+elif [ "$phase" = s13d ]; then
+  # The chunk table built on the device (no host read of cu_seqlens): strict chunked suites,
+  # the calls against fla (8 x 2k is the varlen one), then prefill in Qwen3.5 and Kimi-Linear.
+  strict 120 "test_impl_matches_reference and triton and (gdn_chunked or kda_chunked)"
+  timeout 130 python3 scripts/bench_delta_chunk.py --kinds gdn --shapes 1x16384,8x2048 --no-torch \
+    --no-variants --breakdown > "$out/bench_delta_chunk_gdn.csv" 2> "$out/bench_delta_chunk_gdn.err"
+  echo "== bench_delta_chunk gdn rc=$?"; grep -v "Warn\|warn\|^# hwinfer\|at::native\|anonymous\|Memcpy\|^#   _" \
+    "$out/bench_delta_chunk_gdn.err" | cut -c1-150 | tail -24
+  timeout 70 python3 scripts/bench_delta_chunk.py --kinds kda --shapes 1x16384,8x2048 --no-torch \
+    --no-fla --no-variants > "$out/bench_delta_chunk_kda.csv" 2> "$out/bench_delta_chunk_kda.err"
+  echo "== bench_delta_chunk kda rc=$?"; grep "^kda" "$out/bench_delta_chunk_kda.err" | cut -c1-150
+  for preset in "qwen3.5-0.8b" "kimi-linear-48b-a3b --layers 4"; do
+    name=${preset%% *}
+    timeout 90 python3 scripts/bench_model.py --preset $preset --batch 1,32 --prompt 1024 \
+      --new 16 --no-eager --no-hf --csv "$out/model.csv" > "$out/bench_model_$name.txt" 2>&1
+    grep "^{\|Error" "$out/bench_model_$name.txt" | cut -c1-300 | tail -4
   done
 elif [ "$phase" = next10c ]; then
   # KDA vs fla with time for fla's first compiles (autotuning); DeepSeek-V4 b=32 against

@@ -40,10 +40,12 @@ difference of two cumulative sums: at strong decay (g ~ -100 per token) such a d
 ~|G| * 6e-8 of absolute precision, which measured 1e-4 relative error on the outputs before
 this was done.
 
-Varlen: the chunk table (first token and length of every chunk) is built on the host, which
-needs one read of ``cu_seqlens`` (a device sync). That is acceptable here because prefill is
-never captured in a CUDA graph; decode goes to the recurrent kernel (:mod:`.delta_rule`), which
-trusts cu_seqlens without a sync. Without cu_seqlens the table is built on the device.
+Varlen: the chunk table (first token and length of every chunk) is built on the device by
+``_chunk_table_kernel`` for an upper bound of the chunk count (T // 64 + N; the rows past the
+real chunks have length 0), so a prefill does not wait on the host. A cu_seqlens in device
+memory is trusted, as in the recurrent kernel (:mod:`.delta_rule`): checking its contents would
+cost a host sync per layer (on the H200 the host-built table made an 8 x 2k GDN call ~600 us
+longer than its kernels); one on the CPU is checked in full.
 
 Supported (``delta_chunk_supported``): Dk, Dv powers of two in [16, 128]; q/k/v fp16 / bf16 /
 fp32. ``chunk_size`` is ignored (always 64): the contract allows any chunking.
@@ -241,10 +243,38 @@ def delta_chunk_supported(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: 
     return None
 
 
-def _tables(B: int, T: int, bounds: list[int] | None, device: torch.device):
+@triton.jit
+def _chunk_table_kernel(cu_ptr, chunk_ptr, seq_ptr, N, NC, BLOCK: tl.constexpr):
+    """Chunk table rows j of this program (first flat token, length; length 0 past the last real
+    chunk) and, in program 0, the sequence table [N, 3] (first token, length, first chunk), from
+    cu_seqlens [N+1] in device memory: one walk over the sequences."""
+    j = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    start = tl.zeros([BLOCK], tl.int32)
+    length = tl.zeros([BLOCK], tl.int32)
+    first = 0
+    for i in range(0, N):
+        lo = tl.load(cu_ptr + i).to(tl.int32)
+        hi = tl.load(cu_ptr + i + 1).to(tl.int32)
+        nch = (hi - lo + 63) // 64
+        inside = (j >= first) & (j < first + nch)
+        t = lo + (j - first) * 64
+        start = tl.where(inside, t, start)
+        length = tl.where(inside, tl.minimum(hi - t, 64), length)
+        if tl.program_id(0) == 0:
+            tl.store(seq_ptr + 3 * i, lo)
+            tl.store(seq_ptr + 3 * i + 1, hi - lo)
+            tl.store(seq_ptr + 3 * i + 2, first)
+        first += nch
+    tl.store(chunk_ptr + 2 * j, start, mask=j < NC)
+    tl.store(chunk_ptr + 2 * j + 1, length, mask=j < NC)
+
+
+def _tables(B: int, T: int, cu_seqlens: torch.Tensor | None, device: torch.device):
     """Chunk table [NC, 2] (first flat token, length) and sequence table [N, 3] (first token,
-    length, first chunk), int32; ``bounds`` is cu_seqlens read on the host (or None)."""
-    if bounds is None:
+    length, first chunk), int32, built on the device without reading cu_seqlens on the host. With
+    cu_seqlens, NC = T // 64 + N bounds the real chunk count (each sequence adds at most one
+    partial chunk); the rows past the real chunks have length 0, so their programs store nothing."""
+    if cu_seqlens is None:
         nt = triton.cdiv(T, BT)
         starts = torch.arange(nt, device=device, dtype=torch.int32) * BT
         seq = torch.arange(B, device=device, dtype=torch.int32)
@@ -252,25 +282,43 @@ def _tables(B: int, T: int, bounds: list[int] | None, device: torch.device):
                               (T - starts).clamp(max=BT).repeat(B)], dim=1)
         seqs = torch.stack([seq * T, torch.full_like(seq, T), seq * nt], dim=1)
         return chunks.contiguous(), seqs.contiguous(), B * nt
-    chunk_rows, seq_rows = [], []
-    for bos, eos in zip(bounds, bounds[1:]):
-        seq_rows.append((bos, eos - bos, len(chunk_rows)))
-        chunk_rows.extend((t, min(BT, eos - t)) for t in range(bos, eos, BT))
-    nc = len(chunk_rows)
-    chunks = torch.tensor(chunk_rows or [(0, 0)], dtype=torch.int32).to(device)
-    seqs = torch.tensor(seq_rows, dtype=torch.int32).to(device)
+    n = cu_seqlens.numel() - 1
+    nc = T // BT + n
+    chunks = torch.empty(max(nc, 1), 2, dtype=torch.int32, device=device)
+    seqs = torch.empty(n, 3, dtype=torch.int32, device=device)
+    block = 128
+    _chunk_table_kernel[(triton.cdiv(max(nc, 1), block),)](
+        cu_seqlens.to(device, non_blocking=True), chunks, seqs, n, nc, BLOCK=block)
     return chunks, seqs, nc
+
+
+def _check_device_cu(op: str, q: torch.Tensor, cu_seqlens: torch.Tensor,
+                     initial_state: torch.Tensor | None, Hv: int, Dk: int, Dv: int) -> int:
+    """Shape checks of a device cu_seqlens and of the initial state it implies; returns N."""
+    if q.shape[0] != 1:
+        raise ValueError(f"{op}: with cu_seqlens the batch dimension must be 1, got B={q.shape[0]}")
+    if cu_seqlens.dim() != 1 or cu_seqlens.numel() < 2 or cu_seqlens.is_floating_point():
+        raise ValueError(f"{op}: cu_seqlens must be a 1-D integer tensor [N+1], got "
+                         f"{cu_seqlens.dtype} {list(cu_seqlens.shape)}")
+    n = cu_seqlens.numel() - 1
+    if initial_state is not None and tuple(initial_state.shape) != (n, Hv, Dk, Dv):
+        raise ValueError(f"{op}: initial_state must be {[n, Hv, Dk, Dv]} ([N, Hv, Dk, Dv], "
+                         f"k-first), got {list(initial_state.shape)}")
+    return n
 
 
 def _run(op: str, q, k, v, g, beta, initial_state, scale, use_qk_l2norm, cu_seqlens,
          per_channel: bool, block_v: int | None, block_v_out: int | None,
          num_warps: int | None, block_k: int | None = None, dots: str | None = None,
          block_k_out: int | None = None):
-    # The one host read of cu_seqlens (prefill is not graph-captured); validate a CPU copy.
-    bounds = None if cu_seqlens is None else cu_seqlens.tolist()
-    n = check_inputs(op, q, k, v, g, beta, initial_state,
-                     None if bounds is None else torch.tensor(bounds, dtype=cu_seqlens.dtype),
-                     per_channel=per_channel)
+    # cu_seqlens in device memory is trusted, as in the recurrent kernels (checking its contents
+    # would cost a host sync per layer of every prefill); one on the CPU is checked in full.
+    on_device = cu_seqlens is not None and cu_seqlens.device.type != "cpu"
+    n = check_inputs(op, q, k, v, g, beta, None if on_device else initial_state,
+                     None if on_device else cu_seqlens, per_channel=per_channel)
+    if on_device:
+        n = _check_device_cu(op, q, cu_seqlens, initial_state, v.shape[2], k.shape[3],
+                             v.shape[3])
     reason = delta_chunk_supported(q, k, v, g, beta, initial_state)
     if reason is not None:
         raise ValueError(f"{op} (triton): {reason}")
@@ -282,7 +330,7 @@ def _run(op: str, q, k, v, g, beta, initial_state, scale, use_qk_l2norm, cu_seql
     if n * Hv == 0:
         return o, ht
     h0 = None if initial_state is None else initial_state.to(torch.float32).contiguous()
-    chunks, seqs, nc = _tables(B, T, bounds, v.device)
+    chunks, seqs, nc = _tables(B, T, cu_seqlens, v.device)
     f32 = dict(dtype=torch.float32, device=v.device)
     # w and the decayed keys in bf16 for 16-bit inputs (see the module docstring).
     half = dict(f32, dtype=torch.float32 if v.dtype == torch.float32 else torch.bfloat16)
@@ -445,7 +493,9 @@ def kda_chunked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tens
 def _aot_specs():
     from hwinfer.kernels.triton.aot import AotSpec
 
-    specs = []
+    specs = [AotSpec("delta_chunk_table", _chunk_table_kernel,
+                     {"cu_ptr": "*i32", "chunk_ptr": "*i32", "seq_ptr": "*i32", "N": "i32",
+                      "NC": "i32", "BLOCK": "constexpr"}, {"BLOCK": 128}, {"num_warps": 4})]
     for per_channel in (False, True):
         kind = "kda" if per_channel else "gdn"
         # What prefill launches in the models (bf16, D = 128, tf32 on NVIDIA / ieee on AMD).
