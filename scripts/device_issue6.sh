@@ -66,6 +66,7 @@
 #   bash scripts/device_issue6.sh s13       # strict suites, the state stage's split products
 #   bash scripts/device_issue6.sh s13c      # Kimi / V4 / GLM-5 / HY4 card tests, model steps
 #   bash scripts/device_issue6.sh s13d      # device-built chunk tables: strict, calls, prefill
+#   bash scripts/device_issue6.sh s13e      # host syncs in prefill, a profiled Qwen3.5 prefill
 #   bash scripts/device_issue6.sh s13a      # (prepared) strict suites + Kimi card tests + step
 #   bash scripts/device_issue6.sh s13b      # (prepared) chunked stages, final defaults vs forms
 #   bash scripts/device_issue6.sh diagnose  # model oracle + CUDA-graph tests on the GPU, then
@@ -650,6 +651,15 @@ elif [ "$phase" = s13d ]; then
       --new 16 --no-eager --no-hf --csv "$out/model.csv" > "$out/bench_model_$name.txt" 2>&1
     grep "^{\|Error" "$out/bench_model_$name.txt" | cut -c1-300 | tail -4
   done
+elif [ "$phase" = s13e ]; then
+  # Why a b=1 prefill of 1,024 tokens takes 40-57 ms where 32 of them take 175 ms: host syncs
+  # in the prefill forwards (find_syncs --prefill, new), then one profiled Qwen3.5 prefill.
+  timeout 100 python3 scripts/find_syncs.py qwen3_5 kimi_linear deepseek_v4 --prefill \
+    > "$out/syncs_prefill.txt" 2>&1
+  echo "== find_syncs rc=$?"; grep -v "Warn\|warn" "$out/syncs_prefill.txt" | cut -c1-240 | head -40
+  timeout 110 python3 scripts/bench_model.py --preset qwen3.5-0.8b --batch 1 --prompt 1024 --new 8 \
+    --profile --profile-prompt 1024 --no-eager --no-hf > "$out/bench_model_qwen_profile.txt" 2>&1
+  grep "^{\|Error\|# profile\|prefill" "$out/bench_model_qwen_profile.txt" | cut -c1-200 | head -40
 elif [ "$phase" = next10c ]; then
   # KDA vs fla with time for fla's first compiles (autotuning); DeepSeek-V4 b=32 against
   # transformers with our model not resident.

@@ -1,6 +1,7 @@
 """List every host sync of a model's fixed-size decode step on CUDA, with where it happens.
 
     python3 scripts/find_syncs.py deepseek_v4 qwen3_5 --steps 12
+    python3 scripts/find_syncs.py qwen3_5 kimi_linear --prefill   # the prefill forwards instead
 
 Runs the engine's graph decode path (hwinfer.engine.graphs) eagerly on tiny checkpoints of the
 given architectures, so the step sees real contexts (windows that close, entries that grow), and
@@ -69,16 +70,57 @@ def syncs_of(arch: str, steps: int, dtype: torch.dtype, device: str = "cuda") ->
     return found
 
 
+def prefill_syncs_of(arch: str, dtype: torch.dtype, device: str = "cuda") -> Counter:
+    """The same for prefill: the engine's forwards over prompts (no decode graphs), four
+    requests of different lengths packed in one step, watched after a first identical round."""
+    with tempfile.TemporaryDirectory() as tmp:
+        model = load_model(write_checkpoint(arch, tmp), device=device, dtype=dtype)
+    found: Counter = Counter()
+    watch = [False]
+    plain = model.forward_batch
+
+    def watched(batch, *args, **kwargs):
+        if not watch[0] or batch.is_decode or device == "cpu":
+            return plain(batch, *args, **kwargs)
+        torch.cuda.synchronize()
+        previous = warnings.showwarning
+        warnings.showwarning = lambda msg, *a, **k: found.update(
+            [_site()] if "synchroniz" in str(msg) and "prototype" not in str(msg) else [])
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("always")
+                torch.cuda.set_sync_debug_mode("warn")
+                return plain(batch, *args, **kwargs)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+            warnings.showwarning = previous
+
+    model.forward_batch = watched
+    gen = torch.Generator().manual_seed(0)
+    params = SamplingParams(max_tokens=1, temperature=0, ignore_eos=True)
+    prompts = [torch.randint(3, model.config["vocab_size"], (n,), generator=gen).tolist()
+               for n in (70, 23, 130, 9)]
+    for rnd in range(2):   # the first round compiles; the second is watched
+        watch[0] = rnd == 1
+        engine = Engine(model, max_num_seqs=4, max_num_batched_tokens=512, num_blocks=64)
+        engine.run([engine.add_request(p, params) for p in prompts])
+    print(f"{arch}: prefill, {len(found)} sync sites")
+    return found
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("archs", nargs="+")
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--dtype", default="bfloat16")
     ap.add_argument("--device", default="cuda", help="cpu: a dry run of the script (no sync mode)")
+    ap.add_argument("--prefill", action="store_true", help="the prefill forwards instead")
     args = ap.parse_args()
     bad = 0
     for arch in args.archs:
-        found = syncs_of(arch, args.steps, getattr(torch, args.dtype), args.device)
+        dtype = getattr(torch, args.dtype)
+        found = (prefill_syncs_of(arch, dtype, args.device) if args.prefill
+                 else syncs_of(arch, args.steps, dtype, args.device))
         for site, n in found.most_common():
             print(f"  {n:4d}x  {site}")
         bad += bool(found)
