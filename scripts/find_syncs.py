@@ -32,6 +32,24 @@ def _site() -> str:
                        for f in reversed(frames[-4:]))
 
 
+def _watched(found: Counter, fn, *args, **kwargs):
+    """fn(*args, **kwargs) under torch's sync debug mode "warn", each sync's site counted in
+    ``found`` (the work queued before is waited for first, so it is not blamed)."""
+    torch.cuda.synchronize()
+    previous = warnings.showwarning
+    # (torch's sync warnings name "synchronizing"; its one-time note on the mode does not)
+    warnings.showwarning = lambda msg, *a, **k: found.update(
+        [_site()] if "synchroniz" in str(msg) and "prototype" not in str(msg) else [])
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("always")
+            torch.cuda.set_sync_debug_mode("warn")
+            return fn(*args, **kwargs)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+        warnings.showwarning = previous
+
+
 def syncs_of(arch: str, steps: int, dtype: torch.dtype, device: str = "cuda") -> Counter:
     with tempfile.TemporaryDirectory() as tmp:
         model = load_model(write_checkpoint(arch, tmp), device=device, dtype=dtype)
@@ -46,19 +64,7 @@ def syncs_of(arch: str, steps: int, dtype: torch.dtype, device: str = "cuda") ->
         calls[0] += 1
         if calls[0] <= 3 or device == "cpu":  # compiles and autotunes first; cpu: a dry run
             return plain(size)
-        torch.cuda.synchronize()
-        previous = warnings.showwarning
-        # (torch's sync warnings name "synchronizing"; its one-time note on the mode does not)
-        warnings.showwarning = lambda msg, *a, **k: found.update(
-            [_site()] if "synchroniz" in str(msg) and "prototype" not in str(msg) else [])
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("always")
-                torch.cuda.set_sync_debug_mode("warn")
-                return plain(size)
-        finally:
-            torch.cuda.set_sync_debug_mode("default")
-            warnings.showwarning = previous
+        return _watched(found, plain, size)
 
     graphs._forward = watched
     gen = torch.Generator().manual_seed(0)
@@ -82,18 +88,7 @@ def prefill_syncs_of(arch: str, dtype: torch.dtype, device: str = "cuda") -> Cou
     def watched(batch, *args, **kwargs):
         if not watch[0] or batch.is_decode or device == "cpu":
             return plain(batch, *args, **kwargs)
-        torch.cuda.synchronize()
-        previous = warnings.showwarning
-        warnings.showwarning = lambda msg, *a, **k: found.update(
-            [_site()] if "synchroniz" in str(msg) and "prototype" not in str(msg) else [])
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("always")
-                torch.cuda.set_sync_debug_mode("warn")
-                return plain(batch, *args, **kwargs)
-        finally:
-            torch.cuda.set_sync_debug_mode("default")
-            warnings.showwarning = previous
+        return _watched(found, plain, batch, *args, **kwargs)
 
     model.forward_batch = watched
     gen = torch.Generator().manual_seed(0)

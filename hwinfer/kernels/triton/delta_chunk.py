@@ -30,8 +30,8 @@ Intermediates are fp32 except, for 16-bit inputs, ``w`` and the decayed keys, st
 state stage is bound by the bytes each program streams per chunk, and these two are half of
 them. The state stage takes them as stored into bf16 products against the fp32 state and deltas
 split into bf16 hi + lo halves (``STATE_DOTS = "split"``, two products, ~16 bits of the fp32
-operand), and so does GDN's ``q S0`` with q's raw bf16 rows (``OUT_QS``). Measured under the interpreter on the conformance cases (relative RMSE against the fp32
-token loop): bf16 ``w`` / keys leave it at 3.3e-3, as all-fp32; bf16 deltas, chunk states or
+operand), and so does GDN's ``q S0`` with q's raw bf16 rows (``OUT_QS``). Measured under the
+interpreter on the conformance cases (relative RMSE against the fp32 token loop): bf16 ``w`` / keys leave it at 3.3e-3, as all-fp32; bf16 deltas, chunk states or
 Aqk (fla stores all of them in the input dtype) raise it to 6-9e-3, past the 5e-3 contract.
 
 Every exponent is <= 0 (the decay from s to t, or from t to the chunk's end), so unbounded
