@@ -30,7 +30,7 @@ import torch
 
 from hwinfer.cache.model_cache import ModelCache
 from hwinfer.engine.request import Request
-from hwinfer.runtime.batch import ForwardBatch
+from hwinfer.runtime.batch import ForwardBatch, host_to_device
 
 # (logits [R, V], the request of each row, the output index of each row) -> token ids
 SampleFn = Callable[[torch.Tensor, list[Request], list[int]], list[int]]
@@ -61,9 +61,9 @@ def request_batch(cache: ModelCache, reqs: list[Request], ids: list[int], new: l
     """A cached step over ``reqs``: request i adds ``new[i]`` tokens (from ``ids``, packed) after
     ``ctx[i]`` cached ones, through its own blocks and slot."""
     width = max(len(r.blocks) for r in reqs)
-    table = torch.tensor([r.blocks + [0] * (width - len(r.blocks)) for r in reqs], dtype=torch.int32, device=device)
-    slots = torch.tensor([r.slot for r in reqs], device=device)
-    return ForwardBatch.step(torch.tensor(ids, device=device), new, ctx, cache, slots, table)
+    table = host_to_device([r.blocks + [0] * (width - len(r.blocks)) for r in reqs], device, torch.int32)
+    slots = host_to_device([r.slot for r in reqs], device)
+    return ForwardBatch.step(host_to_device(ids, device), new, ctx, cache, slots, table)
 
 
 class MTPDrafter:
@@ -92,13 +92,13 @@ class MTPDrafter:
         wanting = [k for k, i in enumerate(live) if jobs[i].want > 0]
         if not wanting:
             return drafts
-        last = torch.tensor([sum(new[:k + 1]) - 1 for k in wanting], device=device)
+        last = host_to_device([sum(new[:k + 1]) - 1 for k in wanting], device)
         head, state = head.index_select(0, last), state.index_select(0, last)
         active = [live[k] for k in wanting]
         for s in range(max(jobs[i].want for i in active)):
             if s:
                 keep = [k for k, i in enumerate(active) if jobs[i].want > s]
-                sel = torch.tensor(keep, device=device)
+                sel = host_to_device(keep, device)
                 active = [active[k] for k in keep]
                 step = request_batch(self.cache, [jobs[i].req for i in active], [drafts[i][-1] for i in active],
                                      [1] * len(active), [jobs[i].end + s - 1 for i in active], device)

@@ -18,7 +18,7 @@ from hwinfer.engine.prefix_cache import PrefixCache
 from hwinfer.engine.request import Request, RequestOutput, SamplingParams, Status, TokenLogprob
 from hwinfer.engine.scheduler import Scheduler
 from hwinfer.engine.speculative import Speculator, SpecStats, spec_cache_model
-from hwinfer.runtime.batch import ForwardBatch
+from hwinfer.runtime.batch import ForwardBatch, host_to_device
 
 DEFAULT_CPU_BUDGET = 1 << 30
 # The KV pool that `hwinfer serve` / `generate` / `chat` give a CPU engine when not told a size:
@@ -234,18 +234,19 @@ class Engine:
         model, device = self.model, self.model.device
         reqs = [r for r, _ in scheduled]
         new = [n for _, n in scheduled]
-        ids = torch.tensor([t for r, n in scheduled for t in r.tokens(r.num_computed, r.num_computed + n)],
-                           device=device)
+        # Inputs copied without waiting for the device (host_to_device): a blocking copy would
+        # wait for the work still queued before the step.
+        ids = host_to_device([t for r, n in scheduled for t in r.tokens(r.num_computed, r.num_computed + n)],
+                             device)
         width = max(len(r.blocks) for r in reqs)
-        table = torch.tensor([r.blocks + [0] * (width - len(r.blocks)) for r in reqs],
-                             dtype=torch.int32, device=device)
-        slots = torch.tensor([r.slot for r in reqs], device=device)
+        table = host_to_device([r.blocks + [0] * (width - len(r.blocks)) for r in reqs], device, torch.int32)
+        slots = host_to_device([r.slot for r in reqs], device)
         batch = ForwardBatch.step(ids, new, [r.num_computed for r in reqs], self.pool.cache, slots, table)
         hidden = model.forward_batch(batch)
         # Rows whose request has no pending token after this step: the last token of each.
-        sampling = [i for i, (r, n) in enumerate(scheduled) if r.num_pending == n]
-        last = batch.cu_seqlens[1:].to(torch.int64)[sampling] - 1
-        return model.logits(hidden.index_select(0, last))
+        ends = list(itertools.accumulate(new))
+        last = [ends[i] - 1 for i, (r, n) in enumerate(scheduled) if r.num_pending == n]
+        return model.logits(hidden.index_select(0, host_to_device(last, device)))
 
     def _sample(self, logits: torch.Tensor, reqs: list[Request], steps: list[int] | None = None) -> list[int]:
         """One token per row of ``logits`` for ``reqs`` (one per row); ``steps``: each row's

@@ -35,6 +35,7 @@ exact at the step's end), so fewer chunks may be cached; outputs are unaffected.
 """
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -42,6 +43,7 @@ import torch
 
 from hwinfer.engine.drafter import DraftJob, Drafter, MTPDrafter, request_batch
 from hwinfer.engine.request import Request
+from hwinfer.runtime.batch import host_to_device
 from hwinfer.runtime.capture import StateCapture
 
 if TYPE_CHECKING:
@@ -193,7 +195,7 @@ class Speculator:
                 steps.append(len(it.req.output_ids) + j)
         if not sampling:
             return
-        index = torch.tensor(rows, device=hidden.device)
+        index = host_to_device(rows, hidden.device)
         logits = eng.model.logits(hidden.index_select(0, index))
         targets = eng._sample(logits, row_reqs, steps)
         logprobs = eng._logprobs(logits, row_reqs, [int(t) for t in targets])
@@ -232,7 +234,7 @@ class Speculator:
         device = batch.input_ids.device
         batch.capture = StateCapture(torch.cat([torch.arange(it.row, it.row + it.n + len(it.drafts), device=device)
                                                 for it in spec]))
-        slots = torch.tensor([it.req.slot for it in spec], device=device)
+        slots = host_to_device([it.req.slot for it in spec], device)
         snap = {}
         for layer in self.engine.pool.cache.layers:
             names = [n for n, s in layer.specs.items() if s.per == "request"] if layer else []
@@ -256,10 +258,9 @@ class Speculator:
             raise RuntimeError("a layer with per-request state recorded no inputs: it cannot be rolled back")
         if not picked:
             return
-        keep, sel = torch.cat(rows), torch.tensor(picked, device=device)
-        cu = torch.zeros(len(lens) + 1, dtype=torch.int32, device=device)
-        cu[1:] = torch.cumsum(torch.tensor(lens, device=device), 0)
-        slots = torch.tensor([spec[k].req.slot for k in picked], device=device)
+        keep, sel = torch.cat(rows), host_to_device(picked, device)
+        cu = host_to_device(list(itertools.accumulate(lens, initial=0)), device, torch.int32)
+        slots = host_to_device([spec[k].req.slot for k in picked], device)
         for layer, cache, inputs in records:
             state = {n: t.index_select(0, sel) for n, t in snapshot[id(cache)].items()}
             layer.replay(cache, slots, state, {n: t.index_select(0, keep) for n, t in inputs.items()}, cu)

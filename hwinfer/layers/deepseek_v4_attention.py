@@ -32,6 +32,7 @@ nothing and quantizes nothing.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import accumulate
 from typing import Any
 
 import torch
@@ -41,7 +42,7 @@ from hwinfer.backend.select import OpTable
 from hwinfer.cache.spec import CacheTensor, fp8_indexer_row_bytes, fp8_v4_row_bytes
 from hwinfer.layers.basic import Linear, RMSNorm
 from hwinfer.ops.kv_pack import FP8_DS_BYTES, FP8_DS_DIM, pack_fp8_ds_mla, unpack_fp8_ds_mla
-from hwinfer.runtime.batch import ForwardBatch
+from hwinfer.runtime.batch import ForwardBatch, host_to_device, packed_spans
 
 RopeTables = tuple[torch.Tensor, torch.Tensor]
 
@@ -90,10 +91,8 @@ def _from_store(rows: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 
 def _exclusive_cumsum(counts: list[int], device: torch.device) -> torch.Tensor:
-    out = torch.zeros(len(counts), dtype=torch.int64, device=device)
-    if len(counts) > 1:
-        out[1:] = torch.tensor(counts[:-1], device=device).cumsum(0)
-    return out
+    """[N] int64 on ``device``: 0, c0, c0 + c1, ... summed on the host (no device read)."""
+    return host_to_device(list(accumulate(counts, initial=0))[:-1], device)
 
 
 class Compressor(nn.Module):
@@ -138,9 +137,8 @@ class Compressor(nn.Module):
         if cache is None:
             return new, starts
         m, n = self.ratio, step.batch.num_requests
-        reqs = torch.repeat_interleave(torch.arange(n, device=x.device), torch.tensor(counts, device=x.device))
-        pos = torch.cat([torch.arange(e, device=x.device) * m for e in counts])
-        rows = step.batch.rows_for(pos, reqs, m)
+        reqs, entry = packed_spans([0] * n, counts, x.device)
+        rows = step.batch.rows_for(entry * m, reqs, m)
         return _from_store(cache[self.name].flatten(0, 1).index_select(0, rows), x.dtype), starts
 
     def update(self, x: torch.Tensor, step: StepInfo, cache: dict | None) -> torch.Tensor | None:
@@ -173,9 +171,8 @@ class Compressor(nn.Module):
                 store = cache[self.name].flatten(0, 1)
                 store[dest] = _to_store(fresh.to(x.dtype), store)
         # Ring rows of each request's last `rows` positions (older ones would be overwritten).
-        pos, reqs = b.positions, step.requests
-        keep = pos >= b.seq_lens.long()[reqs] - rows
-        slot, p = b.slots[reqs[keep]], pos[keep]
+        keep = b.tail_tokens(rows)
+        slot, p = b.slots[step.requests[keep]], b.positions[keep]
         ring_kv[slot, p % rows] = kv[keep]
         ring_score[slot, p % rows] = score[keep] + self.ape[p % m]
         return None
@@ -379,12 +376,12 @@ class DeepseekV4Attention(nn.Module):
         rows = torch.cat(parts)
         req, pos = step.requests, b.positions
         raw_start = _exclusive_cumsum([o + n for o, n in zip(old, step.new)], x.device)[req]
-        first = torch.tensor([c - o for c, o in zip(step.ctx, old)], device=x.device)[req]
+        first = host_to_device([c - o for c, o in zip(step.ctx, old)], x.device)[req]
         win = self._window(pos)
         idx = torch.where(win >= first[:, None], raw_start[:, None] + win - first[:, None], -1)
         if cache is not None:
             r = cache["swa"].shape[1]
-            keep = pos >= b.seq_lens.long()[req] - r
+            keep = b.tail_tokens(r)   # the tokens the ring keeps (a later one overwrites)
             cache["swa"][b.slots[req[keep]], pos[keep] % r] = stored[keep]
         if self.compressor is not None:
             entries, starts = self.compressor.entries(x, step, cache)

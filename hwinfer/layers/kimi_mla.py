@@ -94,7 +94,7 @@ class KimiMLA(nn.Module):
         k_nope, v = kv.split([self.nope, self.v_dim], dim=-1)
         k_rot = latent[:, None, self.kv_lora:].expand(t, self.heads, self.rope)
         k = torch.cat([k_nope, k_rot], dim=-1)
-        cu = batch.cu_seqlens
+        cu = batch.cu_seqlens_host   # bounds the attention op reads on the host
         return self.ops.attention(q, k, v.contiguous(), cu, cu, scale=self.scale)
 
     def _absorbed(self, q: torch.Tensor, latent: torch.Tensor, batch: ForwardBatch,

@@ -12,11 +12,13 @@ the last ``window - 1`` cached rows before writing the new ones.
 """
 from __future__ import annotations
 
+from itertools import accumulate
+
 import torch
 
 from hwinfer.backend.select import OpTable
 from hwinfer.cache.spec import CacheTensor
-from hwinfer.runtime.batch import ForwardBatch
+from hwinfer.runtime.batch import ForwardBatch, packed_spans
 
 
 def kv_cache_specs(kv_heads: int, head_dim: int, v_head_dim: int | None, dtype: torch.dtype, *,
@@ -37,21 +39,10 @@ def kv_cache_specs(kv_heads: int, head_dim: int, v_head_dim: int | None, dtype: 
     return specs
 
 
-def _gather(storage: torch.Tensor, batch: ForwardBatch) -> torch.Tensor:
-    """Packed rows of positions 0..seq_len-1 of every request, from a paged [NB, BS, ...] tensor."""
-    n = batch.num_requests
-    lengths = [c + m for c, m in zip(batch.context_lens_host, batch.new_lens)]
-    requests = torch.repeat_interleave(torch.arange(n, device=storage.device),
-                                       torch.tensor(lengths, device=storage.device))
-    positions = torch.cat([torch.arange(s, device=storage.device) for s in lengths])
-    rows = batch.rows_for(positions, requests)
-    return storage.flatten(0, 1).index_select(0, rows)
-
-
 def gather_sequences(storage: torch.Tensor, batch: ForwardBatch) -> torch.Tensor:
     """Rows of positions 0 .. seq_len-1 of every request, packed in request order (the key
     layout ``cu_seqlens_k`` describes), from a paged ``per="token"`` tensor [NB, BS, ...]."""
-    return _gather(storage, batch)
+    return storage.flatten(0, 1).index_select(0, batch.context_rows())
 
 
 def cached_attention(ops: OpTable, batch: ForwardBatch, cache: dict | None, q: torch.Tensor,
@@ -62,7 +53,9 @@ def cached_attention(ops: OpTable, batch: ForwardBatch, cache: dict | None, q: t
 
     ``store=False``: k and v are already in ``cache`` (a layer attending over another layer's
     KV, Gemma 4 ``num_kv_shared_layers``), so nothing is written."""
-    cu = batch.cu_seqlens
+    # The attention op's sequence bounds from the host: the torch implementation reads them
+    # there, and a device tensor would make every prefill layer wait on the GPU.
+    cu = batch.cu_seqlens_host
     if cache is None:
         return ops.attention(q, k, v, cu, cu, scale=scale, window=window, sinks=sinks, gate=gate)
     if cache.specs["k"].per == "ring":
@@ -84,9 +77,9 @@ def cached_attention(ops: OpTable, batch: ForwardBatch, cache: dict | None, q: t
         return out.view(q.shape[0], *out.shape[2:])
     if not batch.has_prefix:
         return ops.attention(q, k, v, cu, cu, scale=scale, window=window, sinks=sinks, gate=gate)
-    k_all = _gather(cache["k"], batch).to(q.dtype)
-    v_all = None if v_cache is None else _gather(v_cache, batch).to(q.dtype)
-    return ops.attention(q, k_all, v_all, cu, batch.cu_seqlens_k, scale=scale, window=window,
+    k_all = gather_sequences(cache["k"], batch).to(q.dtype)
+    v_all = None if v_cache is None else gather_sequences(v_cache, batch).to(q.dtype)
+    return ops.attention(q, k_all, v_all, cu, batch.cu_seqlens_k_host, scale=scale, window=window,
                          sinks=sinks, gate=gate)
 
 
@@ -104,19 +97,18 @@ def _ring_attention(ops: OpTable, batch: ForwardBatch, cache: dict, q: torch.Ten
     keep = [min(c, window - 1) for c in batch.context_lens_host]
     prefix_k = prefix_v = None
     if not batch.is_decode and any(keep) and store:
-        req = torch.repeat_interleave(torch.arange(n, device=device), torch.tensor(keep, device=device))
-        pos = torch.cat([torch.arange(c - m, c, device=device) for c, m in zip(batch.context_lens_host, keep)])
+        req, pos = packed_spans([c - m for c, m in zip(batch.context_lens_host, keep)], keep, device)
         rows = slots[req] * rows_per + pos % rows_per
         prefix_k = cache["k"].flatten(0, 1).index_select(0, rows)
         prefix_v = None if v_cache is None else v_cache.flatten(0, 1).index_select(0, rows)
     if store:
         # Only the last ``rows_per`` new tokens of a request survive in its ring: write just those
         # (several positions on one row in one index_copy_ would race).
-        req = batch.request_of_token()
         rows, k_new, v_new = batch.ring_rows(rows_per), k, v
-        if not batch.is_decode:  # decode: one token per request, always kept (and no mask sync)
-            last = (batch.seq_lens.to(torch.int64)[req] - batch.positions) <= rows_per
-            rows, k_new, v_new = rows[last], k[last], None if v is None else v[last]
+        if not batch.is_decode:  # decode: one token per request, always kept
+            last = batch.tail_tokens(rows_per)
+            rows, k_new = rows.index_select(0, last), k.index_select(0, last)
+            v_new = None if v is None else v.index_select(0, last)
         cache["k"].flatten(0, 1).index_copy_(0, rows, k_new.to(cache["k"].dtype))
         if v_new is not None and v_cache is not None:
             v_cache.flatten(0, 1).index_copy_(0, rows, v_new.to(v_cache.dtype))
@@ -129,8 +121,8 @@ def _ring_attention(ops: OpTable, batch: ForwardBatch, cache: dict, q: torch.Ten
                                   gate=None if gate is None else gate.view(n, 1, *gate.shape[1:]))
         return out.view(q.shape[0], *out.shape[2:])
     if not any(keep):
-        return ops.attention(q, k, v, batch.cu_seqlens, batch.cu_seqlens, scale=scale, window=window,
-                             sinks=sinks, gate=gate)
+        cu = batch.cu_seqlens_host
+        return ops.attention(q, k, v, cu, cu, scale=scale, window=window, sinks=sinks, gate=gate)
     if store:
         keys, values, cu_k = _interleave(batch, keep, prefix_k, k, prefix_v, v)
         batch.scratch[("ring_kv", id(cache))] = (keys, values, cu_k)
@@ -139,7 +131,7 @@ def _ring_attention(ops: OpTable, batch: ForwardBatch, cache: dict, q: torch.Ten
         # rows the owner gathered before writing.
         keys, values, cu_k = batch.scratch[("ring_kv", id(cache))]
     return ops.attention(q, keys.to(q.dtype), None if values is None else values.to(q.dtype),
-                         batch.cu_seqlens, cu_k, scale=scale, window=window, sinks=sinks, gate=gate)
+                         batch.cu_seqlens_host, cu_k, scale=scale, window=window, sinks=sinks, gate=gate)
 
 
 def _interleave(batch: ForwardBatch, keep: list[int], prefix_k: torch.Tensor, k: torch.Tensor,
@@ -153,6 +145,5 @@ def _interleave(batch: ForwardBatch, keep: list[int], prefix_k: torch.Tensor, k:
             vs += [prefix_v[p0:p0 + kept], v[n0:n0 + new]]
         lens.append(kept + new)
         p0, n0 = p0 + kept, n0 + new
-    cu = torch.zeros(len(lens) + 1, dtype=torch.int32, device=k.device)
-    cu[1:] = torch.cumsum(torch.tensor(lens, device=k.device), 0)
+    cu = torch.tensor(list(accumulate(lens, initial=0)), dtype=torch.int32)   # host bounds
     return torch.cat(ks), (torch.cat(vs) if vs else None), cu

@@ -140,7 +140,8 @@ class MiniMaxM3Attention(nn.Module):
             o = cached_attention(ops, batch, cache, q, k, v, scale=scale)
             return self.o_proj(o.reshape(t, -1))
         iq, ik = self.indexer(x, rope)
-        cu_q = cu_k = batch.cu_seqlens
+        # The block-sparse ops read the sequence bounds on the host: pass host copies.
+        cu_q = cu_k = batch.cu_seqlens_host
         if cache is not None:
             rows = batch.token_rows()
             for name, new in (("k", k), ("v", v), ("index_k", ik)):
@@ -154,7 +155,7 @@ class MiniMaxM3Attention(nn.Module):
                 return self.o_proj(o.reshape(t, -1))
             if batch.has_prefix:  # attend over every cached position of each request
                 k, v, ik = (gather_sequences(cache[n], batch).to(q.dtype) for n in ("k", "v", "index_k"))
-                cu_k = batch.cu_seqlens_k
+                cu_k = batch.cu_seqlens_k_host
         blocks = ops.block_sparse_indexer(iq, ik, cu_q, cu_k, block_size=self.block_size,
                                           topk_blocks=self.topk_blocks, local_blocks=self.local_blocks)
         o = ops.block_sparse_attention(q, k, v, blocks, cu_q, cu_k, block_size=self.block_size, scale=scale)

@@ -145,12 +145,7 @@ def _context_rows(batch: ForwardBatch) -> tuple[torch.Tensor, torch.Tensor]:
     and their [N+1] offsets. Without a cached prefix those are exactly the new tokens."""
     if not batch.has_prefix:
         return batch.token_rows(), batch.cu_seqlens
-    device = batch.positions.device
-    lengths = [c + m for c, m in zip(batch.context_lens_host, batch.new_lens)]
-    requests = torch.repeat_interleave(torch.arange(len(lengths), device=device),
-                                       torch.tensor(lengths, device=device))
-    positions = torch.cat([torch.arange(n, device=device) for n in lengths])
-    return batch.rows_for(positions, requests), batch.cu_seqlens_k
+    return batch.context_rows(), batch.cu_seqlens_k
 
 
 class MLAttention(nn.Module):

@@ -170,7 +170,9 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor | None,
         *not* this case: they share the projection, but V = unweighted-RMSNorm(k_proj x) while
         K = RoPE(k_norm(k_proj x)), so the model passes v explicitly.
       cu_seqlens_q, cu_seqlens_k: [N+1] int32, from 0 to T / S, non-decreasing (empty sequences
-        allowed).
+        allowed), on q's device or on the CPU: implementations that split the work per sequence
+        read the bounds on the host, so the engine passes host copies
+        (``ForwardBatch.cu_seqlens_host``) and a prefill does not wait on the device.
       scale: logit multiplier (hd^-1/2 for Qwen3.5 / GLM / MiniMax; 1.0 for Gemma 4, whose q/k
         norms do the scaling; (qk_nope + qk_rope)^-1/2 = 192^-1/2 for Kimi-Linear MLA).
       causal: bottom-right causal mask (default) or none.

@@ -8,12 +8,43 @@ the given tokens (no prefix, nothing stored).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import accumulate
 from typing import Any, Callable
 
 import torch
 
 from hwinfer.cache.model_cache import ModelCache
 from hwinfer.runtime.capture import StateCapture
+
+
+def host_to_device(values: list[int], device: torch.device, dtype: torch.dtype = torch.int64) -> torch.Tensor:
+    """``torch.tensor(values, device=device)`` without waiting for the device: a blocking host to
+    device copy synchronizes the CUDA stream (torch waits for the copy, and so for every kernel
+    queued before it), which empties the launch queue of a prefill. On CUDA the values are staged
+    in pinned memory (torch's caching host allocator keeps the block until the copy is done) and
+    copied asynchronously; elsewhere the copy stays blocking."""
+    host = torch.tensor(values, dtype=dtype)
+    if device.type == "cpu":
+        return host
+    if device.type == "cuda":
+        return host.pin_memory().to(device, non_blocking=True)
+    return host.to(device)
+
+
+def packed_spans(starts: list[int], lengths: list[int], device: torch.device
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Spans ``starts[i] .. starts[i] + lengths[i] - 1`` of every request i, packed request after
+    request: (request index [K], value [K]) int64, K = sum(lengths), without reading the device
+    (two asynchronous copies of host lists, a few kernels)."""
+    total, n = sum(lengths), len(lengths)
+    if total == 0:
+        empty = torch.zeros(0, dtype=torch.int64, device=device)
+        return empty, empty
+    offsets = list(accumulate(lengths, initial=0))[:-1]
+    req = torch.repeat_interleave(torch.arange(n, device=device), host_to_device(lengths, device),
+                                  output_size=total)
+    shift = host_to_device([s - o for s, o in zip(starts, offsets)], device)
+    return req, torch.arange(total, device=device) + shift[req]
 
 
 @dataclass
@@ -122,22 +153,62 @@ class ForwardBatch:
         return self.shared(("pick_rows", ratio, dtype), build)
 
     def request_of_token(self) -> torch.Tensor:
-        """[T] int64: which request each packed token belongs to (computed once per batch)."""
+        """[T] int64: which request each packed token belongs to (computed once per batch; from
+        the device cu_seqlens with the host's token count, so nothing waits on the device)."""
         if self.token_requests is None:
+            n = len(self.new_lens)
+            arange = torch.arange(n, device=self.input_ids.device)
             if self.is_decode:
-                self.token_requests = torch.arange(len(self.new_lens), device=self.input_ids.device)
+                self.token_requests = arange
             else:
-                lens = torch.tensor(self.new_lens, dtype=torch.int64, device=self.input_ids.device)
-                self.token_requests = torch.repeat_interleave(
-                    torch.arange(len(self.new_lens), device=lens.device), lens)
+                lens = (self.cu_seqlens[1:] - self.cu_seqlens[:-1]).long()
+                self.token_requests = torch.repeat_interleave(arange, lens, output_size=sum(self.new_lens))
         return self.token_requests
+
+    @property
+    def cu_seqlens_host(self) -> torch.Tensor:
+        """[N+1] int32 on the CPU: ``cu_seqlens`` from the host lengths. For ops that read the
+        sequence bounds on the host (the torch ``attention``): a device copy would cost a sync."""
+        return torch.tensor(list(accumulate(self.new_lens, initial=0)), dtype=torch.int32)
+
+    @property
+    def cu_seqlens_k_host(self) -> torch.Tensor:
+        """[N+1] int32 on the CPU: ``cu_seqlens_k`` (cached + new lengths) from the host lists."""
+        return torch.tensor(list(accumulate(self.seq_lens_host, initial=0)), dtype=torch.int32)
+
+    @property
+    def seq_lens_host(self) -> list[int]:
+        """Cached + new length of every request, on the host."""
+        return [c + n for c, n in zip(self.context_lens_host, self.new_lens)]
+
+    def context_rows(self) -> torch.Tensor:
+        """Global rows of positions 0 .. seq_len-1 of every request in a paged ``per="token"``
+        tensor, packed request after request (the key layout ``cu_seqlens_k`` describes); once
+        per forward."""
+        def build() -> torch.Tensor:
+            n = self.num_requests
+            requests, positions = packed_spans([0] * n, self.seq_lens_host, self.positions.device)
+            return self.rows_for(positions, requests)
+        return self.shared(("context_rows",), build)
+
+    def tail_tokens(self, keep: int) -> torch.Tensor:
+        """[K] int64 packed indices of each request's last ``min(new, keep)`` new tokens: the
+        ones a ring of ``keep`` rows a request retains (an earlier token's row is overwritten by
+        a later one of the same step; writing both in one scatter would race). Host lists only,
+        so a prefill does not wait on the device (a mask over the tokens would); once per
+        forward and ``keep``."""
+        def build() -> torch.Tensor:
+            cu = list(accumulate(self.new_lens, initial=0))
+            kept = [min(n, keep) for n in self.new_lens]
+            return packed_spans([e - k for e, k in zip(cu[1:], kept)], kept, self.input_ids.device)[1]
+        return self.shared(("tail_tokens", keep), build)
 
     @property
     def seq_len_bound(self) -> int:
         """An upper bound of every request's cached + new length, known on the host."""
         if self.max_seq_len is not None:
             return self.max_seq_len
-        return max((c + n for c, n in zip(self.context_lens_host, self.new_lens)), default=0)
+        return max(self.seq_lens_host, default=0)
 
     def rows_for(self, positions: torch.Tensor, requests: torch.Tensor, ratio: int = 1) -> torch.Tensor:
         """Global row of (request, position) in a paged ``per="token"`` tensor with ``ratio``."""
@@ -150,11 +221,9 @@ class ForwardBatch:
     def full(cls, input_ids: torch.Tensor, lengths: list[int]) -> "ForwardBatch":
         """A cacheless forward over packed sequences of ``lengths`` tokens starting at position 0."""
         device = input_ids.device
-        positions = torch.cat([torch.arange(n, device=device) for n in lengths]) if lengths else \
-            torch.zeros(0, dtype=torch.int64, device=device)
-        cu = torch.zeros(len(lengths) + 1, dtype=torch.int32, device=device)
-        cu[1:] = torch.cumsum(torch.tensor(lengths, device=device), 0)
-        return cls(input_ids, positions, cu, torch.tensor(lengths, dtype=torch.int32, device=device),
+        positions = packed_spans([0] * len(lengths), list(lengths), device)[1]
+        cu = host_to_device(list(accumulate(lengths, initial=0)), device, torch.int32)
+        return cls(input_ids, positions, cu, host_to_device(list(lengths), device, torch.int32),
                    new_lens=list(lengths), context_lens_host=[0] * len(lengths))
 
     @classmethod
@@ -162,8 +231,7 @@ class ForwardBatch:
              cache: ModelCache, slots: torch.Tensor, block_table: torch.Tensor) -> "ForwardBatch":
         """A cached step: request i adds ``new_lens[i]`` tokens after ``context_lens[i]`` cached."""
         device = input_ids.device
-        positions = torch.cat([torch.arange(c, c + n, device=device) for n, c in zip(new_lens, context_lens)])
-        cu = torch.zeros(len(new_lens) + 1, dtype=torch.int32, device=device)
-        cu[1:] = torch.cumsum(torch.tensor(new_lens, device=device), 0)
-        seq = torch.tensor([n + c for n, c in zip(new_lens, context_lens)], dtype=torch.int32, device=device)
+        positions = packed_spans(list(context_lens), list(new_lens), device)[1]
+        cu = host_to_device(list(accumulate(new_lens, initial=0)), device, torch.int32)
+        seq = host_to_device([n + c for n, c in zip(new_lens, context_lens)], device, torch.int32)
         return cls(input_ids, positions, cu, seq, cache, slots, block_table, list(new_lens), list(context_lens))

@@ -1,0 +1,60 @@
+"""ForwardBatch's host-built index helpers (packed_spans, tail_tokens, request_of_token,
+context_rows, the host cu_seqlens) against plain Python loops on random batches: they replace
+device reads (masks, repeat_interleave without a size, blocking copies) in every prefill."""
+from __future__ import annotations
+
+import random
+
+import torch
+
+from hwinfer.runtime.batch import ForwardBatch, host_to_device, packed_spans
+
+
+class _Cache:
+    block_size = 4
+
+
+def _batch(rng: random.Random) -> ForwardBatch:
+    n = rng.randint(1, 5)
+    new = [rng.choice([0, 1, 3, 9, 17]) for _ in range(n)]
+    ctx = [rng.choice([0, 2, 5, 30]) for _ in range(n)]
+    width = max(-(-(c + m) // 4) for c, m in zip(ctx, new)) + 1
+    table = torch.randperm(200)[: n * width].view(n, width).to(torch.int32)
+    ids = torch.zeros(sum(new), dtype=torch.int64)
+    return ForwardBatch.step(ids, new, ctx, _Cache(), torch.arange(n), table)
+
+
+def test_packed_spans_and_host_copies():
+    rng = random.Random(0)
+    for _ in range(50):
+        n = rng.randint(0, 6)
+        starts = [rng.randint(0, 40) for _ in range(n)]
+        lengths = [rng.choice([0, 1, 2, 7]) for _ in range(n)]
+        req, val = packed_spans(starts, lengths, torch.device("cpu"))
+        want = [(i, s + j) for i, (s, m) in enumerate(zip(starts, lengths)) for j in range(m)]
+        assert list(zip(req.tolist(), val.tolist())) == want
+        assert req.dtype == val.dtype == torch.int64
+    t = host_to_device([3, 1], torch.device("cpu"), torch.int32)
+    assert t.dtype == torch.int32 and t.tolist() == [3, 1]
+
+
+def test_batch_index_helpers_match_loops():
+    rng = random.Random(1)
+    for _ in range(40):
+        b = _batch(rng)
+        new, ctx = b.new_lens, b.context_lens_host
+        requests = [i for i, m in enumerate(new) for _ in range(m)]
+        assert b.positions.tolist() == [c + j for c, m in zip(ctx, new) for j in range(m)]
+        if not b.is_decode:
+            assert b.request_of_token().tolist() == requests
+        assert b.cu_seqlens_host.tolist() == b.cu_seqlens.tolist()
+        assert b.cu_seqlens_k_host.tolist() == b.cu_seqlens_k.tolist()
+        assert b.cu_seqlens_host.device.type == "cpu"
+        for keep in (1, 4, 8):
+            # the tokens a ring of `keep` rows retains: positions >= seq_len - keep
+            seq = [c + m for c, m in zip(ctx, new)]
+            want = [t for t, (r, p) in enumerate(zip(requests, b.positions.tolist())) if p >= seq[r] - keep]
+            assert b.tail_tokens(keep).tolist() == want
+        rows = [int(b.block_table[i, p // 4]) * 4 + p % 4
+                for i, (c, m) in enumerate(zip(ctx, new)) for p in range(c + m)]
+        assert b.context_rows().tolist() == rows
