@@ -194,6 +194,12 @@ def profile_steps(model, batch: int, prompt: int, steps: int = 5) -> None:
             while engine.has_unfinished():
                 engine.step()
             del reqs
+        if not graphs:  # the host's time in a prefill step (its kernels take far less, above)
+            reqs = [engine.add_request(p, SamplingParams(max_tokens=1, temperature=0, ignore_eos=True))
+                    for p in _prompts(batch, prompt, model.config["vocab_size"])]
+            _host_profile(engine, 1, f"prefill {batch} x {prompt}", top=40)
+            while engine.has_unfinished():
+                engine.step()
 
 
 def bench_transformers(config_dir: Path, batch: int, prompt: int, new: int, device: str) -> dict:
