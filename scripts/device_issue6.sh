@@ -71,6 +71,7 @@
 #   bash scripts/device_issue6.sh s13b      # (prepared) chunked stages, final defaults vs forms
 #   bash scripts/device_issue6.sh s14a      # (prepared) prefill without host syncs: find_syncs
 #                                         # --prefill, card tests, prefill speed, host profile
+#   bash scripts/device_issue6.sh s14b      # (prepared) GDN's WY solve x4 vs x1, per kernel
 #   bash scripts/device_issue6.sh diagnose  # model oracle + CUDA-graph tests on the GPU, then
 #                                         # the failures again under HWINFER_SHADOW=raise, which
 #                                         # names the first op whose kernel leaves its reference
@@ -674,19 +675,29 @@ elif [ "$phase" = s14a ]; then
   echo "== find_syncs --prefill rc=$?"; grep -v "Warn\|warn" "$out/syncs_prefill.txt" | cut -c1-240 | head -30
   timeout 60 python3 scripts/find_syncs.py qwen3_5 deepseek_v4 --steps 8 > "$out/syncs_decode.txt" 2>&1
   echo "== find_syncs decode rc=$?"; grep -v "Warn\|warn" "$out/syncs_decode.txt" | cut -c1-240 | head -8
-  HWINFER_TEST_DEVICE=cuda timeout 170 python3 -m pytest tests/models tests/engine/test_graphs.py \
+  HWINFER_TEST_DEVICE=cuda timeout 150 python3 -m pytest tests/models tests/engine/test_graphs.py \
     tests/engine/test_batch.py -q -p no:cacheprovider -k "qwen or kimi or deepseek or minimax or gemma or batch" \
     -rf --tb=short > "$out/tests.txt" 2>&1
   grep -E "^FAILED|passed|failed" "$out/tests.txt" | cut -c1-300 | tail -8
-  timeout 110 python3 scripts/bench_model.py --preset qwen3.5-0.8b --batch 1,32 --prompt 1024 --new 16 \
+  timeout 100 python3 scripts/bench_model.py --preset qwen3.5-0.8b --batch 1,32 --prompt 1024 --new 16 \
     --no-eager --no-hf --profile --profile-prompt 1024 --csv "$out/model.csv" > "$out/bench_model_qwen.txt" 2>&1
   grep "^{\|Error\|# profile\|# host profile" "$out/bench_model_qwen.txt" | cut -c1-200 | tail -10
   grep -A 30 "# host profile prefill 1" "$out/bench_model_qwen.txt" | cut -c1-150 | head -34
   for preset in kimi-linear-48b-a3b deepseek-v4-flash; do
-    timeout 80 python3 scripts/bench_model.py --preset $preset --layers 4 --batch 1,32 --prompt 1024 \
+    timeout 70 python3 scripts/bench_model.py --preset $preset --layers 4 --batch 1,32 --prompt 1024 \
       --new 16 --no-eager --no-hf --csv "$out/model.csv" > "$out/bench_model_$preset.txt" 2>&1
     grep "^{\|Error" "$out/bench_model_$preset.txt" | cut -c1-300 | tail -3
   done
+elif [ "$phase" = s14b ]; then
+  # GDN's diagonal blocks solved together (GDN_SOLVE="x4", new default, untimed) against one by
+  # one ("x1"): strict chunked conformance, then GDN per kernel (x4 / x1) with fla beside it.
+  D=hwinfer.kernels.triton.delta_chunk
+  strict 120 "test_impl_matches_reference and triton and (gdn_chunked or kda_chunked)"
+  timeout 150 python3 scripts/bench_delta_chunk.py --kinds gdn --shapes 1x16384,8x2048 --no-torch \
+    --no-variants --breakdown --variant "x1@$D:GDN_SOLVE='x1'" \
+    > "$out/bench_delta_chunk_gdn.csv" 2> "$out/bench_delta_chunk_gdn.err"
+  echo "== bench_delta_chunk gdn rc=$?"; grep -v "Warn\|warn\|^# hwinfer\|at::native\|anonymous\|Memcpy" \
+    "$out/bench_delta_chunk_gdn.err" | grep "triton\|fla\|_kernel" | cut -c1-150 | head -40
 elif [ "$phase" = next10c ]; then
   # KDA vs fla with time for fla's first compiles (autotuning); DeepSeek-V4 b=32 against
   # transformers with our model not resident.

@@ -7,7 +7,8 @@ above; strong decay below) and the WY stage both in key-channel blocks (``block_
 default; as two kernels, ``WY_SPLIT``, and as one), KDA's diagonal blocks by the row loop and
 by levels (``DIAG_FORM``), and the WY stage whole (``block_k=0``), the output stage in key-channel blocks (``block_k_out``),
 the output stage's bf16 products (``dots="bf16"``), the split bf16 products of the state stage
-(``STATE_DOTS``) and of GDN's q S0 (``OUT_QS``). Checked
+(``STATE_DOTS``) and of GDN's q S0 (``OUT_QS``), GDN's diagonal blocks solved together or one by
+one (``GDN_SOLVE``). Checked
 against the token-loop
 reference and the fused recurrent Triton kernel. ``TRITON_INTERPRET`` is read when a kernel is decorated: a fresh interpreter process.
 """
@@ -103,6 +104,15 @@ for f, gg in ((tc.gdn_chunked, g[..., 0]), (tc.kda_chunked, g)):
     (o1, s1), (o2, s2), (o3, s3) = outs["split"], outs[None], outs["bf16"]
     assert rel(s1, s2) < 1e-5 and rel(o1, o2) < 1e-3, (f.__name__, rel(s1, s2), rel(o1, o2))
     assert rel(s3, s2) > 1e-4, (f.__name__, rel(s3, s2))
+# GDN_SOLVE: the blocked WY kernel's four diagonal blocks solved together ("x4", the default)
+# or one after the other ("x1"): the same substitution, so the same outputs up to fp32 rounding
+# (with a short last chunk, whose later blocks have no live rows).
+res = {}
+for solve in ("x4", "x1"):
+    tc.GDN_SOLVE = solve
+    res[solve] = tc.gdn_chunked(q, k, v, g[..., 0], beta, s0)
+tc.GDN_SOLVE = "x4"
+assert rel(res["x4"][0], res["x1"][0]) < 1e-5 and rel(res["x4"][1], res["x1"][1]) < 1e-5
 # OUT_QS="split" (the default; GDN with bf16 q): the output stage's q S0 from q's raw rows
 # against S0 as hi + lo. Against the fp32 q e^G product (OUT_QS="", exact in the interpreter)
 # under 1% of the bf16 outputs round differently; with S0 rounded to bf16 (lo dropped), 6%.

@@ -114,6 +114,11 @@ OUT_LAUNCH = (4, None)
 # 283 + 149 and KDA's from 1,976 to 1,148 + 401 with these launches (2 warps: GDN only; KDA's
 # WY kernel spills at 2); 64-channel blocks cost _wu_kernel 175 / 584 us.
 WY_SPLIT = True
+# GDN's four diagonal 16 x 16 blocks of (I + diag(beta) A)^-1 in the blocked WY kernel: "x4"
+# solves them together (delta_chunk_wy._inv16x4: 15 substitution steps, ~2,100 instructions a
+# thread at 2 warps in an sm_90 compile) instead of one after the other ("x1", ~6,400; the
+# form timed on the H200 up to the thirteenth session). Not timed on a card yet (s14b).
+GDN_SOLVE = "x4"
 SPLIT_LAUNCH = {"gdn": (2, 4, 32), "kda": (4, 4, 32)}
 # KDA's diagonal blocks: "loop" (``_kda_diag_kernel``, a row at a time) or "levels"
 # (:mod:`.delta_chunk_diag`, all rows at once by a binary split of the tile). On the H200 the
@@ -432,7 +437,7 @@ def _run(op: str, q, k, v, g, beta, initial_state, scale, use_qk_l2norm, cu_seql
         _wy_blocked_kernel[(nc, Hv)](q, k, v, g, beta, w, u, a, kg, ge, chunks, xd, xs, Hk, Hv,
                                      scale, L2NORM_EPS, DK=Dk, DV=Dv, PER_CHANNEL=per_channel,
                                      USE_L2NORM=l2, PREC=prec, BK=block_k, SPLIT=split,
-                                     num_warps=num_warps or wy_warps)
+                                     SOLVE=GDN_SOLVE, num_warps=num_warps or wy_warps)
         if split:
             _wu_kernel[(nc, Hv)](k, v, g, beta, xs, w, u, chunks, Hk, Hv, L2NORM_EPS, DK=Dk,
                                  DV=Dv, BC=min(wu_block, Dk, Dv), PER_CHANNEL=per_channel,
@@ -515,8 +520,8 @@ def _aot_specs():
                 specs.append(AotSpec(
                     f"delta_chunk_wy_blocked[{kind},{dtype},{d},bk32{',split' if split else ''}]",
                     _wy_blocked_kernel, {**wy, "x_ptr": f32, "BK": "constexpr",
-                                         "SPLIT": "constexpr"},
-                    {**flags, "BK": 32, "SPLIT": split},
+                                         "SPLIT": "constexpr", "SOLVE": "constexpr"},
+                    {**flags, "BK": 32, "SPLIT": split, "SOLVE": GDN_SOLVE},
                     {"num_warps": SPLIT_LAUNCH[kind][0] if split else 4}))
             wu = {"k_ptr": ptr, "v_ptr": ptr, "g_ptr": f32, "b_ptr": f32, "x_ptr": f32,
                   "w_ptr": half, "u_ptr": f32, "tab_ptr": "*i32", "Hk": "i32", "Hv": "i32",

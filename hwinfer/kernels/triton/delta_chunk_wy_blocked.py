@@ -26,7 +26,7 @@ import triton
 import triton.language as tl
 
 from hwinfer.kernels.triton.delta_chunk_wy import (
-    _chunk_program, _g_rows, _head_rows, _inv16, _kb, _solve_off, _store_kgates,
+    _chunk_program, _g_rows, _head_rows, _inv16, _inv16x4, _kb, _solve_off, _store_kgates,
     _store_off_blocks, _store_rows, _wy_rows, _x_diag,
 )
 
@@ -78,7 +78,8 @@ def _gdn_diag(g_ptr, tok0, n, i_h, Hv, DK: tl.constexpr, R0: tl.constexpr):
 def _wy_blocked_kernel(q_ptr, k_ptr, v_ptr, g_ptr, b_ptr, w_ptr, u_ptr, a_ptr, kg_ptr, ge_ptr,
                        tab_ptr, xd_ptr, x_ptr, Hk, Hv, scale, eps, DK: tl.constexpr,
                        DV: tl.constexpr, PER_CHANNEL: tl.constexpr, USE_L2NORM: tl.constexpr,
-                       PREC: tl.constexpr, BK: tl.constexpr, SPLIT: tl.constexpr):
+                       PREC: tl.constexpr, BK: tl.constexpr, SPLIT: tl.constexpr,
+                       SOLVE: tl.constexpr):
     i_c, i_h, i_hk, tok0, n = _chunk_program(tab_ptr, Hk, Hv)
     r16 = tl.arange(0, 16)
     b0 = tl.load(b_ptr + (tok0 + r16) * Hv + i_h, mask=r16 < n, other=0.0).to(tl.float32)
@@ -165,10 +166,17 @@ def _wy_blocked_kernel(q_ptr, k_ptr, v_ptr, g_ptr, b_ptr, w_ptr, u_ptr, a_ptr, k
         a30 = a30 * _gdn_factor(L3, S0, T1 + T2)
         a31 = a31 * _gdn_factor(L3, S1, T2)
         a32 = a32 * _gdn_factor(L3, S2, 0.0)
-        x00 = _inv16(a00 * _gdn_diag(g_ptr, tok0, n, i_h, Hv, DK, 0) * b0[:, None], n)
-        x11 = _inv16(a11 * _gdn_diag(g_ptr, tok0, n, i_h, Hv, DK, 16) * b1[:, None], n - 16)
-        x22 = _inv16(a22 * _gdn_diag(g_ptr, tok0, n, i_h, Hv, DK, 32) * b2[:, None], n - 32)
-        x33 = _inv16(a33 * _gdn_diag(g_ptr, tok0, n, i_h, Hv, DK, 48) * b3[:, None], n - 48)
+        a00 = a00 * _gdn_diag(g_ptr, tok0, n, i_h, Hv, DK, 0) * b0[:, None]
+        a11 = a11 * _gdn_diag(g_ptr, tok0, n, i_h, Hv, DK, 16) * b1[:, None]
+        a22 = a22 * _gdn_diag(g_ptr, tok0, n, i_h, Hv, DK, 32) * b2[:, None]
+        a33 = a33 * _gdn_diag(g_ptr, tok0, n, i_h, Hv, DK, 48) * b3[:, None]
+        if SOLVE == "x4":   # the four blocks in one substitution (a third of the instructions)
+            x00, x11, x22, x33 = _inv16x4(a00, a11, a22, a33, n)
+        else:
+            x00 = _inv16(a00, n)
+            x11 = _inv16(a11, n - 16)
+            x22 = _inv16(a22, n - 32)
+            x33 = _inv16(a33, n - 48)
     x10, x20, x21, x30, x31, x32 = _solve_off(a10, a20, a21, a30, a31, a32, x00, x11, x22, x33,
                                               b1, b2, b3, PREC)
     if SPLIT:
