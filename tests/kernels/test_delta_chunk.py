@@ -8,7 +8,7 @@ default; as two kernels, ``WY_SPLIT``, and as one), KDA's diagonal blocks by the
 by levels (``DIAG_FORM``), and the WY stage whole (``block_k=0``), the output stage in key-channel blocks (``block_k_out``),
 the output stage's bf16 products (``dots="bf16"``), the split bf16 products of the state stage
 (``STATE_DOTS``) and of GDN's q S0 (``OUT_QS``), GDN's diagonal blocks solved together or one by
-one (``GDN_SOLVE``). Checked
+one (``GDN_SOLVE``), GDN's k k^T from the raw keys (``GDN_RAW_K``). Checked
 against the token-loop
 reference and the fused recurrent Triton kernel. ``TRITON_INTERPRET`` is read when a kernel is decorated: a fresh interpreter process.
 """
@@ -104,15 +104,27 @@ for f, gg in ((tc.gdn_chunked, g[..., 0]), (tc.kda_chunked, g)):
     (o1, s1), (o2, s2), (o3, s3) = outs["split"], outs[None], outs["bf16"]
     assert rel(s1, s2) < 1e-5 and rel(o1, o2) < 1e-3, (f.__name__, rel(s1, s2), rel(o1, o2))
     assert rel(s3, s2) > 1e-4, (f.__name__, rel(s3, s2))
-# GDN_SOLVE: the blocked WY kernel's four diagonal blocks solved together ("x4", the default)
-# or one after the other ("x1"): the same substitution, so the same outputs up to fp32 rounding
+# GDN_SOLVE: the blocked WY kernel's four diagonal blocks solved together ("x4") or one after
+# the other ("x1", the default): the same substitution, so the same outputs up to fp32 rounding
 # (with a short last chunk, whose later blocks have no live rows).
 res = {}
 for solve in ("x4", "x1"):
     tc.GDN_SOLVE = solve
     res[solve] = tc.gdn_chunked(q, k, v, g[..., 0], beta, s0)
-tc.GDN_SOLVE = "x4"
+tc.GDN_SOLVE = "x1"
 assert rel(res["x4"][0], res["x1"][0]) < 1e-5 and rel(res["x4"][1], res["x1"][1]) < 1e-5
+# GDN_RAW_K: GDN's k k^T from the bf16 keys as stored, norms applied after, the decayed keys
+# written by _wu_kernel instead of the WY kernel: the same math up to fp32 rounding (and the
+# bf16 rounding of the decayed keys), so within a few 1e-5 of the normalised-row form, which
+# itself matches the token loop.
+res = {}
+for raw in (True, False):
+    tc.GDN_RAW_K, tc.GDN_SOLVE = raw, "x4" if raw else "x1"
+    res[raw] = tc.gdn_chunked(qb, kb, vb, g[..., 0], beta, s0)
+tc.GDN_RAW_K, tc.GDN_SOLVE = False, "x1"
+assert rel(res[True][0], res[False][0]) < 1e-4 and rel(res[True][1], res[False][1]) < 1e-4
+o2, s2 = ref.gdn_recurrent(qb, kb, vb, g[..., 0], beta, s0)
+assert rel(res[True][0], o2) < 5e-3 and rel(res[True][1], s2) < 5e-3, (rel(res[True][0], o2), rel(res[True][1], s2))
 # OUT_QS="split" (the default; GDN with bf16 q): the output stage's q S0 from q's raw rows
 # against S0 as hi + lo. Against the fp32 q e^G product (OUT_QS="", exact in the interpreter)
 # under 1% of the bf16 outputs round differently; with S0 rounded to bf16 (lo dropped), 6%.

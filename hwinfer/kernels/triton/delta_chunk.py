@@ -114,11 +114,18 @@ OUT_LAUNCH = (4, None)
 # 283 + 149 and KDA's from 1,976 to 1,148 + 401 with these launches (2 warps: GDN only; KDA's
 # WY kernel spills at 2); 64-channel blocks cost _wu_kernel 175 / 584 us.
 WY_SPLIT = True
-# GDN's four diagonal 16 x 16 blocks of (I + diag(beta) A)^-1 in the blocked WY kernel: "x4"
-# solves them together (delta_chunk_wy._inv16x4: 15 substitution steps, ~2,100 instructions a
-# thread at 2 warps in an sm_90 compile) instead of one after the other ("x1", ~6,400; the
-# form timed on the H200 up to the thirteenth session). Not timed on a card yet (s14b).
-GDN_SOLVE = "x4"
+# GDN's four diagonal 16 x 16 blocks of (I + diag(beta) A)^-1 in the blocked WY kernel: "x1"
+# one after the other (the form timed on the H200), "x4" together (delta_chunk_wy._inv16x4: 15
+# substitution steps instead of 60; in an sm_90 compile of the split kernel its loop is ~3,400
+# instructions a thread against ~6,100). Opt-in until timed on a card (device phase s14b).
+GDN_SOLVE = "x1"
+# GDN's k k^T in the split WY kernel from the 16-bit keys as stored (exact products in the
+# tensor cores, the rows' norms applied to the blocks after, one pass over the channels), the
+# decayed keys for the state stage then written by _wu_kernel; False: normalised fp32 rows in
+# tf32 products after a norm pass. In sm_90 compiles the split WY kernel drops from ~12,400
+# to ~9,300 instructions a thread (with "x4") and its 224 bytes of spills go; _wu_kernel grows
+# by ~450. Opt-in until timed on a card (s14b).
+GDN_RAW_K = False
 SPLIT_LAUNCH = {"gdn": (2, 4, 32), "kda": (4, 4, 32)}
 # KDA's diagonal blocks: "loop" (``_kda_diag_kernel``, a row at a time) or "levels"
 # (:mod:`.delta_chunk_diag`, all rows at once by a binary split of the tile). On the H200 the
@@ -434,14 +441,20 @@ def _run(op: str, q, k, v, g, beta, initial_state, scale, use_qk_l2norm, cu_seql
         xs = torch.empty(B * T, Hv, BT, **f32) if split else u
         wy_warps, wu_warps, wu_block = (SPLIT_LAUNCH["kda" if per_channel else "gdn"] if split
                                         else (4, None, None))
+        # GDN's k k^T from the keys as stored (exact 16-bit products), its decayed keys then
+        # written by _wu_kernel: split WY stage, 16-bit keys (GDN_RAW_K).
+        raw_k = ""
+        if GDN_RAW_K and split and not per_channel and k.dtype in (torch.bfloat16, torch.float16):
+            raw_k = "fp32" if _INTERPRET else "native"
         _wy_blocked_kernel[(nc, Hv)](q, k, v, g, beta, w, u, a, kg, ge, chunks, xd, xs, Hk, Hv,
                                      scale, L2NORM_EPS, DK=Dk, DV=Dv, PER_CHANNEL=per_channel,
                                      USE_L2NORM=l2, PREC=prec, BK=block_k, SPLIT=split,
-                                     SOLVE=GDN_SOLVE, num_warps=num_warps or wy_warps)
+                                     SOLVE=GDN_SOLVE, RAW_K=raw_k, num_warps=num_warps or wy_warps)
         if split:
-            _wu_kernel[(nc, Hv)](k, v, g, beta, xs, w, u, chunks, Hk, Hv, L2NORM_EPS, DK=Dk,
+            _wu_kernel[(nc, Hv)](k, v, g, beta, xs, w, u, kg, chunks, Hk, Hv, L2NORM_EPS, DK=Dk,
                                  DV=Dv, BC=min(wu_block, Dk, Dv), PER_CHANNEL=per_channel,
-                                 USE_L2NORM=l2, PREC=prec, num_warps=num_warps or wu_warps)
+                                 USE_L2NORM=l2, PREC=prec, KG=bool(raw_k),
+                                 num_warps=num_warps or wu_warps)
     _state_kernel[(n * Hv, Dv // bv_state)](
         kg, ge, w, u, h0 if h0 is not None else ht, hs, d, ht, seqs, Hv,
         DK=Dk, DV=Dv, BV=bv_state, PER_CHANNEL=per_channel, HAS_H0=h0 is not None, PREC=prec_state,
@@ -520,17 +533,29 @@ def _aot_specs():
                 specs.append(AotSpec(
                     f"delta_chunk_wy_blocked[{kind},{dtype},{d},bk32{',split' if split else ''}]",
                     _wy_blocked_kernel, {**wy, "x_ptr": f32, "BK": "constexpr",
-                                         "SPLIT": "constexpr", "SOLVE": "constexpr"},
-                    {**flags, "BK": 32, "SPLIT": split, "SOLVE": GDN_SOLVE},
+                                         "SPLIT": "constexpr", "SOLVE": "constexpr",
+                                         "RAW_K": "constexpr"},
+                    {**flags, "BK": 32, "SPLIT": split, "SOLVE": GDN_SOLVE, "RAW_K": ""},
                     {"num_warps": SPLIT_LAUNCH[kind][0] if split else 4}))
             wu = {"k_ptr": ptr, "v_ptr": ptr, "g_ptr": f32, "b_ptr": f32, "x_ptr": f32,
-                  "w_ptr": half, "u_ptr": f32, "tab_ptr": "*i32", "Hk": "i32", "Hv": "i32",
-                  "eps": "fp32", "DK": "constexpr", "DV": "constexpr", "BC": "constexpr",
-                  "PER_CHANNEL": "constexpr", "USE_L2NORM": "constexpr", "PREC": "constexpr"}
-            specs.append(AotSpec(f"delta_chunk_wu[{kind},{dtype},{d}]", _wu_kernel, wu,
-                                 {"DK": d, "DV": d, "BC": SPLIT_LAUNCH[kind][2],
-                                  "PER_CHANNEL": per_channel, "USE_L2NORM": True, "PREC": "ieee"},
-                                 {"num_warps": SPLIT_LAUNCH[kind][1]}))
+                  "w_ptr": half, "u_ptr": f32, "kg_ptr": half, "tab_ptr": "*i32", "Hk": "i32",
+                  "Hv": "i32", "eps": "fp32", "DK": "constexpr", "DV": "constexpr",
+                  "BC": "constexpr", "PER_CHANNEL": "constexpr", "USE_L2NORM": "constexpr",
+                  "PREC": "constexpr", "KG": "constexpr"}
+            for raw in ((False, True) if not per_channel else (False,)):
+                specs.append(AotSpec(f"delta_chunk_wu[{kind},{dtype},{d}{',kg' if raw else ''}]",
+                                     _wu_kernel, wu,
+                                     {"DK": d, "DV": d, "BC": SPLIT_LAUNCH[kind][2],
+                                      "PER_CHANNEL": per_channel, "USE_L2NORM": True,
+                                      "PREC": "ieee", "KG": raw},
+                                     {"num_warps": SPLIT_LAUNCH[kind][1]}))
+            if not per_channel:   # GDN's raw-key WY kernel (GDN_RAW_K), NVIDIA's product form
+                specs.append(AotSpec(
+                    f"delta_chunk_wy_blocked[{kind},{dtype},{d},bk32,split,raw]", _wy_blocked_kernel,
+                    {**wy, "x_ptr": f32, "BK": "constexpr", "SPLIT": "constexpr",
+                     "SOLVE": "constexpr", "RAW_K": "constexpr"},
+                    {**flags, "PREC": "tf32", "BK": 32, "SPLIT": True, "SOLVE": GDN_SOLVE,
+                     "RAW_K": "native"}, {"num_warps": SPLIT_LAUNCH[kind][0]}, ("sm_90", "sm_100")))
             if per_channel:
                 dg = {"q_ptr": ptr, "k_ptr": ptr, "g_ptr": f32, "b_ptr": f32, "a_ptr": f32,
                       "xd_ptr": f32, "tab_ptr": "*i32", "Hk": "i32", "Hv": "i32",

@@ -11,7 +11,9 @@ sums at once (255 registers and spills on the H200 when it did).
 ``G`` is the decay from the chunk's start through row t, a cumulative sum of g over the rows
 (each exponent <= 0, a sum of its own terms, as everywhere in these kernels). Shapes: k [tokens,
 Hk, Dk] and v [tokens, Hv, Dv] in the input dtype, g [tokens, Hv(, Dk)] and beta [tokens, Hv]
-any float, w [tokens, Hv, Dk] (bf16 for 16-bit inputs), u [tokens, Hv, Dv] fp32.
+any float, w [tokens, Hv, Dk] (bf16 for 16-bit inputs), u [tokens, Hv, Dv] fp32. With ``KG``
+(GDN whose WY kernel read the keys raw) the decayed keys kg [tokens, Hv, Dk] for the state stage
+are written here too.
 """
 from __future__ import annotations
 
@@ -23,9 +25,10 @@ from hwinfer.kernels.triton.delta_chunk_wy_blocked import _inv_norm
 
 
 @triton.jit
-def _wu_kernel(k_ptr, v_ptr, g_ptr, b_ptr, x_ptr, w_ptr, u_ptr, tab_ptr, Hk, Hv, eps,
+def _wu_kernel(k_ptr, v_ptr, g_ptr, b_ptr, x_ptr, w_ptr, u_ptr, kg_ptr, tab_ptr, Hk, Hv, eps,
                DK: tl.constexpr, DV: tl.constexpr, BC: tl.constexpr,
-               PER_CHANNEL: tl.constexpr, USE_L2NORM: tl.constexpr, PREC: tl.constexpr):
+               PER_CHANNEL: tl.constexpr, USE_L2NORM: tl.constexpr, PREC: tl.constexpr,
+               KG: tl.constexpr):
     i_c, i_h, i_hk, tok0, n = _chunk_program(tab_ptr, Hk, Hv)
     r = tl.arange(0, 64)
     live = r < n
@@ -33,11 +36,20 @@ def _wu_kernel(k_ptr, v_ptr, g_ptr, b_ptr, x_ptr, w_ptr, u_ptr, tab_ptr, Hk, Hv,
     x = tl.load(x_ptr + ((tok0 + r) * Hv + i_h)[:, None] * 64 + r[None, :],
                 mask=live[:, None] & (r[None, :] <= r[:, None]), other=0.0)
     b = tl.load(b_ptr + (tok0 + r) * Hv + i_h, mask=live, other=0.0).to(tl.float32)
-    bk = b * _inv_norm(k_ptr, tok0, n, i_hk, Hk, eps, 0, 64, DK, BC, USE_L2NORM)
+    nk = _inv_norm(k_ptr, tok0, n, i_hk, Hk, eps, 0, 64, DK, BC, USE_L2NORM)
+    bk = b * nk
     if not PER_CHANNEL:   # GDN: one decay a row
         bk = bk * tl.exp(tl.cumsum(_g_rows(g_ptr, tok0, n, i_h, Hv, 0, 64, DK, False), axis=0))
+    if KG:
+        # GDN's decayed keys k e^{G_end - G} for the state stage (the WY kernel leaves them here
+        # when it reads the keys raw): the decay after row t, a sum of g over rows t+1 .. n-1.
+        kgs = nk * tl.exp(tl.cumsum(_g_rows(g_ptr, tok0 + 1, n - 1, i_h, Hv, 0, 64, DK, False),
+                                    axis=0, reverse=True))
     for c0 in range(0, DK, BC):
-        y = _head_rows(k_ptr, tok0, n, i_hk, Hk, c0, 0, 64, DK, BC) * bk[:, None]
+        kr = _head_rows(k_ptr, tok0, n, i_hk, Hk, c0, 0, 64, DK, BC)
+        if KG:
+            _store_rows(kg_ptr, kr * kgs[:, None], tok0, n, i_h, Hv, c0, 0, 64, DK, BC)
+        y = kr * bk[:, None]
         if PER_CHANNEL:
             y = y * tl.exp(tl.cumsum(_head_rows(g_ptr, tok0, n, i_h, Hv, c0, 0, 64, DK, BC), axis=0))
         _store_rows(w_ptr, tl.dot(x, y, input_precision=PREC), tok0, n, i_h, Hv, c0, 0, 64, DK, BC)

@@ -75,21 +75,83 @@ def _gdn_diag(g_ptr, tok0, n, i_h, Hv, DK: tl.constexpr, R0: tl.constexpr):
 
 
 @triton.jit
+def _raw_kk(a, b, RAW: tl.constexpr):
+    """a b^T of two [16, BK] tiles as stored (16-bit): "native" in the tensor cores (products
+    of 16-bit values are exact in fp32), "fp32" the same exact products in fp32 (interpreter)."""
+    if RAW == "native":
+        return tl.dot(a, tl.trans(b))
+    else:
+        return tl.dot(a.to(tl.float32), tl.trans(b.to(tl.float32)), input_precision="ieee")
+
+
+@triton.jit
+def _gdn_raw_blocks(k_ptr, tok0, n, i_hk, Hk, eps, DK: tl.constexpr, BK: tl.constexpr,
+                    USE_L2NORM: tl.constexpr, RAW: tl.constexpr):
+    """GDN's ten lower 16 x 16 blocks of k k^T over a chunk, from the keys as stored, each
+    scaled after by the rows' inverse norms (accumulated in the same pass): one pass over the
+    key channels instead of a norm pass and a pass of normalised fp32 tf32 products."""
+    z = tl.zeros([16, 16], dtype=tl.float32)
+    a00, a11, a22, a33, a10, a20, a21, a30, a31, a32 = z, z, z, z, z, z, z, z, z, z
+    s0 = tl.zeros([16], dtype=tl.float32)
+    s1, s2, s3 = s0, s0, s0
+    r16 = tl.arange(0, 16)
+    for c0 in range(0, DK, BK):
+        cols = c0 + tl.arange(0, BK)[None, :]
+        k0 = tl.load(k_ptr + ((tok0 + r16) * Hk + i_hk)[:, None] * DK + cols,
+                     mask=(r16 < n)[:, None], other=0.0)
+        k1 = tl.load(k_ptr + ((tok0 + 16 + r16) * Hk + i_hk)[:, None] * DK + cols,
+                     mask=(16 + r16 < n)[:, None], other=0.0)
+        k2 = tl.load(k_ptr + ((tok0 + 32 + r16) * Hk + i_hk)[:, None] * DK + cols,
+                     mask=(32 + r16 < n)[:, None], other=0.0)
+        k3 = tl.load(k_ptr + ((tok0 + 48 + r16) * Hk + i_hk)[:, None] * DK + cols,
+                     mask=(48 + r16 < n)[:, None], other=0.0)
+        a00 += _raw_kk(k0, k0, RAW)
+        a11 += _raw_kk(k1, k1, RAW)
+        a22 += _raw_kk(k2, k2, RAW)
+        a33 += _raw_kk(k3, k3, RAW)
+        a10 += _raw_kk(k1, k0, RAW)
+        a20 += _raw_kk(k2, k0, RAW)
+        a21 += _raw_kk(k2, k1, RAW)
+        a30 += _raw_kk(k3, k0, RAW)
+        a31 += _raw_kk(k3, k1, RAW)
+        a32 += _raw_kk(k3, k2, RAW)
+        if USE_L2NORM:
+            s0 += tl.sum(k0.to(tl.float32) * k0.to(tl.float32), axis=1)
+            s1 += tl.sum(k1.to(tl.float32) * k1.to(tl.float32), axis=1)
+            s2 += tl.sum(k2.to(tl.float32) * k2.to(tl.float32), axis=1)
+            s3 += tl.sum(k3.to(tl.float32) * k3.to(tl.float32), axis=1)
+    if USE_L2NORM:
+        n0, n1, n2, n3 = tl.rsqrt(s0 + eps), tl.rsqrt(s1 + eps), tl.rsqrt(s2 + eps), tl.rsqrt(s3 + eps)
+        a00 = a00 * (n0[:, None] * n0[None, :])
+        a11 = a11 * (n1[:, None] * n1[None, :])
+        a22 = a22 * (n2[:, None] * n2[None, :])
+        a33 = a33 * (n3[:, None] * n3[None, :])
+        a10 = a10 * (n1[:, None] * n0[None, :])
+        a20 = a20 * (n2[:, None] * n0[None, :])
+        a21 = a21 * (n2[:, None] * n1[None, :])
+        a30 = a30 * (n3[:, None] * n0[None, :])
+        a31 = a31 * (n3[:, None] * n1[None, :])
+        a32 = a32 * (n3[:, None] * n2[None, :])
+    return a00, a11, a22, a33, a10, a20, a21, a30, a31, a32
+
+
+@triton.jit
 def _wy_blocked_kernel(q_ptr, k_ptr, v_ptr, g_ptr, b_ptr, w_ptr, u_ptr, a_ptr, kg_ptr, ge_ptr,
                        tab_ptr, xd_ptr, x_ptr, Hk, Hv, scale, eps, DK: tl.constexpr,
                        DV: tl.constexpr, PER_CHANNEL: tl.constexpr, USE_L2NORM: tl.constexpr,
                        PREC: tl.constexpr, BK: tl.constexpr, SPLIT: tl.constexpr,
-                       SOLVE: tl.constexpr):
+                       SOLVE: tl.constexpr, RAW_K: tl.constexpr):
     i_c, i_h, i_hk, tok0, n = _chunk_program(tab_ptr, Hk, Hv)
     r16 = tl.arange(0, 16)
     b0 = tl.load(b_ptr + (tok0 + r16) * Hv + i_h, mask=r16 < n, other=0.0).to(tl.float32)
     b1 = tl.load(b_ptr + (tok0 + 16 + r16) * Hv + i_h, mask=16 + r16 < n, other=0.0).to(tl.float32)
     b2 = tl.load(b_ptr + (tok0 + 32 + r16) * Hv + i_h, mask=32 + r16 < n, other=0.0).to(tl.float32)
     b3 = tl.load(b_ptr + (tok0 + 48 + r16) * Hv + i_h, mask=48 + r16 < n, other=0.0).to(tl.float32)
-    nk0 = _inv_norm(k_ptr, tok0, n, i_hk, Hk, eps, 0, 16, DK, BK, USE_L2NORM)
-    nk1 = _inv_norm(k_ptr, tok0, n, i_hk, Hk, eps, 16, 16, DK, BK, USE_L2NORM)
-    nk2 = _inv_norm(k_ptr, tok0, n, i_hk, Hk, eps, 32, 16, DK, BK, USE_L2NORM)
-    nk3 = _inv_norm(k_ptr, tok0, n, i_hk, Hk, eps, 48, 16, DK, BK, USE_L2NORM)
+    if RAW_K == "":
+        nk0 = _inv_norm(k_ptr, tok0, n, i_hk, Hk, eps, 0, 16, DK, BK, USE_L2NORM)
+        nk1 = _inv_norm(k_ptr, tok0, n, i_hk, Hk, eps, 16, 16, DK, BK, USE_L2NORM)
+        nk2 = _inv_norm(k_ptr, tok0, n, i_hk, Hk, eps, 32, 16, DK, BK, USE_L2NORM)
+        nk3 = _inv_norm(k_ptr, tok0, n, i_hk, Hk, eps, 48, 16, DK, BK, USE_L2NORM)
     if PER_CHANNEL:
         nq1 = _inv_norm(q_ptr, tok0, n, i_hk, Hk, eps, 16, 16, DK, BK, USE_L2NORM) * scale
         nq2 = _inv_norm(q_ptr, tok0, n, i_hk, Hk, eps, 32, 16, DK, BK, USE_L2NORM) * scale
@@ -104,57 +166,63 @@ def _wy_blocked_kernel(q_ptr, k_ptr, v_ptr, g_ptr, b_ptr, w_ptr, u_ptr, a_ptr, k
     a00, a11, a22, a33 = z, z, z, z   # GDN's diagonal blocks (KDA's come from _kda_diag_kernel)
     a10, a20, a21, a30, a31, a32 = z, z, z, z, z, z
     p10, p20, p21, p30, p31, p32 = z, z, z, z, z, z
-    for c0 in range(0, DK, BK):
-        k0 = _head_rows(k_ptr, tok0, n, i_hk, Hk, c0, 0, 16, DK, BK) * nk0[:, None]
-        k1 = _head_rows(k_ptr, tok0, n, i_hk, Hk, c0, 16, 16, DK, BK) * nk1[:, None]
-        k2 = _head_rows(k_ptr, tok0, n, i_hk, Hk, c0, 32, 16, DK, BK) * nk2[:, None]
-        k3 = _head_rows(k_ptr, tok0, n, i_hk, Hk, c0, 48, 16, DK, BK) * nk3[:, None]
-        if PER_CHANNEL:
-            L0, S0, T0 = _spans(g_ptr, tok0, n, i_h, Hv, c0, 0, DK, BK, True)
-            L1, S1, T1 = _spans(g_ptr, tok0, n, i_h, Hv, c0, 16, DK, BK, True)
-            L2, S2, T2 = _spans(g_ptr, tok0, n, i_h, Hv, c0, 32, DK, BK, True)
-            L3, S3, T3 = _spans(g_ptr, tok0, n, i_h, Hv, c0, 48, DK, BK, True)
-            tl.store(ge_ptr + (i_c.to(tl.int64) * Hv + i_h) * DK + c0 + tl.arange(0, BK),
-                     T0 + T1 + T2 + T3)
-            # k_j e^{S_j + (tiles between)} and k_i e^{L_i}, q_i e^{L_i}: block (i, j) is
-            # their product summed over channels, here over this channel block.
-            r10 = k0 * tl.exp(S0)
-            r20 = k0 * tl.exp(S0 + T1[None, :])
-            r30 = k0 * tl.exp(S0 + (T1 + T2)[None, :])
-            r21 = k1 * tl.exp(S1)
-            r31 = k1 * tl.exp(S1 + T2[None, :])
-            r32 = k2 * tl.exp(S2)
-            lk = k1 * tl.exp(L1)
-            a10 += tl.dot(lk, tl.trans(r10), input_precision=PREC)
-            lq = _head_rows(q_ptr, tok0, n, i_hk, Hk, c0, 16, 16, DK, BK) * (nq1[:, None] * tl.exp(L1))
-            p10 += tl.dot(lq, tl.trans(r10), input_precision=PREC)
-            lk = k2 * tl.exp(L2)
-            a20 += tl.dot(lk, tl.trans(r20), input_precision=PREC)
-            a21 += tl.dot(lk, tl.trans(r21), input_precision=PREC)
-            lq = _head_rows(q_ptr, tok0, n, i_hk, Hk, c0, 32, 16, DK, BK) * (nq2[:, None] * tl.exp(L2))
-            p20 += tl.dot(lq, tl.trans(r20), input_precision=PREC)
-            p21 += tl.dot(lq, tl.trans(r21), input_precision=PREC)
-            lk = k3 * tl.exp(L3)
-            a30 += tl.dot(lk, tl.trans(r30), input_precision=PREC)
-            a31 += tl.dot(lk, tl.trans(r31), input_precision=PREC)
-            a32 += tl.dot(lk, tl.trans(r32), input_precision=PREC)
-            lq = _head_rows(q_ptr, tok0, n, i_hk, Hk, c0, 48, 16, DK, BK) * (nq3[:, None] * tl.exp(L3))
-            p30 += tl.dot(lq, tl.trans(r30), input_precision=PREC)
-            p31 += tl.dot(lq, tl.trans(r31), input_precision=PREC)
-            p32 += tl.dot(lq, tl.trans(r32), input_precision=PREC)
-        else:
-            a00 += tl.dot(k0, tl.trans(k0), input_precision=PREC)
-            a11 += tl.dot(k1, tl.trans(k1), input_precision=PREC)
-            a22 += tl.dot(k2, tl.trans(k2), input_precision=PREC)
-            a33 += tl.dot(k3, tl.trans(k3), input_precision=PREC)
-            a10 += tl.dot(k1, tl.trans(k0), input_precision=PREC)
-            a20 += tl.dot(k2, tl.trans(k0), input_precision=PREC)
-            a21 += tl.dot(k2, tl.trans(k1), input_precision=PREC)
-            a30 += tl.dot(k3, tl.trans(k0), input_precision=PREC)
-            a31 += tl.dot(k3, tl.trans(k1), input_precision=PREC)
-            a32 += tl.dot(k3, tl.trans(k2), input_precision=PREC)
-        _store_kgates(kg_ptr, k0, k1, k2, k3, S0, S1, S2, S3, T1, T2, T3, tok0, n, i_h, Hv, c0,
-                      DK, BK, PER_CHANNEL)
+    if RAW_K != "":
+        # GDN with 16-bit keys: A's blocks from the keys as stored (exact products), their
+        # norms applied after; the decayed keys are stored by _wu_kernel (its KG).
+        a00, a11, a22, a33, a10, a20, a21, a30, a31, a32 = _gdn_raw_blocks(
+            k_ptr, tok0, n, i_hk, Hk, eps, DK, BK, USE_L2NORM, RAW_K)
+    else:
+        for c0 in range(0, DK, BK):
+            k0 = _head_rows(k_ptr, tok0, n, i_hk, Hk, c0, 0, 16, DK, BK) * nk0[:, None]
+            k1 = _head_rows(k_ptr, tok0, n, i_hk, Hk, c0, 16, 16, DK, BK) * nk1[:, None]
+            k2 = _head_rows(k_ptr, tok0, n, i_hk, Hk, c0, 32, 16, DK, BK) * nk2[:, None]
+            k3 = _head_rows(k_ptr, tok0, n, i_hk, Hk, c0, 48, 16, DK, BK) * nk3[:, None]
+            if PER_CHANNEL:
+                L0, S0, T0 = _spans(g_ptr, tok0, n, i_h, Hv, c0, 0, DK, BK, True)
+                L1, S1, T1 = _spans(g_ptr, tok0, n, i_h, Hv, c0, 16, DK, BK, True)
+                L2, S2, T2 = _spans(g_ptr, tok0, n, i_h, Hv, c0, 32, DK, BK, True)
+                L3, S3, T3 = _spans(g_ptr, tok0, n, i_h, Hv, c0, 48, DK, BK, True)
+                tl.store(ge_ptr + (i_c.to(tl.int64) * Hv + i_h) * DK + c0 + tl.arange(0, BK),
+                         T0 + T1 + T2 + T3)
+                # k_j e^{S_j + (tiles between)} and k_i e^{L_i}, q_i e^{L_i}: block (i, j) is
+                # their product summed over channels, here over this channel block.
+                r10 = k0 * tl.exp(S0)
+                r20 = k0 * tl.exp(S0 + T1[None, :])
+                r30 = k0 * tl.exp(S0 + (T1 + T2)[None, :])
+                r21 = k1 * tl.exp(S1)
+                r31 = k1 * tl.exp(S1 + T2[None, :])
+                r32 = k2 * tl.exp(S2)
+                lk = k1 * tl.exp(L1)
+                a10 += tl.dot(lk, tl.trans(r10), input_precision=PREC)
+                lq = _head_rows(q_ptr, tok0, n, i_hk, Hk, c0, 16, 16, DK, BK) * (nq1[:, None] * tl.exp(L1))
+                p10 += tl.dot(lq, tl.trans(r10), input_precision=PREC)
+                lk = k2 * tl.exp(L2)
+                a20 += tl.dot(lk, tl.trans(r20), input_precision=PREC)
+                a21 += tl.dot(lk, tl.trans(r21), input_precision=PREC)
+                lq = _head_rows(q_ptr, tok0, n, i_hk, Hk, c0, 32, 16, DK, BK) * (nq2[:, None] * tl.exp(L2))
+                p20 += tl.dot(lq, tl.trans(r20), input_precision=PREC)
+                p21 += tl.dot(lq, tl.trans(r21), input_precision=PREC)
+                lk = k3 * tl.exp(L3)
+                a30 += tl.dot(lk, tl.trans(r30), input_precision=PREC)
+                a31 += tl.dot(lk, tl.trans(r31), input_precision=PREC)
+                a32 += tl.dot(lk, tl.trans(r32), input_precision=PREC)
+                lq = _head_rows(q_ptr, tok0, n, i_hk, Hk, c0, 48, 16, DK, BK) * (nq3[:, None] * tl.exp(L3))
+                p30 += tl.dot(lq, tl.trans(r30), input_precision=PREC)
+                p31 += tl.dot(lq, tl.trans(r31), input_precision=PREC)
+                p32 += tl.dot(lq, tl.trans(r32), input_precision=PREC)
+            else:
+                a00 += tl.dot(k0, tl.trans(k0), input_precision=PREC)
+                a11 += tl.dot(k1, tl.trans(k1), input_precision=PREC)
+                a22 += tl.dot(k2, tl.trans(k2), input_precision=PREC)
+                a33 += tl.dot(k3, tl.trans(k3), input_precision=PREC)
+                a10 += tl.dot(k1, tl.trans(k0), input_precision=PREC)
+                a20 += tl.dot(k2, tl.trans(k0), input_precision=PREC)
+                a21 += tl.dot(k2, tl.trans(k1), input_precision=PREC)
+                a30 += tl.dot(k3, tl.trans(k0), input_precision=PREC)
+                a31 += tl.dot(k3, tl.trans(k1), input_precision=PREC)
+                a32 += tl.dot(k3, tl.trans(k2), input_precision=PREC)
+            _store_kgates(kg_ptr, k0, k1, k2, k3, S0, S1, S2, S3, T1, T2, T3, tok0, n, i_h, Hv, c0,
+                          DK, BK, PER_CHANNEL)
     if PER_CHANNEL:
         _store_off_blocks(a_ptr, p10, p20, p21, p30, p31, p32, tok0, n, i_h, Hv)
         x00, x11, x22, x33 = _x_diag(xd_ptr, tok0, n, i_h, Hv)
