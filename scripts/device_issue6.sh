@@ -71,7 +71,8 @@
 #   bash scripts/device_issue6.sh s13b      # (prepared) chunked stages, final defaults vs forms
 #   bash scripts/device_issue6.sh s14a      # (prepared) prefill without host syncs: find_syncs
 #                                         # --prefill, card tests, prefill speed, host profile
-#   bash scripts/device_issue6.sh s14b      # (prepared) GDN's WY forms (x4 solve, raw keys)
+#   bash scripts/device_issue6.sh s14b      # (prepared) GDN's WY forms (x4 solve, raw keys),
+#                                         # KDA's diagonal by levels (3xTF32) and by pairs
 #   bash scripts/device_issue6.sh diagnose  # model oracle + CUDA-graph tests on the GPU, then
 #                                         # the failures again under HWINFER_SHADOW=raise, which
 #                                         # names the first op whose kernel leaves its reference
@@ -692,8 +693,8 @@ elif [ "$phase" = s14b ]; then
   # The fourteenth session's opt-in GDN WY forms, untimed: the four diagonal blocks solved
   # together (GDN_SOLVE="x4") and k k^T from the raw keys (GDN_RAW_K, decayed keys written by
   # _wu_kernel), alone and together, per kernel against the default, fla beside them (each
-  # variant's outputs are checked against the recurrent kernel there); then the strict GDN
-  # conformance with both forms on (set in the process that runs pytest).
+  # variant's outputs are checked against the recurrent kernel there); then the strict chunked
+  # conformance with the new forms on (set in the process that runs pytest).
   D=hwinfer.kernels.triton.delta_chunk
   timeout 150 python3 scripts/bench_delta_chunk.py --kinds gdn --shapes 1x16384,8x2048 --no-torch \
     --no-variants --breakdown --variant "x4@$D:GDN_SOLVE='x4'" --variant "raw@$D:GDN_RAW_K=True" \
@@ -701,9 +702,20 @@ elif [ "$phase" = s14b ]; then
     > "$out/bench_delta_chunk_gdn.csv" 2> "$out/bench_delta_chunk_gdn.err"
   echo "== bench_delta_chunk gdn rc=$?"; grep -v "Warn\|warn\|^# hwinfer\|at::native\|anonymous\|Memcpy" \
     "$out/bench_delta_chunk_gdn.err" | grep "triton\|fla\|_kernel" | cut -c1-150 | head -40
+  # KDA's diagonal blocks by levels with 3xTF32 segment sums (written in the twelfth session,
+  # prepared in s13b, never run) and by pairs (fourteenth session) against the row loop, per
+  # kernel, without fla.
+  timeout 120 python3 scripts/bench_delta_chunk.py --kinds kda --shapes 1x16384 --no-torch --no-fla \
+    --no-variants --breakdown --variant "levels@$D:DIAG_FORM='levels'" \
+    --variant "levels4@$D:DIAG_FORM='levels';$D:DIAG_WARPS=4" --variant "pairs@$D:DIAG_FORM='pairs'" \
+    --variant "pairs8@$D:DIAG_FORM='pairs';$D:DIAG_PAIRS_BK=8;$D:DIAG_PAIRS_WARPS=2" \
+    > "$out/bench_delta_chunk_kda.csv" 2> "$out/bench_delta_chunk_kda.err"
+  echo "== bench_delta_chunk kda rc=$?"; grep "triton\|_kernel" "$out/bench_delta_chunk_kda.err" \
+    | grep -v "Warn\|warn" | cut -c1-150 | head -24
   timeout 150 python3 -c "import sys, pytest, $D as t; t.GDN_SOLVE = 'x4'; t.GDN_RAW_K = True; \
-sys.exit(pytest.main(['tests/conformance', '--backend', 'nvidia', '--strict', '-q', '-p', 'no:cacheprovider', \
-'-k', 'test_impl_matches_reference and triton and gdn_chunked']))" > "$out/conformance_x4raw.txt" 2>&1
+t.DIAG_FORM = 'pairs'; sys.exit(pytest.main(['tests/conformance', '--backend', 'nvidia', '--strict', '-q', \
+'-p', 'no:cacheprovider', '-k', 'test_impl_matches_reference and triton and (gdn_chunked or kda_chunked)']))" \
+    > "$out/conformance_x4raw.txt" 2>&1
   grep -E "passed|failed|FAILED" "$out/conformance_x4raw.txt" | tail -6
 elif [ "$phase" = next10c ]; then
   # KDA vs fla with time for fla's first compiles (autotuning); DeepSeek-V4 b=32 against

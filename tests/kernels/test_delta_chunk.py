@@ -8,7 +8,8 @@ default; as two kernels, ``WY_SPLIT``, and as one), KDA's diagonal blocks by the
 by levels (``DIAG_FORM``), and the WY stage whole (``block_k=0``), the output stage in key-channel blocks (``block_k_out``),
 the output stage's bf16 products (``dots="bf16"``), the split bf16 products of the state stage
 (``STATE_DOTS``) and of GDN's q S0 (``OUT_QS``), GDN's diagonal blocks solved together or one by
-one (``GDN_SOLVE``), GDN's k k^T from the raw keys (``GDN_RAW_K``). Checked
+one (``GDN_SOLVE``), GDN's k k^T from the raw keys (``GDN_RAW_K``), KDA's diagonal blocks by pairs
+(``DIAG_FORM="pairs"``). Checked
 against the token-loop
 reference and the fused recurrent Triton kernel. ``TRITON_INTERPRET`` is read when a kernel is decorated: a fresh interpreter process.
 """
@@ -125,6 +126,21 @@ tc.GDN_RAW_K, tc.GDN_SOLVE = False, "x1"
 assert rel(res[True][0], res[False][0]) < 1e-4 and rel(res[True][1], res[False][1]) < 1e-4
 o2, s2 = ref.gdn_recurrent(qb, kb, vb, g[..., 0], beta, s0)
 assert rel(res[True][0], o2) < 5e-3 and rel(res[True][1], s2) < 5e-3, (rel(res[True][0], o2), rel(res[True][1], s2))
+# DIAG_FORM="pairs" (KDA, 16-bit inputs): the diagonal blocks with every pair at once, decays
+# from cumulative sums over the tile; within 1e-3 of the row loop (measured ~6e-5 at weak decay)
+# at weak, ordinary and strong decay, and fp32 inputs keep the loop (identical outputs).
+for gs in (0.02, 1.0, 100.0):
+    gk = -gs * torch.rand(B, T, H, D)
+    for x in ((qb, kb, vb), (q, k, v)):
+        res = {}
+        for form in ("pairs", "loop"):
+            tc.DIAG_FORM = form
+            res[form] = tc.kda_chunked(*x, gk, beta, s0)
+        tc.DIAG_FORM = "loop"
+        (o1, s1), (o2, s2) = res["pairs"], res["loop"]
+        assert torch.isfinite(o1).all() and rel(o1, o2) < 1e-3 and rel(s1, s2) < 1e-3, (gs, rel(o1, o2))
+        if x[0].dtype == torch.float32:
+            assert torch.equal(o1, o2) and torch.equal(s1, s2)
 # OUT_QS="split" (the default; GDN with bf16 q): the output stage's q S0 from q's raw rows
 # against S0 as hi + lo. Against the fp32 q e^G product (OUT_QS="", exact in the interpreter)
 # under 1% of the bf16 outputs round differently; with S0 rounded to bf16 (lo dropped), 6%.

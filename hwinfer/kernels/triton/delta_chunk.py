@@ -66,7 +66,7 @@ from hwinfer.kernels.triton.delta_chunk_wy import (
     _g_rows, _gdn_decay, _head_rows, _kda_diag_kernel, _mm, _mm_split, _qk_rows, _raw_rows,
     _row_scale, _store_rows, _wy_kernel,
 )
-from hwinfer.kernels.triton.delta_chunk_diag import _kda_diag_levels_kernel
+from hwinfer.kernels.triton.delta_chunk_diag import _kda_diag_levels_kernel, _kda_diag_pairs_kernel
 from hwinfer.kernels.triton.delta_chunk_wu import _wu_kernel
 from hwinfer.kernels.triton.delta_chunk_wy_blocked import _wy_blocked_kernel, block_k_ok
 from hwinfer.ops.linear_attention_chunked import L2NORM_EPS, check_inputs
@@ -131,8 +131,13 @@ SPLIT_LAUNCH = {"gdn": (2, 4, 32), "kda": (4, 4, 32)}
 # (:mod:`.delta_chunk_diag`, all rows at once by a binary split of the tile). On the H200 the
 # levels form was 2.9x slower at 2 warps (3,408 against 1,170 us, KDA 1 x 16k) and 1.6x at 4:
 # its segment sums are exact fp32 products, which run on the FMA units. DIAG_WARPS: its warps.
+# "pairs" (16-bit inputs; fp32 ones keep the loop): every pair of the tile at once, decays as
+# e^{G_t - G_s} over the tile's 16 rows (_kda_diag_pairs_kernel), DIAG_PAIRS_BK key channels a
+# step in DIAG_PAIRS_WARPS warps; opt-in until timed on a card (device phase s14b).
 DIAG_FORM = "loop"
 DIAG_WARPS = 2
+DIAG_PAIRS_BK = 16
+DIAG_PAIRS_WARPS = 4
 
 
 @triton.jit
@@ -425,7 +430,12 @@ def _run(op: str, q, k, v, g, beta, initial_state, scale, use_qk_l2norm, cu_seql
         raise ValueError(f"{op} (triton): block_k_out={block_k_out} must be a power of two >= 16 "
                          f"dividing Dk={Dk}")
     xd = torch.empty(B * T, Hv, 16, **f32) if per_channel else u  # KDA's diagonal inverses
-    if nc and per_channel and DIAG_FORM == "levels":
+    pairs = DIAG_FORM == "pairs" and q.dtype in (torch.bfloat16, torch.float16)
+    if nc and per_channel and pairs:
+        _kda_diag_pairs_kernel[(4 * nc, Hv)](q, k, g, beta, a, xd, chunks, Hk, Hv, scale,
+                                             L2NORM_EPS, DK=Dk, BK=min(DIAG_PAIRS_BK, Dk),
+                                             USE_L2NORM=l2, num_warps=DIAG_PAIRS_WARPS)
+    elif nc and per_channel and DIAG_FORM == "levels":
         _kda_diag_levels_kernel[(4 * nc, Hv)](q, k, g, beta, a, xd, chunks, Hk, Hv, scale,
                                               L2NORM_EPS, DK=Dk, USE_L2NORM=l2, PREC=prec,
                                               num_warps=DIAG_WARPS)
@@ -563,6 +573,10 @@ def _aot_specs():
                       "USE_L2NORM": "constexpr"}
                 specs.append(AotSpec(f"kda_diag[{dtype},{d}]", _kda_diag_kernel, dg,
                                      {"DK": d, "USE_L2NORM": True}, {"num_warps": 2}))
+                specs.append(AotSpec(f"kda_diag_pairs[{dtype},{d}]", _kda_diag_pairs_kernel,
+                                     {**dg, "BK": "constexpr"},
+                                     {"DK": d, "BK": DIAG_PAIRS_BK, "USE_L2NORM": True},
+                                     {"num_warps": DIAG_PAIRS_WARPS}))
                 for prec, targets in (("ieee", None), ("tf32", ("sm_90", "sm_100"))):
                     specs.append(AotSpec(f"kda_diag_levels[{dtype},{d},{prec}]",
                                          _kda_diag_levels_kernel, {**dg, "PREC": "constexpr"},
