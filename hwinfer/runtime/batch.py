@@ -17,12 +17,12 @@ from hwinfer.cache.model_cache import ModelCache
 from hwinfer.runtime.capture import StateCapture
 
 
-def host_to_device(values: list[int], device: torch.device, dtype: torch.dtype = torch.int64) -> torch.Tensor:
-    """``torch.tensor(values, device=device)`` without waiting for the device: a blocking host to
-    device copy synchronizes the CUDA stream (torch waits for the copy, and so for every kernel
-    queued before it), which empties the launch queue of a prefill. On CUDA the values are staged
-    in pinned memory (torch's caching host allocator keeps the block until the copy is done) and
-    copied asynchronously; elsewhere the copy stays blocking."""
+def host_to_device(values: list, device: torch.device, dtype: torch.dtype = torch.int64) -> torch.Tensor:
+    """``torch.tensor(values, device=device)`` (a list of ints, or of lists) without waiting for
+    the device: a blocking host to device copy synchronizes the CUDA stream (torch waits for the
+    copy, and so for every kernel queued before it), which empties the launch queue of a prefill.
+    On CUDA the values are staged in pinned memory (torch's caching host allocator keeps the
+    block until the copy is done) and copied asynchronously; elsewhere the copy stays blocking."""
     host = torch.tensor(values, dtype=dtype)
     if device.type == "cpu":
         return host
