@@ -703,10 +703,11 @@ elif [ "$phase" = s14b ]; then
   echo "== bench_delta_chunk gdn rc=$?"; grep -v "Warn\|warn\|^# hwinfer\|at::native\|anonymous\|Memcpy" \
     "$out/bench_delta_chunk_gdn.err" | grep "triton\|fla\|_kernel" | cut -c1-150 | head -40
   # KDA's diagonal blocks by levels with 3xTF32 segment sums (written in the twelfth session,
-  # prepared in s13b, never run) and by pairs (fourteenth session) against the row loop, per
-  # kernel, without fla.
-  timeout 120 python3 scripts/bench_delta_chunk.py --kinds kda --shapes 1x16384 --no-torch --no-fla \
+  # prepared in s13b, never run) and by pairs (fourteenth session) against the row loop, and
+  # KDA's WY kernel at 8 warps (an sm_90 compile spills 504 B at 4, 56 at 8), per kernel, no fla.
+  timeout 170 python3 scripts/bench_delta_chunk.py --kinds kda --shapes 1x16384 --no-torch --no-fla \
     --no-variants --breakdown --variant "levels@$D:DIAG_FORM='levels'" \
+    --variant "wy8@$D:SPLIT_LAUNCH={'gdn': (2, 4, 32), 'kda': (8, 4, 32)}" \
     --variant "levels4@$D:DIAG_FORM='levels';$D:DIAG_WARPS=4" --variant "pairs@$D:DIAG_FORM='pairs'" \
     --variant "pairs8@$D:DIAG_FORM='pairs';$D:DIAG_PAIRS_BK=8;$D:DIAG_PAIRS_WARPS=2" \
     > "$out/bench_delta_chunk_kda.csv" 2> "$out/bench_delta_chunk_kda.err"
