@@ -116,15 +116,15 @@ OUT_LAUNCH = (4, None)
 WY_SPLIT = True
 # GDN's four diagonal 16 x 16 blocks of (I + diag(beta) A)^-1 in the blocked WY kernel: "x1"
 # one after the other (the form timed on the H200), "x4" together (delta_chunk_wy._inv16x4: 15
-# substitution steps instead of 60; in an sm_90 compile of the split kernel its loop is ~3,400
-# instructions a thread against ~6,100). Opt-in until timed on a card (device phase s14b).
+# substitution steps instead of 60; in an sm_90 compile (Triton 3.7) of the split kernel its
+# loop is ~3,400 instructions a thread against ~6,100). Opt-in until timed on a card (s14b).
 GDN_SOLVE = "x1"
 # GDN's k k^T in the split WY kernel from the 16-bit keys as stored (exact products in the
 # tensor cores, the rows' norms applied to the blocks after, one pass over the channels), the
 # decayed keys for the state stage then written by _wu_kernel; False: normalised fp32 rows in
-# tf32 products after a norm pass. In sm_90 compiles the split WY kernel drops from ~12,400
-# to ~9,300 instructions a thread (with "x4") and its 224 bytes of spills go; _wu_kernel grows
-# by ~450. Opt-in until timed on a card (s14b).
+# tf32 products after a norm pass. In sm_90 compiles (Triton 3.7) the split WY kernel drops
+# from ~12,400 to ~9,300 instructions a thread (with "x4") and its 224 bytes of spills go;
+# _wu_kernel grows by ~450. Opt-in until timed on a card (s14b).
 GDN_RAW_K = False
 SPLIT_LAUNCH = {"gdn": (2, 4, 32), "kda": (4, 4, 32)}
 # KDA's diagonal blocks: "loop" (``_kda_diag_kernel``, a row at a time) or "levels"
