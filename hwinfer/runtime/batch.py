@@ -168,13 +168,17 @@ class ForwardBatch:
     @property
     def cu_seqlens_host(self) -> torch.Tensor:
         """[N+1] int32 on the CPU: ``cu_seqlens`` from the host lengths. For ops that read the
-        sequence bounds on the host (the torch ``attention``): a device copy would cost a sync."""
-        return torch.tensor(list(accumulate(self.new_lens, initial=0)), dtype=torch.int32)
+        sequence bounds on the host (the torch ``attention``): a device copy would cost a sync.
+        Built once per forward."""
+        return self.shared(("cu_seqlens_host",), lambda: torch.tensor(
+            list(accumulate(self.new_lens, initial=0)), dtype=torch.int32))
 
     @property
     def cu_seqlens_k_host(self) -> torch.Tensor:
-        """[N+1] int32 on the CPU: ``cu_seqlens_k`` (cached + new lengths) from the host lists."""
-        return torch.tensor(list(accumulate(self.seq_lens_host, initial=0)), dtype=torch.int32)
+        """[N+1] int32 on the CPU: ``cu_seqlens_k`` (cached + new lengths) from the host lists;
+        once per forward."""
+        return self.shared(("cu_seqlens_k_host",), lambda: torch.tensor(
+            list(accumulate(self.seq_lens_host, initial=0)), dtype=torch.int32))
 
     @property
     def seq_lens_host(self) -> list[int]:

@@ -125,13 +125,21 @@ def _qk_rows(ptr, tok0, n, i_hk, Hk, scale, eps, R0: tl.constexpr, NR: tl.conste
 
 
 @triton.jit
-def _head_rows(ptr, tok0, n, i_h, H, c0, R0: tl.constexpr, NR: tl.constexpr, D: tl.constexpr,
-               BC: tl.constexpr):
-    """Rows R0..R0+NR, columns c0..c0+BC of a [tokens, H, D] tensor at head i_h (fp32, 0 past n)."""
+def _head_rows_raw(ptr, tok0, n, i_h, H, c0, R0: tl.constexpr, NR: tl.constexpr,
+                   D: tl.constexpr, BC: tl.constexpr):
+    """Rows R0..R0+NR, columns c0..c0+BC of a [tokens, H, D] tensor at head i_h, as stored (0
+    past n)."""
     r = R0 + tl.arange(0, NR)
     tok = tok0 + r
     return tl.load(ptr + (tok * H + i_h)[:, None] * D + c0 + tl.arange(0, BC)[None, :],
-                   mask=(r < n)[:, None], other=0.0).to(tl.float32)
+                   mask=(r < n)[:, None], other=0.0)
+
+
+@triton.jit
+def _head_rows(ptr, tok0, n, i_h, H, c0, R0: tl.constexpr, NR: tl.constexpr, D: tl.constexpr,
+               BC: tl.constexpr):
+    """:func:`_head_rows_raw` in fp32."""
+    return _head_rows_raw(ptr, tok0, n, i_h, H, c0, R0, NR, D, BC).to(tl.float32)
 
 
 @triton.jit

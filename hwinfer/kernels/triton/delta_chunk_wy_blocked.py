@@ -26,7 +26,7 @@ import triton
 import triton.language as tl
 
 from hwinfer.kernels.triton.delta_chunk_wy import (
-    _chunk_program, _g_rows, _head_rows, _inv16, _inv16x4, _kb, _solve_off, _store_kgates,
+    _chunk_program, _g_rows, _head_rows, _head_rows_raw, _inv16, _inv16x4, _kb, _solve_off, _store_kgates,
     _store_off_blocks, _store_rows, _wy_rows, _x_diag,
 )
 
@@ -94,17 +94,11 @@ def _gdn_raw_blocks(k_ptr, tok0, n, i_hk, Hk, eps, DK: tl.constexpr, BK: tl.cons
     a00, a11, a22, a33, a10, a20, a21, a30, a31, a32 = z, z, z, z, z, z, z, z, z, z
     s0 = tl.zeros([16], dtype=tl.float32)
     s1, s2, s3 = s0, s0, s0
-    r16 = tl.arange(0, 16)
     for c0 in range(0, DK, BK):
-        cols = c0 + tl.arange(0, BK)[None, :]
-        k0 = tl.load(k_ptr + ((tok0 + r16) * Hk + i_hk)[:, None] * DK + cols,
-                     mask=(r16 < n)[:, None], other=0.0)
-        k1 = tl.load(k_ptr + ((tok0 + 16 + r16) * Hk + i_hk)[:, None] * DK + cols,
-                     mask=(16 + r16 < n)[:, None], other=0.0)
-        k2 = tl.load(k_ptr + ((tok0 + 32 + r16) * Hk + i_hk)[:, None] * DK + cols,
-                     mask=(32 + r16 < n)[:, None], other=0.0)
-        k3 = tl.load(k_ptr + ((tok0 + 48 + r16) * Hk + i_hk)[:, None] * DK + cols,
-                     mask=(48 + r16 < n)[:, None], other=0.0)
+        k0 = _head_rows_raw(k_ptr, tok0, n, i_hk, Hk, c0, 0, 16, DK, BK)
+        k1 = _head_rows_raw(k_ptr, tok0, n, i_hk, Hk, c0, 16, 16, DK, BK)
+        k2 = _head_rows_raw(k_ptr, tok0, n, i_hk, Hk, c0, 32, 16, DK, BK)
+        k3 = _head_rows_raw(k_ptr, tok0, n, i_hk, Hk, c0, 48, 16, DK, BK)
         a00 += _raw_kk(k0, k0, RAW)
         a11 += _raw_kk(k1, k1, RAW)
         a22 += _raw_kk(k2, k2, RAW)
