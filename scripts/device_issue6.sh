@@ -698,25 +698,28 @@ elif [ "$phase" = s14b ]; then
   # variant's outputs are checked against the recurrent kernel there); then the strict chunked
   # conformance with the new forms on (set in the process that runs pytest).
   D=hwinfer.kernels.triton.delta_chunk
-  timeout 150 python3 scripts/bench_delta_chunk.py --kinds gdn --shapes 1x16384,8x2048 --no-torch \
+  timeout 200 python3 scripts/bench_delta_chunk.py --kinds gdn --shapes 1x16384,8x2048 --no-torch \
     --no-variants --breakdown --variant "x4@$D:GDN_SOLVE='x4'" --variant "raw@$D:GDN_RAW_K=True" \
-    --variant "x4raw@$D:GDN_SOLVE='x4';$D:GDN_RAW_K=True" \
+    --variant "x4raw@$D:GDN_SOLVE='x4';$D:GDN_RAW_K=True" --variant "fused@$D:FUSED_OUT=True" \
+    --variant "fused4@$D:FUSED_OUT=True;$D:FUSED_WARPS=4" \
+    --variant "all@$D:GDN_SOLVE='x4';$D:GDN_RAW_K=True;$D:FUSED_OUT=True" \
     > "$out/bench_delta_chunk_gdn.csv" 2> "$out/bench_delta_chunk_gdn.err"
   echo "== bench_delta_chunk gdn rc=$?"; grep -v "Warn\|warn\|^# hwinfer\|at::native\|anonymous\|Memcpy" \
     "$out/bench_delta_chunk_gdn.err" | grep "triton\|fla\|_kernel" | cut -c1-150 | head -40
   # KDA's diagonal blocks by levels with 3xTF32 segment sums (written in the twelfth session,
   # prepared in s13b, never run) and by pairs (fourteenth session) against the row loop, and
   # KDA's WY kernel at 8 warps (an sm_90 compile spills 504 B at 4, 56 at 8), per kernel, no fla.
-  timeout 170 python3 scripts/bench_delta_chunk.py --kinds kda --shapes 1x16384 --no-torch --no-fla \
+  timeout 190 python3 scripts/bench_delta_chunk.py --kinds kda --shapes 1x16384 --no-torch --no-fla \
     --no-variants --breakdown --variant "levels@$D:DIAG_FORM='levels'" \
     --variant "wy8@$D:SPLIT_LAUNCH={'gdn': (2, 4, 32), 'kda': (8, 4, 32)}" \
     --variant "levels4@$D:DIAG_FORM='levels';$D:DIAG_WARPS=4" --variant "pairs@$D:DIAG_FORM='pairs'" \
     --variant "pairs8@$D:DIAG_FORM='pairs';$D:DIAG_PAIRS_BK=8;$D:DIAG_PAIRS_WARPS=2" \
+    --variant "fused@$D:FUSED_OUT=True" --variant "fused4@$D:FUSED_OUT=True;$D:FUSED_WARPS=4" \
     > "$out/bench_delta_chunk_kda.csv" 2> "$out/bench_delta_chunk_kda.err"
   echo "== bench_delta_chunk kda rc=$?"; grep "triton\|_kernel" "$out/bench_delta_chunk_kda.err" \
     | grep -v "Warn\|warn" | cut -c1-150 | head -24
-  timeout 150 python3 -c "import sys, pytest, $D as t; t.GDN_SOLVE = 'x4'; t.GDN_RAW_K = True; \
-t.DIAG_FORM = 'pairs'; sys.exit(pytest.main(['tests/conformance', '--backend', 'nvidia', '--strict', '-q', \
+  timeout 130 python3 -c "import sys, pytest, $D as t; t.GDN_SOLVE = 'x4'; t.GDN_RAW_K = True; \
+t.DIAG_FORM = 'pairs'; t.FUSED_OUT = True; sys.exit(pytest.main(['tests/conformance', '--backend', 'nvidia', '--strict', '-q', \
 '-p', 'no:cacheprovider', '-k', 'test_impl_matches_reference and triton and (gdn_chunked or kda_chunked)']))" \
     > "$out/conformance_x4raw.txt" 2>&1
   grep -E "passed|failed|FAILED" "$out/conformance_x4raw.txt" | tail -6
