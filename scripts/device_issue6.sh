@@ -73,6 +73,10 @@
 #                                         # --prefill, card tests, prefill speed, host profile
 #   bash scripts/device_issue6.sh s14b      # (prepared) GDN's WY forms (x4 solve, raw keys),
 #                                         # KDA's diagonal by levels (3xTF32) and by pairs
+#   bash scripts/device_issue6.sh s15a      # the card tests of s14a, the GDN forms with the fused
+#                                         # output stage (FUSED_OUT), strict conformance of all
+#   bash scripts/device_issue6.sh s15b      # the rest of s14a / s14b: KDA forms, prefill syncs,
+#                                         # prefill host profile, model figures
 #   bash scripts/device_issue6.sh diagnose  # model oracle + CUDA-graph tests on the GPU, then
 #                                         # the failures again under HWINFER_SHADOW=raise, which
 #                                         # names the first op whose kernel leaves its reference
@@ -97,6 +101,73 @@ qwen_tests() {  # Qwen3.5 tests on the card (graphs, overlapped steps), within $
   HWINFER_TEST_DEVICE=cuda timeout "$1" python3 -m pytest tests/models tests/engine/test_graphs.py -q \
     -p no:cacheprovider -k "qwen or overlap" -rf --tb=short > "$out/tests.txt" 2>&1
   grep -E "^FAILED|passed|failed" "$out/tests.txt" | cut -c1-300 | tail -8
+}
+
+D=hwinfer.kernels.triton.delta_chunk
+prefill_syncs() {  # find_syncs --prefill over six architectures (expect 0 sync sites)
+  timeout 120 python3 scripts/find_syncs.py qwen3_5 kimi_linear deepseek_v4 glm_moe_dsa gemma4 \
+    minimax_m3 --prefill > "$out/syncs_prefill.txt" 2>&1
+  echo "== find_syncs --prefill rc=$?"; grep -v "Warn\|warn" "$out/syncs_prefill.txt" | cut -c1-240 | head -30
+}
+
+prefill_tests() {  # card tests of the models the sync-free prefill touched, graphs included
+  # (decode stays sync-free if the graph tests below pass: a capture fails at the first sync)
+  HWINFER_TEST_DEVICE=cuda timeout 170 python3 -m pytest tests/models tests/engine/test_graphs.py \
+    tests/engine/test_batch.py -q -p no:cacheprovider -k "qwen or kimi or deepseek or minimax or gemma or batch" \
+    -rf --tb=short > "$out/tests.txt" 2>&1
+  grep -E "^FAILED|passed|failed" "$out/tests.txt" | cut -c1-300 | tail -8
+}
+
+qwen_prefill_profile() {  # Qwen3.5 b=1 with the prefill host profile
+  timeout 90 python3 scripts/bench_model.py --preset qwen3.5-0.8b --batch 1 --prompt 1024 --new 16 \
+    --no-eager --no-hf --profile --profile-prompt 1024 --csv "$out/model.csv" > "$out/bench_model_qwen.txt" 2>&1
+  grep "^{\|Error\|# profile\|# host profile" "$out/bench_model_qwen.txt" | cut -c1-200 | tail -10
+  grep -A 30 "# host profile prefill 1" "$out/bench_model_qwen.txt" | cut -c1-150 | head -34
+}
+
+model_figures() {  # Qwen3.5 b=32, Kimi-Linear / V4-Flash 4 layers b=1,32
+  timeout 70 python3 scripts/bench_model.py --preset qwen3.5-0.8b --batch 32 --prompt 1024 --new 16 \
+    --no-eager --no-hf --csv "$out/model.csv" > "$out/bench_model_qwen32.txt" 2>&1
+  grep "^{\|Error" "$out/bench_model_qwen32.txt" | cut -c1-300 | tail -2
+  for preset in kimi-linear-48b-a3b deepseek-v4-flash; do
+    timeout 60 python3 scripts/bench_model.py --preset $preset --layers 4 --batch 1,32 --prompt 1024 \
+      --new 16 --no-eager --no-hf --csv "$out/model.csv" > "$out/bench_model_$preset.txt" 2>&1
+    grep "^{\|Error" "$out/bench_model_$preset.txt" | cut -c1-300 | tail -3
+  done
+}
+
+gdn_forms() {  # GDN forms per kernel against the default, fla beside them
+  timeout 200 python3 scripts/bench_delta_chunk.py --kinds gdn --shapes 1x16384,8x2048 --no-torch \
+    --no-variants --breakdown --variant "x4@$D:GDN_SOLVE='x4'" --variant "raw@$D:GDN_RAW_K=True" \
+    --variant "x4raw@$D:GDN_SOLVE='x4';$D:GDN_RAW_K=True" --variant "fused@$D:FUSED_OUT=True" \
+    --variant "fused4@$D:FUSED_OUT=True;$D:FUSED_WARPS=4" \
+    --variant "all@$D:GDN_SOLVE='x4';$D:GDN_RAW_K=True;$D:FUSED_OUT=True" \
+    > "$out/bench_delta_chunk_gdn.csv" 2> "$out/bench_delta_chunk_gdn.err"
+  echo "== bench_delta_chunk gdn rc=$?"; grep -v "Warn\|warn\|^# hwinfer\|at::native\|anonymous\|Memcpy" \
+    "$out/bench_delta_chunk_gdn.err" | grep "triton\|fla\|_kernel" | cut -c1-150 | head -40
+}
+
+kda_forms() {  # KDA forms per kernel (no fla)
+  # KDA's diagonal blocks by levels with 3xTF32 segment sums (written in the twelfth session,
+  # prepared in s13b, never run) and by pairs (fourteenth session) against the row loop, and
+  # KDA's WY kernel at 8 warps (an sm_90 compile spills 504 B at 4, 56 at 8), per kernel, no fla.
+  timeout 190 python3 scripts/bench_delta_chunk.py --kinds kda --shapes 1x16384 --no-torch --no-fla \
+    --no-variants --breakdown --variant "levels@$D:DIAG_FORM='levels'" \
+    --variant "wy8@$D:SPLIT_LAUNCH={'gdn': (2, 4, 32), 'kda': (8, 4, 32)}" \
+    --variant "levels4@$D:DIAG_FORM='levels';$D:DIAG_WARPS=4" --variant "pairs@$D:DIAG_FORM='pairs'" \
+    --variant "pairs8@$D:DIAG_FORM='pairs';$D:DIAG_PAIRS_BK=8;$D:DIAG_PAIRS_WARPS=2" \
+    --variant "fused@$D:FUSED_OUT=True" --variant "fused4@$D:FUSED_OUT=True;$D:FUSED_WARPS=4" \
+    > "$out/bench_delta_chunk_kda.csv" 2> "$out/bench_delta_chunk_kda.err"
+  echo "== bench_delta_chunk kda rc=$?"; grep "triton\|_kernel" "$out/bench_delta_chunk_kda.err" \
+    | grep -v "Warn\|warn" | cut -c1-150 | head -24
+}
+
+strict_forms() {  # strict chunked conformance with every opt-in form on
+  timeout 130 python3 -c "import sys, pytest, $D as t; t.GDN_SOLVE = 'x4'; t.GDN_RAW_K = True; \
+t.DIAG_FORM = 'pairs'; t.FUSED_OUT = True; sys.exit(pytest.main(['tests/conformance', '--backend', 'nvidia', '--strict', '-q', \
+'-p', 'no:cacheprovider', '-k', 'test_impl_matches_reference and triton and (gdn_chunked or kda_chunked)']))" \
+    > "$out/conformance_x4raw.txt" 2>&1
+  grep -E "passed|failed|FAILED" "$out/conformance_x4raw.txt" | tail -6
 }
 
 ablation() {  # Qwen3.5's decode step by kernel group (scripts/bench_ablation.py) within $1 s
@@ -671,58 +742,20 @@ elif [ "$phase" = s14a ]; then
   # prefill sync sites; then the card tests of the models it touched (graphs included), the
   # prefill figures (b=1 was 15,525-17,932 tok/s for Qwen3.5) and where a b=1 prefill step's
   # host time goes (cProfile of one step, bench_model --profile).
-  timeout 120 python3 scripts/find_syncs.py qwen3_5 kimi_linear deepseek_v4 glm_moe_dsa gemma4 \
-    minimax_m3 --prefill > "$out/syncs_prefill.txt" 2>&1
-  echo "== find_syncs --prefill rc=$?"; grep -v "Warn\|warn" "$out/syncs_prefill.txt" | cut -c1-240 | head -30
-  # (decode stays sync-free if the graph tests below pass: a capture fails at the first sync)
-  HWINFER_TEST_DEVICE=cuda timeout 170 python3 -m pytest tests/models tests/engine/test_graphs.py \
-    tests/engine/test_batch.py -q -p no:cacheprovider -k "qwen or kimi or deepseek or minimax or gemma or batch" \
-    -rf --tb=short > "$out/tests.txt" 2>&1
-  grep -E "^FAILED|passed|failed" "$out/tests.txt" | cut -c1-300 | tail -8
-  timeout 90 python3 scripts/bench_model.py --preset qwen3.5-0.8b --batch 1 --prompt 1024 --new 16 \
-    --no-eager --no-hf --profile --profile-prompt 1024 --csv "$out/model.csv" > "$out/bench_model_qwen.txt" 2>&1
-  grep "^{\|Error\|# profile\|# host profile" "$out/bench_model_qwen.txt" | cut -c1-200 | tail -10
-  grep -A 30 "# host profile prefill 1" "$out/bench_model_qwen.txt" | cut -c1-150 | head -34
-  timeout 70 python3 scripts/bench_model.py --preset qwen3.5-0.8b --batch 32 --prompt 1024 --new 16 \
-    --no-eager --no-hf --csv "$out/model.csv" > "$out/bench_model_qwen32.txt" 2>&1
-  grep "^{\|Error" "$out/bench_model_qwen32.txt" | cut -c1-300 | tail -2
-  for preset in kimi-linear-48b-a3b deepseek-v4-flash; do
-    timeout 60 python3 scripts/bench_model.py --preset $preset --layers 4 --batch 1,32 --prompt 1024 \
-      --new 16 --no-eager --no-hf --csv "$out/model.csv" > "$out/bench_model_$preset.txt" 2>&1
-    grep "^{\|Error" "$out/bench_model_$preset.txt" | cut -c1-300 | tail -3
-  done
+  prefill_syncs; prefill_tests; qwen_prefill_profile; model_figures
 elif [ "$phase" = s14b ]; then
   # The fourteenth session's opt-in GDN WY forms, untimed: the four diagonal blocks solved
   # together (GDN_SOLVE="x4") and k k^T from the raw keys (GDN_RAW_K, decayed keys written by
   # _wu_kernel), alone and together, per kernel against the default, fla beside them (each
   # variant's outputs are checked against the recurrent kernel there); then the strict chunked
   # conformance with the new forms on (set in the process that runs pytest).
-  D=hwinfer.kernels.triton.delta_chunk
-  timeout 200 python3 scripts/bench_delta_chunk.py --kinds gdn --shapes 1x16384,8x2048 --no-torch \
-    --no-variants --breakdown --variant "x4@$D:GDN_SOLVE='x4'" --variant "raw@$D:GDN_RAW_K=True" \
-    --variant "x4raw@$D:GDN_SOLVE='x4';$D:GDN_RAW_K=True" --variant "fused@$D:FUSED_OUT=True" \
-    --variant "fused4@$D:FUSED_OUT=True;$D:FUSED_WARPS=4" \
-    --variant "all@$D:GDN_SOLVE='x4';$D:GDN_RAW_K=True;$D:FUSED_OUT=True" \
-    > "$out/bench_delta_chunk_gdn.csv" 2> "$out/bench_delta_chunk_gdn.err"
-  echo "== bench_delta_chunk gdn rc=$?"; grep -v "Warn\|warn\|^# hwinfer\|at::native\|anonymous\|Memcpy" \
-    "$out/bench_delta_chunk_gdn.err" | grep "triton\|fla\|_kernel" | cut -c1-150 | head -40
-  # KDA's diagonal blocks by levels with 3xTF32 segment sums (written in the twelfth session,
-  # prepared in s13b, never run) and by pairs (fourteenth session) against the row loop, and
-  # KDA's WY kernel at 8 warps (an sm_90 compile spills 504 B at 4, 56 at 8), per kernel, no fla.
-  timeout 190 python3 scripts/bench_delta_chunk.py --kinds kda --shapes 1x16384 --no-torch --no-fla \
-    --no-variants --breakdown --variant "levels@$D:DIAG_FORM='levels'" \
-    --variant "wy8@$D:SPLIT_LAUNCH={'gdn': (2, 4, 32), 'kda': (8, 4, 32)}" \
-    --variant "levels4@$D:DIAG_FORM='levels';$D:DIAG_WARPS=4" --variant "pairs@$D:DIAG_FORM='pairs'" \
-    --variant "pairs8@$D:DIAG_FORM='pairs';$D:DIAG_PAIRS_BK=8;$D:DIAG_PAIRS_WARPS=2" \
-    --variant "fused@$D:FUSED_OUT=True" --variant "fused4@$D:FUSED_OUT=True;$D:FUSED_WARPS=4" \
-    > "$out/bench_delta_chunk_kda.csv" 2> "$out/bench_delta_chunk_kda.err"
-  echo "== bench_delta_chunk kda rc=$?"; grep "triton\|_kernel" "$out/bench_delta_chunk_kda.err" \
-    | grep -v "Warn\|warn" | cut -c1-150 | head -24
-  timeout 130 python3 -c "import sys, pytest, $D as t; t.GDN_SOLVE = 'x4'; t.GDN_RAW_K = True; \
-t.DIAG_FORM = 'pairs'; t.FUSED_OUT = True; sys.exit(pytest.main(['tests/conformance', '--backend', 'nvidia', '--strict', '-q', \
-'-p', 'no:cacheprovider', '-k', 'test_impl_matches_reference and triton and (gdn_chunked or kda_chunked)']))" \
-    > "$out/conformance_x4raw.txt" 2>&1
-  grep -E "passed|failed|FAILED" "$out/conformance_x4raw.txt" | tail -6
+  gdn_forms; kda_forms; strict_forms
+elif [ "$phase" = s15a ]; then
+  # s14a and s14b regrouped for a session whose machine may come once: what checks the
+  # landed code and the fused output stage first (each part is one function above).
+  prefill_tests; gdn_forms; strict_forms
+elif [ "$phase" = s15b ]; then
+  kda_forms; prefill_syncs; qwen_prefill_profile; model_figures
 elif [ "$phase" = next10c ]; then
   # KDA vs fla with time for fla's first compiles (autotuning); DeepSeek-V4 b=32 against
   # transformers with our model not resident.
