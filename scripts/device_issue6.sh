@@ -137,10 +137,10 @@ model_figures() {  # Qwen3.5 b=32, Kimi-Linear / V4-Flash 4 layers b=1,32
 }
 
 gdn_forms() {  # GDN forms per kernel against the default, fla beside them
-  timeout 200 python3 scripts/bench_delta_chunk.py --kinds gdn --shapes 1x16384,8x2048 --no-torch \
+  timeout 230 python3 scripts/bench_delta_chunk.py --kinds gdn --shapes 1x16384,8x2048 --no-torch \
     --no-variants --breakdown --variant "x4@$D:GDN_SOLVE='x4'" --variant "raw@$D:GDN_RAW_K=True" \
     --variant "x4raw@$D:GDN_SOLVE='x4';$D:GDN_RAW_K=True" --variant "fused@$D:FUSED_OUT=True" \
-    --variant "fused4@$D:FUSED_OUT=True;$D:FUSED_WARPS=4" \
+    --variant "fused4@$D:FUSED_OUT=True;$D:FUSED_WARPS=4" --variant "fused_bv32@block_v=32;$D:FUSED_OUT=True" \
     --variant "all@$D:GDN_SOLVE='x4';$D:GDN_RAW_K=True;$D:FUSED_OUT=True" \
     > "$out/bench_delta_chunk_gdn.csv" 2> "$out/bench_delta_chunk_gdn.err"
   echo "== bench_delta_chunk gdn rc=$?"; grep -v "Warn\|warn\|^# hwinfer\|at::native\|anonymous\|Memcpy" \
@@ -661,7 +661,7 @@ elif [ "$phase" = s13b ]; then
   # The chunked stages with the final defaults against the one-kernel WY stage and the levels
   # diagonal (3xTF32 sums), GDN with fla, KDA without (its first call autotunes for minutes).
   D=hwinfer.kernels.triton.delta_chunk
-  timeout 200 python3 scripts/bench_delta_chunk.py --kinds gdn --shapes 1x16384,8x2048 --no-torch \
+  timeout 230 python3 scripts/bench_delta_chunk.py --kinds gdn --shapes 1x16384,8x2048 --no-torch \
     --no-variants --breakdown --variant "one@$D:WY_SPLIT=False" \
     > "$out/bench_delta_chunk_gdn.csv" 2> "$out/bench_delta_chunk_gdn.err"
   echo "== bench_delta_chunk gdn rc=$?"; grep -v "Warn\|warn\|^# hwinfer\|at::native\|anonymous\|^#   " \
