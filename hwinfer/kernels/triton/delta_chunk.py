@@ -139,23 +139,13 @@ DIAG_FORM = "loop"
 DIAG_WARPS = 2
 DIAG_PAIRS_BK = 16
 DIAG_PAIRS_WARPS = 4
-# The output stage inside the state stage (``_state_kernel`` with FUSED_OUT): each step forms
-# its chunk's o from the start state and deltas it holds, so the per-chunk states ([chunks, Hv,
-# Dk, Dv] fp32: 268 MB at GDN 1 x 16k, Qwen3.5's 16 heads) and the deltas are never written or
-# reread, and the output launch goes; the state-free parts (P, the scaled q) are recomputed per
-# value block, off the recurrence's dependency chain. Opt-in until timed on a card.
-FUSED_OUT = False
-FUSED_WARPS = 8  # its warps (an sm_90 compile of Triton 3.7 spills less at 8 than at 4)
 
 
 @triton.jit
 def _state_kernel(kg_ptr, ge_ptr, w_ptr, u_ptr, h0_ptr, hs_ptr, d_ptr, ht_ptr, seq_ptr, Hv,
-                  q_ptr, k_ptr, g_ptr, a_ptr, o_ptr, Hk, scale, eps,
                   DK: tl.constexpr, DV: tl.constexpr, BV: tl.constexpr,
                   PER_CHANNEL: tl.constexpr, HAS_H0: tl.constexpr, PREC: tl.constexpr,
-                  PREFETCH: tl.constexpr, FUSED_OUT: tl.constexpr, USE_L2NORM: tl.constexpr,
-                  PREC_OUT: tl.constexpr, SPAN: tl.constexpr, RAW_QK: tl.constexpr,
-                  QS: tl.constexpr):
+                  PREFETCH: tl.constexpr):
     i_nh = tl.program_id(0)
     i_vb = tl.program_id(1)
     i_n = i_nh // Hv
@@ -186,22 +176,10 @@ def _state_kernel(kg_ptr, ge_ptr, w_ptr, u_ptr, h0_ptr, hs_ptr, d_ptr, ht_ptr, s
         else:
             w = _raw_rows(w_ptr, t0, n, i_h, Hv, 0, 64, DK)
             kg = _raw_rows(kg_ptr, t0, n, i_h, Hv, 0, 64, DK)
-        if FUSED_OUT:
-            # The output stage's state-free parts, off the recurrence's critical path.
-            p, qa, qs = _chunk_scores(q_ptr, k_ptr, g_ptr, a_ptr, t0, n, i_h, i_h // (Hv // Hk),
-                                      Hk, Hv, scale, eps, DK, PER_CHANNEL, USE_L2NORM, PREC_OUT,
-                                      SPAN, RAW_QK, QS)
-        else:
-            tl.store(hs_ptr + ((chunk0 + c) * Hv + i_h) * DK * DV + offs_s, h)
+        tl.store(hs_ptr + ((chunk0 + c) * Hv + i_h) * DK * DV + offs_s, h)
         d = _head_rows(u_ptr, t0, n, i_h, Hv, c0, 0, 64, DV, BV)
         d -= _mm_split(w, h, PREC)
-        if FUSED_OUT:
-            # o from this chunk's start state and deltas while they are in registers: neither
-            # is written to memory (the unfused form stores and rereads both, fp32).
-            _store_rows(o_ptr, _chunk_combine(p, qa, qs, h, d, PREC_OUT, QS), t0, n, i_h, Hv,
-                        c0, 0, 64, DV, BV)
-        else:
-            _store_rows(d_ptr, d, t0, n, i_h, Hv, c0, 0, 64, DV, BV)
+        _store_rows(d_ptr, d, t0, n, i_h, Hv, c0, 0, 64, DV, BV)
         if PER_CHANNEL:
             g_end = tl.load(ge_ptr + ((chunk0 + c) * Hv + i_h) * DK + tl.arange(0, DK))
             h = h * tl.exp(g_end)[:, None]
@@ -214,21 +192,17 @@ def _state_kernel(kg_ptr, ge_ptr, w_ptr, u_ptr, h0_ptr, hs_ptr, d_ptr, ht_ptr, s
 
 
 @triton.jit
-def _chunk_scores(q_ptr, k_ptr, g_ptr, a_ptr, tok0, n, i_h, i_hk, Hk, Hv, scale, eps,
-                  DK: tl.constexpr, PER_CHANNEL: tl.constexpr, USE_L2NORM: tl.constexpr,
-                  PREC: tl.constexpr, SPAN: tl.constexpr, RAW_QK: tl.constexpr,
-                  QS: tl.constexpr):
-    """The parts of a chunk's output that need no state: ``P`` [64, 64], the causal decayed
-    q k^T, and q for the inter-chunk term as (``qa`` [64, DK], ``qs`` [64]) with ``(q e^G) S0
-    = qs[:, None] * (qa S0)``: QS "split" gives q's raw 16-bit rows and their scale e^{G_t} /
-    |q_t|, otherwise ``qa = q e^G`` in fp32 (``qs`` is then unused)."""
+def _out_kernel(q_ptr, k_ptr, g_ptr, a_ptr, hs_ptr, d_ptr, o_ptr, tab_ptr, Hk, Hv, scale, eps,
+                DK: tl.constexpr, DV: tl.constexpr, BV: tl.constexpr,
+                PER_CHANNEL: tl.constexpr, USE_L2NORM: tl.constexpr, PREC: tl.constexpr,
+                SPAN: tl.constexpr, RAW_QK: tl.constexpr, QS: tl.constexpr):
+    i_c, i_h, i_hk, tok0, n, c0 = _out_program(tab_ptr, Hk, Hv, BV)
     r = tl.arange(0, 64)
     g = _g_rows(g_ptr, tok0, n, i_h, Hv, 0, 64, DK, PER_CHANNEL)
     G = tl.cumsum(g, axis=0)
     if PER_CHANNEL:
         q = _qk_rows(q_ptr, tok0, n, i_hk, Hk, scale, eps, 0, 64, DK, USE_L2NORM)
-        qa = q * tl.exp(G)
-        qs = tl.sum(G, axis=1)  # unused (QS is "" for KDA)
+        qg = q * tl.exp(G)
         # Aqk rows past n and entries above the diagonal were never written: mask them.
         p = tl.load(a_ptr + ((tok0 + r) * Hv + i_h)[:, None] * 64 + r[None, :],
                     mask=(r < n)[:, None] & (r[None, :] <= r[:, None]), other=0.0)
@@ -248,44 +222,22 @@ def _chunk_scores(q_ptr, k_ptr, g_ptr, a_ptr, tok0, n, i_h, i_hk, Hk, Hv, scale,
             else:
                 s = tl.dot(qr.to(tl.float32), tl.trans(kr.to(tl.float32)), input_precision="ieee")
             p = s * (nq[:, None] * nk[None, :]) * e
-            qs = nq * tl.exp(G)
             if QS == "":
-                qa = qr.to(tl.float32) * qs[:, None]
-            else:
-                qa = qr
+                qg = qr.to(tl.float32) * (nq * tl.exp(G))[:, None]
         else:
             q = _qk_rows(q_ptr, tok0, n, i_hk, Hk, scale, eps, 0, 64, DK, USE_L2NORM)
             k = _qk_rows(k_ptr, tok0, n, i_hk, Hk, 1.0, eps, 0, 64, DK, USE_L2NORM)
-            qa = q * tl.exp(G)[:, None]
-            qs = G
+            qg = q * tl.exp(G)[:, None]
             p = _mm(q, tl.trans(k), PREC) * e
-    return p, qa, qs
-
-
-@triton.jit
-def _chunk_combine(p, qa, qs, h, d, PREC: tl.constexpr, QS: tl.constexpr):
-    """A chunk's output ``(q e^G) S0 + P d`` [64, BV] from :func:`_chunk_scores`' parts, the
-    chunk's start state ``h`` [DK, BV] and deltas ``d`` [64, BV] (fp32)."""
-    if QS != "":
-        # GDN with bf16 q: (q e^G) S0 = diag(e^G / |q|) (q_raw S0), q_raw as stored against S0
-        # split hi + lo (_mm_split): no fp32 copy of q, more precise than tf32.
-        return qs[:, None] * _mm_split(qa, h, QS) + _mm(p, d, PREC)
-    else:
-        return _mm(qa, h, PREC) + _mm(p, d, PREC)
-
-
-@triton.jit
-def _out_kernel(q_ptr, k_ptr, g_ptr, a_ptr, hs_ptr, d_ptr, o_ptr, tab_ptr, Hk, Hv, scale, eps,
-                DK: tl.constexpr, DV: tl.constexpr, BV: tl.constexpr,
-                PER_CHANNEL: tl.constexpr, USE_L2NORM: tl.constexpr, PREC: tl.constexpr,
-                SPAN: tl.constexpr, RAW_QK: tl.constexpr, QS: tl.constexpr):
-    i_c, i_h, i_hk, tok0, n, c0 = _out_program(tab_ptr, Hk, Hv, BV)
-    p, qa, qs = _chunk_scores(q_ptr, k_ptr, g_ptr, a_ptr, tok0, n, i_h, i_hk, Hk, Hv, scale, eps,
-                              DK, PER_CHANNEL, USE_L2NORM, PREC, SPAN, RAW_QK, QS)
     h = tl.load(hs_ptr + (i_c.to(tl.int64) * Hv + i_h) * DK * DV
                 + tl.arange(0, DK)[:, None] * DV + c0 + tl.arange(0, BV)[None, :])
     d = _head_rows(d_ptr, tok0, n, i_h, Hv, c0, 0, 64, DV, BV)
-    o = _chunk_combine(p, qa, qs, h, d, PREC, QS)
+    if QS != "":
+        # GDN with bf16 q: (q e^G) S0 = diag(e^G / |q|) (q_raw S0), q_raw as stored against S0
+        # split hi + lo (_mm_split): no fp32 copy of q, more precise than tf32.
+        o = (nq * tl.exp(G))[:, None] * _mm_split(qr, h, QS) + _mm(p, d, PREC)
+    else:
+        o = _mm(qg, h, PREC) + _mm(p, d, PREC)
     _store_rows(o_ptr, o, tok0, n, i_h, Hv, c0, 0, 64, DV, BV)
 
 
@@ -402,13 +354,11 @@ def _run(op: str, q, k, v, g, beta, initial_state, scale, use_qk_l2norm, cu_seql
     half = dict(f32, dtype=torch.float32 if v.dtype == torch.float32 else torch.bfloat16)
     w = torch.empty(B * T, Hv, Dk, **half)
     u = torch.empty(B * T, Hv, Dv, **f32)
-    # The fused form keeps the chunk states and deltas in registers: neither buffer exists.
-    fused = FUSED_OUT
-    d = u[:0] if fused else torch.empty(B * T, Hv, Dv, **f32)
+    d = torch.empty(B * T, Hv, Dv, **f32)
     a = torch.empty(B * T, Hv, BT, **f32) if per_channel else u   # Aqk (KDA only)
     kg = torch.empty(B * T, Hv, Dk, **half)
     ge = torch.empty(max(nc, 1), Hv, Dk if per_channel else 1, **f32)
-    hs = u[:0] if fused else torch.empty(max(nc, 1), Hv, Dk, Dv, **f32)
+    hs = torch.empty(max(nc, 1), Hv, Dk, Dv, **f32)
     scale = float(Dk ** -0.5 if scale is None else scale)
     l2 = bool(use_qk_l2norm)
     # The interpreter pays per program: one value block per head there unless asked. On the
@@ -452,8 +402,6 @@ def _run(op: str, q, k, v, g, beta, initial_state, scale, use_qk_l2norm, cu_seql
                 else STATE_PREFETCH)
     if prefetch and bv_state >= 32:
         state_warps = 8
-    if FUSED_OUT:
-        state_warps = FUSED_WARPS
     out_warps, out_stages = OUT_LAUNCH
     out_stages = {} if torch.version.hip or not out_stages else {"num_stages": out_stages}
     # tf32 matmuls for 16-bit inputs on NVIDIA (their own rounding is coarser); exact fp32
@@ -519,17 +467,15 @@ def _run(op: str, q, k, v, g, beta, initial_state, scale, use_qk_l2norm, cu_seql
                                  USE_L2NORM=l2, PREC=prec, KG=bool(raw_k),
                                  num_warps=num_warps or wu_warps)
     _state_kernel[(n * Hv, Dv // bv_state)](
-        kg, ge, w, u, h0 if h0 is not None else ht, hs, d, ht, seqs, Hv, q, k, g, a, o, Hk,
-        scale, L2NORM_EPS, DK=Dk, DV=Dv, BV=bv_state, PER_CHANNEL=per_channel,
-        HAS_H0=h0 is not None, PREC=prec_state, PREFETCH=prefetch, FUSED_OUT=fused,
-        USE_L2NORM=l2, PREC_OUT=prec_out, SPAN=GDN_SPAN, RAW_QK=raw_qk, QS=qs,
-        num_warps=num_warps or state_warps, **stages)
-    if nc and block_k_out and not fused:
+        kg, ge, w, u, h0 if h0 is not None else ht, hs, d, ht, seqs, Hv,
+        DK=Dk, DV=Dv, BV=bv_state, PER_CHANNEL=per_channel, HAS_H0=h0 is not None, PREC=prec_state,
+        PREFETCH=prefetch, num_warps=num_warps or state_warps, **stages)
+    if nc and block_k_out:
         _out_blocked_kernel[(nc, Hv, Dv // bv_out)](
             q, k, g, a, hs, d, o, chunks, Hk, Hv, scale, L2NORM_EPS,
             DK=Dk, DV=Dv, BV=bv_out, BK=block_k_out, PER_CHANNEL=per_channel, USE_L2NORM=l2,
             PREC=prec_out, SPAN=GDN_SPAN, num_warps=num_warps or out_warps, **out_stages)
-    elif nc and not fused:
+    elif nc:
         _out_kernel[(nc, Hv, Dv // bv_out)](
             q, k, g, a, hs, d, o, chunks, Hk, Hv, scale, L2NORM_EPS,
             DK=Dk, DV=Dv, BV=bv_out, PER_CHANNEL=per_channel, USE_L2NORM=l2, PREC=prec_out,
@@ -639,33 +585,17 @@ def _aot_specs():
                                          {"num_warps": 2}, targets))
             st = {"kg_ptr": half, "ge_ptr": f32, "w_ptr": half, "u_ptr": f32, "h0_ptr": f32,
                   "hs_ptr": f32, "d_ptr": f32, "ht_ptr": f32, "seq_ptr": "*i32", "Hv": "i32",
-                  "q_ptr": ptr, "k_ptr": ptr, "g_ptr": f32, "a_ptr": f32, "o_ptr": ptr,
-                  "Hk": "i32", "scale": "fp32", "eps": "fp32",
                   "DK": "constexpr", "DV": "constexpr", "BV": "constexpr",
                   "PER_CHANNEL": "constexpr", "HAS_H0": "constexpr", "PREC": "constexpr",
-                  "PREFETCH": "constexpr", "FUSED_OUT": "constexpr", "USE_L2NORM": "constexpr",
-                  "PREC_OUT": "constexpr", "SPAN": "constexpr", "RAW_QK": "constexpr",
-                  "QS": "constexpr"}
-            # (no prefetch, 4 warps) as on AMD and for many programs; prefetch at 8 warps; the
-            # output stage fused in (FUSED_OUT) as the H200 would run it (GDN 1 x 16k: 16
-            # channels, prefetch; 8 x 2k: 32, none).
-            gdn_qs = "" if per_channel else "split"
-            for prec, pf, fused, bv, targets in (
-                    ("ieee", False, False, 32, None), ("split", False, False, 32, ("sm_90", "sm_100")),
-                    ("split", True, False, 32, ("sm_90", "sm_100")),
-                    ("ieee", False, True, 32, None),
-                    ("split", True, True, 16, ("sm_90", "sm_100")),
-                    ("split", False, True, 32, ("sm_90", "sm_100"))):
-                native = prec == "split"
+                  "PREFETCH": "constexpr"}
+            # (no prefetch, 4 warps) as on AMD and for many programs; prefetch at 8 warps.
+            for prec, pf, targets in (("ieee", False, None), ("split", False, ("sm_90", "sm_100")),
+                                      ("split", True, ("sm_90", "sm_100"))):
                 specs.append(AotSpec(
-                    f"delta_chunk_state[{kind},{dtype},{d},{prec}{',prefetch' if pf else ''}"
-                    f"{f',fused,bv{bv}' if fused else ''}]",
-                    _state_kernel, st, {"DK": d, "DV": d, "BV": bv, "PER_CHANNEL": per_channel,
-                                        "HAS_H0": True, "PREC": prec, "PREFETCH": pf,
-                                        "FUSED_OUT": fused, "USE_L2NORM": True,
-                                        "PREC_OUT": "tf32" if native else "ieee", "SPAN": "scan",
-                                        "RAW_QK": "native", "QS": gdn_qs if native else ""},
-                    {"num_warps": 8 if (pf and bv >= 32) or fused else 4, "num_stages": 2}, targets))
+                    f"delta_chunk_state[{kind},{dtype},{d},{prec}{',prefetch' if pf else ''}]",
+                    _state_kernel, st, {"DK": d, "DV": d, "BV": 32, "PER_CHANNEL": per_channel,
+                                        "HAS_H0": True, "PREC": prec, "PREFETCH": pf},
+                    {"num_warps": 8 if pf else 4, "num_stages": 2}, targets))
             out = {"q_ptr": ptr, "k_ptr": ptr, "g_ptr": f32, "a_ptr": f32, "hs_ptr": f32,
                    "d_ptr": f32, "o_ptr": ptr, "tab_ptr": "*i32", "Hk": "i32", "Hv": "i32",
                    "scale": "fp32", "eps": "fp32", "DK": "constexpr", "DV": "constexpr",
