@@ -115,26 +115,25 @@ OUT_LAUNCH = (4, None)
 # 283 + 149 and KDA's from 1,976 to 1,148 + 401 with these launches (2 warps: GDN only; KDA's
 # WY kernel spills at 2); 64-channel blocks cost _wu_kernel 175 / 584 us.
 WY_SPLIT = True
-# GDN's four diagonal 16 x 16 blocks of (I + diag(beta) A)^-1 in the blocked WY kernel: "x1"
-# one after the other (the form timed on the H200), "x4" together (delta_chunk_wy._inv16x4: 15
-# substitution steps instead of 60; in an sm_90 compile (Triton 3.7) of the split kernel its
-# loop is ~3,400 instructions a thread against ~6,100). Opt-in until timed on a card (s14b).
-GDN_SOLVE = "x1"
-# GDN's k k^T in the split WY kernel from the 16-bit keys as stored (exact products in the
-# tensor cores, the rows' norms applied to the blocks after, one pass over the channels), the
-# decayed keys for the state stage then written by _wu_kernel; False: normalised fp32 rows in
-# tf32 products after a norm pass. In sm_90 compiles (Triton 3.7) the split WY kernel drops
-# from ~12,400 to ~9,300 instructions a thread (with "x4") and its 224 bytes of spills go;
-# _wu_kernel grows by ~450. Opt-in until timed on a card (s14b).
-GDN_RAW_K = False
+# GDN's four diagonal 16 x 16 blocks of (I + diag(beta) A)^-1 in the blocked WY kernel: "x4"
+# together (delta_chunk_wy._inv16x4: 15 substitution steps instead of 60), "x1" one after the
+# other. GDN's k k^T in the split WY kernel from the 16-bit keys as stored (GDN_RAW_K: exact
+# products in the tensor cores, the rows' norms applied to the blocks after, one pass over the
+# channels; the decayed keys for the state stage then written by _wu_kernel); False: normalised
+# fp32 rows in tf32 products after a norm pass. On the H200 (fifteenth session, s15a) the WY
+# kernel went from 305 to 205 us with "x4", to 167 with both (_wu_kernel 150 -> 168): GDN 1 x 16k
+# 1,268 -> 1,146 us, 8 x 2k 1,037 -> 917 us; outputs unchanged (rel. RMSE 2.4e-3 against the
+# recurrent kernel either way).
+GDN_SOLVE = "x4"
+GDN_RAW_K = True
 SPLIT_LAUNCH = {"gdn": (2, 4, 32), "kda": (4, 4, 32)}
 # KDA's diagonal blocks: "loop" (``_kda_diag_kernel``, a row at a time) or "levels"
-# (:mod:`.delta_chunk_diag`, all rows at once by a binary split of the tile). On the H200 the
-# levels form was 2.9x slower at 2 warps (3,408 against 1,170 us, KDA 1 x 16k) and 1.6x at 4:
-# its segment sums are exact fp32 products, which run on the FMA units. DIAG_WARPS: its warps.
-# "pairs" (16-bit inputs; fp32 ones keep the loop): every pair of the tile at once, decays as
-# e^{G_t - G_s} over the tile's 16 rows (_kda_diag_pairs_kernel), DIAG_PAIRS_BK key channels a
-# step in DIAG_PAIRS_WARPS warps; opt-in until timed on a card (device phase s14b).
+# (:mod:`.delta_chunk_diag`, all rows at once by a binary split of the tile) or "pairs" (16-bit
+# inputs; fp32 ones keep the loop: every pair of the tile at once, decays as e^{G_t - G_s} over
+# the tile's 16 rows, _kda_diag_pairs_kernel, DIAG_PAIRS_BK key channels a step in
+# DIAG_PAIRS_WARPS warps). On the H200 at KDA 1 x 16k the loop takes 1,183 us; levels 5,628
+# (3xTF32 segment sums; 11,696 at 4 warps; exact fp32 ones were 3,408 in the twelfth session),
+# pairs 2,164 (2,042 at BK = 8, 2 warps): the loop stays. DIAG_WARPS: the levels form's warps.
 DIAG_FORM = "loop"
 DIAG_WARPS = 2
 DIAG_PAIRS_BK = 16
@@ -560,7 +559,7 @@ def _aot_specs():
                                       "PER_CHANNEL": per_channel, "USE_L2NORM": True,
                                       "PREC": "ieee", "KG": raw},
                                      {"num_warps": SPLIT_LAUNCH[kind][1]}))
-            if not per_channel:   # the opt-in GDN forms together (GDN_RAW_K, GDN_SOLVE="x4")
+            if not per_channel:   # GDN's default form on NVIDIA: raw 16-bit keys, "x4" solve
                 specs.append(AotSpec(
                     f"delta_chunk_wy_blocked[{kind},{dtype},{d},bk32,split,raw,x4]",
                     _wy_blocked_kernel, {**wy, "x_ptr": f32, "BK": "constexpr", "SPLIT": "constexpr",
