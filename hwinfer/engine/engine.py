@@ -269,8 +269,9 @@ class Engine:
         top_k = [int(pick(r.params.top_k, d.top_k)) for r in reqs]
         top_p = [float(pick(r.params.top_p, d.top_p)) for r in reqs]
         # Two uploads instead of five: float rows (temperature, top_p), integer rows (top_k, seed, step).
-        floats = torch.tensor([temp, top_p], dtype=torch.float32).to(device, non_blocking=True)
-        ints = torch.tensor([top_k, [r.seed for r in reqs], steps], dtype=torch.int64).to(device, non_blocking=True)
+        # (pinned: a copy from pageable memory may wait for the stream)
+        floats = host_to_device([temp, top_p], device, torch.float32)
+        ints = host_to_device([top_k, [r.seed for r in reqs], steps], device, torch.int64)
         return self.model.ops.sample(logits, floats[0], ints[0].to(torch.int32), floats[1], ints[1],
                                      ints[2]).long()
 
