@@ -77,6 +77,8 @@
 #                                         # output stage (FUSED_OUT), strict conformance of all
 #   bash scripts/device_issue6.sh s15b      # the rest of s14a / s14b: KDA forms, prefill syncs,
 #                                         # prefill host profile, model figures
+#   bash scripts/device_issue6.sh s15c      # pageable host copies in prefill, Qwen3.5 with GDN's
+#                                         # new WY defaults
 #   bash scripts/device_issue6.sh diagnose  # model oracle + CUDA-graph tests on the GPU, then
 #                                         # the failures again under HWINFER_SHADOW=raise, which
 #                                         # names the first op whose kernel leaves its reference
@@ -756,6 +758,15 @@ elif [ "$phase" = s15a ]; then
   prefill_tests; gdn_forms; strict_forms
 elif [ "$phase" = s15b ]; then
   kda_forms; prefill_syncs; qwen_prefill_profile; model_figures
+elif [ "$phase" = s15c ]; then
+  # After s15a / s15b: where the prefill's pageable host-to-device copies come from
+  # (find_syncs' HostCopies, new; a Qwen3.5 1 x 1,024 step made 37 with 0 syncs reported), then
+  # Qwen3.5 with GDN's new WY defaults (x4 solve, raw keys).
+  timeout 90 python3 scripts/find_syncs.py qwen3_5 kimi_linear --prefill > "$out/copies_prefill.txt" 2>&1
+  echo "== find_syncs --prefill rc=$?"; grep -v "Warn\|warn" "$out/copies_prefill.txt" | cut -c1-260 | head -30
+  timeout 130 python3 scripts/bench_model.py --preset qwen3.5-0.8b --batch 1,32 --prompt 1024 --new 16 \
+    --no-eager --no-hf --csv "$out/model.csv" > "$out/bench_model_qwen.txt" 2>&1
+  grep "^{\|Error" "$out/bench_model_qwen.txt" | cut -c1-330 | tail -3
 elif [ "$phase" = next10c ]; then
   # KDA vs fla with time for fla's first compiles (autotuning); DeepSeek-V4 b=32 against
   # transformers with our model not resident.
