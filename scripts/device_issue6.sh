@@ -767,6 +767,10 @@ elif [ "$phase" = s15c ]; then
   timeout 130 python3 scripts/bench_model.py --preset qwen3.5-0.8b --batch 1,32 --prompt 1024 --new 16 \
     --no-eager --no-hf --csv "$out/model.csv" > "$out/bench_model_qwen.txt" 2>&1
   grep "^{\|Error" "$out/bench_model_qwen.txt" | cut -c1-330 | tail -3
+elif [ "$phase" = s15d ]; then
+  # s15c's first part alone (for a call with little device time left).
+  timeout 80 python3 scripts/find_syncs.py qwen3_5 --prefill > "$out/copies_prefill.txt" 2>&1
+  echo "== find_syncs --prefill rc=$?"; grep -v "Warn\|warn" "$out/copies_prefill.txt" | cut -c1-260 | head -30
 elif [ "$phase" = next10c ]; then
   # KDA vs fla with time for fla's first compiles (autotuning); DeepSeek-V4 b=32 against
   # transformers with our model not resident.
