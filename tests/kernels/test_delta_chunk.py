@@ -43,9 +43,12 @@ def split(f, wy):   # f with the module constants of wy ('one': WY_SPLIT off; 'd
 WYS = (dict(block_k=0), dict(block_k=16, block_k_out=16), dict(block_k=16, one=True, diag="levels"))
 for per_channel in (False, True):
     B, T, Hk, Hv, Dk, Dv = 1, 137, 1, 2, 16, 32
-    proj = torch.randn(B, T, Hk, 3 * Dk)
-    q, k = proj[..., :Dk], proj[..., Dk:2 * Dk]
-    v = torch.randn(B, T, Hv, Dv)
+    # q | k | v packed per token as the layers' conv output (token-strided views, taken as
+    # they are: _token_rows), with room for more channels after v
+    proj = torch.randn(B, T, 2 * Hk * Dk + Hv * Dv + Dv)
+    q, k = (proj[..., i * Hk * Dk:(i + 1) * Hk * Dk].reshape(B, T, Hk, Dk) for i in range(2))
+    v = proj[..., 2 * Hk * Dk:2 * Hk * Dk + Hv * Dv].reshape(B, T, Hv, Dv)
+    assert tc._token_rows(q, k, v)[3:] == (8, 4)   # row strides in units of Dk / Dv
     g = -torch.rand(B, T, Hv, Dk) if per_channel else -torch.rand(B, T, Hv)
     beta = torch.rand(B, T, Hv)
     cu = torch.tensor([0, 0, 130, 137], dtype=torch.int32)
@@ -176,3 +179,25 @@ def test_per_call_check_refuses_unsupported_shapes():
     assert delta_chunk_supported(q, q, torch.randn(1, 2, 2, 256), g, beta) is not None  # > 128
     assert delta_chunk_supported(q.double(), q.double(), torch.randn(1, 2, 2, 64), g,
                                  beta) is not None
+
+
+def test_token_strided_views_are_taken_without_copies():
+    """q / k / v split from one packed projection (as the GDN and KDA layers pass them) reach the
+    kernels as they are, with their token stride; other layouts are copied first. (The outputs
+    of such views are checked against the token loop in the interpreted test above.)"""
+    import torch
+
+    from hwinfer.kernels.triton.delta_chunk import _token_rows
+
+    T, H, D = 5, 2, 16
+    mixed = torch.randn(1, T, 3 * H * D + D)          # q | k | v | D more channels per token
+    q, k, v = (mixed[..., i * H * D:(i + 1) * H * D].reshape(1, T, H, D) for i in range(3))
+    q2, k2, v2, qkr, vr = _token_rows(q, k, v)
+    assert (q2.data_ptr(), k2.data_ptr(), v2.data_ptr()) == (q.data_ptr(), k.data_ptr(), v.data_ptr())
+    assert qkr == vr == 3 * H + 1
+    odd = torch.randn(1, T, H * D + 3)[..., :H * D].reshape(1, T, H, D)   # stride not a multiple of D
+    heads_first = torch.randn(1, H, T, D).transpose(1, 2)                  # [1, T, H, D] view
+    q3, k3, v3, qkr, vr = _token_rows(odd, odd, heads_first)
+    assert q3.is_contiguous() and k3.is_contiguous() and v3.is_contiguous() and qkr == vr == H
+    q4, k4, _, qkr, _ = _token_rows(q, k.contiguous(), v)                    # q, k strides differ
+    assert q4.is_contiguous() and k4.is_contiguous() and qkr == H

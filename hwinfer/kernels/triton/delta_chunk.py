@@ -48,6 +48,10 @@ memory is trusted, as in the recurrent kernel (:mod:`.delta_rule`): checking its
 cost a host sync per layer (on the H200 the host-built table made an 8 x 2k GDN call ~600 us
 longer than its kernels); one on the CPU is checked in full.
 
+q, k and v may be token-strided views of one packed projection (``_token_rows``): the kernels
+take their token strides (``QKR``, ``VR``, in units of Dk / Dv) instead of a contiguous copy of
+each, which cost a Qwen3.5 prefill three copy kernels per GDN layer.
+
 Supported (``delta_chunk_supported``): Dk, Dv powers of two in [16, 128]; q/k/v fp16 / bf16 /
 fp32. ``chunk_size`` is ignored (always 64): the contract allows any chunking.
 """
@@ -191,7 +195,7 @@ def _state_kernel(kg_ptr, ge_ptr, w_ptr, u_ptr, h0_ptr, hs_ptr, d_ptr, ht_ptr, s
 
 
 @triton.jit
-def _out_kernel(q_ptr, k_ptr, g_ptr, a_ptr, hs_ptr, d_ptr, o_ptr, tab_ptr, Hk, Hv, scale, eps,
+def _out_kernel(q_ptr, k_ptr, g_ptr, a_ptr, hs_ptr, d_ptr, o_ptr, tab_ptr, Hk, Hv, QKR, scale, eps,
                 DK: tl.constexpr, DV: tl.constexpr, BV: tl.constexpr,
                 PER_CHANNEL: tl.constexpr, USE_L2NORM: tl.constexpr, PREC: tl.constexpr,
                 SPAN: tl.constexpr, RAW_QK: tl.constexpr, QS: tl.constexpr):
@@ -200,7 +204,7 @@ def _out_kernel(q_ptr, k_ptr, g_ptr, a_ptr, hs_ptr, d_ptr, o_ptr, tab_ptr, Hk, H
     g = _g_rows(g_ptr, tok0, n, i_h, Hv, 0, 64, DK, PER_CHANNEL)
     G = tl.cumsum(g, axis=0)
     if PER_CHANNEL:
-        q = _qk_rows(q_ptr, tok0, n, i_hk, Hk, scale, eps, 0, 64, DK, USE_L2NORM)
+        q = _qk_rows(q_ptr, tok0, n, i_hk, QKR, scale, eps, 0, 64, DK, USE_L2NORM)
         qg = q * tl.exp(G)
         # Aqk rows past n and entries above the diagonal were never written: mask them.
         p = tl.load(a_ptr + ((tok0 + r) * Hv + i_h)[:, None] * 64 + r[None, :],
@@ -212,8 +216,8 @@ def _out_kernel(q_ptr, k_ptr, g_ptr, a_ptr, hs_ptr, d_ptr, o_ptr, tab_ptr, Hk, H
             # 16-bit inputs: q k^T of the raw rows (their products are exact in the fp32
             # accumulator) on the 16-bit tensor cores, both rows' norms applied to the scores
             # after; on the interpreter (no 16-bit dots) the same product in fp32.
-            qr = _raw_rows(q_ptr, tok0, n, i_hk, Hk, 0, 64, DK)
-            kr = _raw_rows(k_ptr, tok0, n, i_hk, Hk, 0, 64, DK)
+            qr = _raw_rows(q_ptr, tok0, n, i_hk, QKR, 0, 64, DK)
+            kr = _raw_rows(k_ptr, tok0, n, i_hk, QKR, 0, 64, DK)
             nq = _row_scale(qr, scale, eps, USE_L2NORM)
             nk = _row_scale(kr, 1.0, eps, USE_L2NORM)
             if RAW_QK == "native":
@@ -224,8 +228,8 @@ def _out_kernel(q_ptr, k_ptr, g_ptr, a_ptr, hs_ptr, d_ptr, o_ptr, tab_ptr, Hk, H
             if QS == "":
                 qg = qr.to(tl.float32) * (nq * tl.exp(G))[:, None]
         else:
-            q = _qk_rows(q_ptr, tok0, n, i_hk, Hk, scale, eps, 0, 64, DK, USE_L2NORM)
-            k = _qk_rows(k_ptr, tok0, n, i_hk, Hk, 1.0, eps, 0, 64, DK, USE_L2NORM)
+            q = _qk_rows(q_ptr, tok0, n, i_hk, QKR, scale, eps, 0, 64, DK, USE_L2NORM)
+            k = _qk_rows(k_ptr, tok0, n, i_hk, QKR, 1.0, eps, 0, 64, DK, USE_L2NORM)
             qg = q * tl.exp(G)[:, None]
             p = _mm(q, tl.trans(k), PREC) * e
     h = tl.load(hs_ptr + (i_c.to(tl.int64) * Hv + i_h) * DK * DV
@@ -324,6 +328,28 @@ def _check_device_cu(op: str, q: torch.Tensor, cu_seqlens: torch.Tensor,
     return n
 
 
+def _token_rows(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor):
+    """(q, k, v, qkr, vr): the kernels address token t, head h of q / k at ``(t * qkr + h) * Dk``
+    and of v at ``(t * vr + h) * Dv``. q, k, v [B, T, H, D] that are token-strided views of one
+    projection (GDN / KDA layers split their conv output, packed q | k | v per token) are taken
+    as they are, their token stride in units of D; anything else is made contiguous first (one
+    copy kernel each, three a layer, that the views avoid)."""
+    def rows(x: torch.Tensor) -> int | None:
+        B, T, H, D = x.shape
+        st = x.stride()
+        ok = st[3] == 1 and st[2] == D and st[1] % D == 0 and st[1] >= H * D and (B == 1 or st[0] == T * st[1])
+        return st[1] // D if ok else None
+    qkr = rows(q) if q.stride() == k.stride() else None
+    if qkr is None:
+        q, k = q.contiguous(), k.contiguous()
+        qkr = q.shape[2]
+    vr = rows(v)
+    if vr is None:
+        v = v.contiguous()
+        vr = v.shape[2]
+    return q, k, v, qkr, vr
+
+
 def _run(op: str, q, k, v, g, beta, initial_state, scale, use_qk_l2norm, cu_seqlens,
          per_channel: bool, block_v: int | None, block_v_out: int | None,
          num_warps: int | None, block_k: int | None = None, dots: str | None = None,
@@ -341,7 +367,8 @@ def _run(op: str, q, k, v, g, beta, initial_state, scale, use_qk_l2norm, cu_seql
         raise ValueError(f"{op} (triton): {reason}")
     B, T, Hk, Dk = k.shape
     Hv, Dv = v.shape[2], v.shape[3]
-    q, k, v, g, beta = (t.contiguous() for t in (q, k, v, g, beta))
+    q, k, v, qkr, vr = _token_rows(q, k, v)
+    g, beta = g.contiguous(), beta.contiguous()
     o = torch.empty(B, T, Hv, Dv, dtype=v.dtype, device=v.device)
     ht = torch.empty(n, Hv, Dk, Dv, dtype=torch.float32, device=v.device)
     if n * Hv == 0:
@@ -432,18 +459,18 @@ def _run(op: str, q, k, v, g, beta, initial_state, scale, use_qk_l2norm, cu_seql
     xd = torch.empty(B * T, Hv, 16, **f32) if per_channel else u  # KDA's diagonal inverses
     pairs = DIAG_FORM == "pairs" and q.dtype in (torch.bfloat16, torch.float16)
     if nc and per_channel and pairs:
-        _kda_diag_pairs_kernel[(4 * nc, Hv)](q, k, g, beta, a, xd, chunks, Hk, Hv, scale,
+        _kda_diag_pairs_kernel[(4 * nc, Hv)](q, k, g, beta, a, xd, chunks, Hk, Hv, qkr, scale,
                                              L2NORM_EPS, DK=Dk, BK=min(DIAG_PAIRS_BK, Dk),
                                              USE_L2NORM=l2, num_warps=DIAG_PAIRS_WARPS)
     elif nc and per_channel and DIAG_FORM == "levels":
-        _kda_diag_levels_kernel[(4 * nc, Hv)](q, k, g, beta, a, xd, chunks, Hk, Hv, scale,
+        _kda_diag_levels_kernel[(4 * nc, Hv)](q, k, g, beta, a, xd, chunks, Hk, Hv, qkr, scale,
                                               L2NORM_EPS, DK=Dk, USE_L2NORM=l2, PREC=prec,
                                               num_warps=DIAG_WARPS)
     elif nc and per_channel:
-        _kda_diag_kernel[(4 * nc, Hv)](q, k, g, beta, a, xd, chunks, Hk, Hv, scale, L2NORM_EPS,
+        _kda_diag_kernel[(4 * nc, Hv)](q, k, g, beta, a, xd, chunks, Hk, Hv, qkr, scale, L2NORM_EPS,
                                        DK=Dk, USE_L2NORM=l2, num_warps=DIAG_WARPS)
     if nc and not block_k:
-        _wy_kernel[(nc, Hv)](q, k, v, g, beta, w, u, a, kg, ge, chunks, xd, Hk, Hv, scale,
+        _wy_kernel[(nc, Hv)](q, k, v, g, beta, w, u, a, kg, ge, chunks, xd, Hk, Hv, qkr, vr, scale,
                              L2NORM_EPS, DK=Dk, DV=Dv, PER_CHANNEL=per_channel, USE_L2NORM=l2,
                              PREC=prec, num_warps=warps_wy)
     elif nc:  # the same stage with the key channels in blocks (delta_chunk_wy_blocked.py)
@@ -456,12 +483,12 @@ def _run(op: str, q, k, v, g, beta, initial_state, scale, use_qk_l2norm, cu_seql
         raw_k = ""
         if GDN_RAW_K and split and not per_channel and k.dtype in (torch.bfloat16, torch.float16):
             raw_k = "fp32" if _INTERPRET else "native"
-        _wy_blocked_kernel[(nc, Hv)](q, k, v, g, beta, w, u, a, kg, ge, chunks, xd, xs, Hk, Hv,
+        _wy_blocked_kernel[(nc, Hv)](q, k, v, g, beta, w, u, a, kg, ge, chunks, xd, xs, Hk, Hv, qkr, vr,
                                      scale, L2NORM_EPS, DK=Dk, DV=Dv, PER_CHANNEL=per_channel,
                                      USE_L2NORM=l2, PREC=prec, BK=block_k, SPLIT=split,
                                      SOLVE=GDN_SOLVE, RAW_K=raw_k, num_warps=num_warps or wy_warps)
         if split:
-            _wu_kernel[(nc, Hv)](k, v, g, beta, xs, w, u, kg, chunks, Hk, Hv, L2NORM_EPS, DK=Dk,
+            _wu_kernel[(nc, Hv)](k, v, g, beta, xs, w, u, kg, chunks, Hk, Hv, qkr, vr, L2NORM_EPS, DK=Dk,
                                  DV=Dv, BC=min(wu_block, Dk, Dv), PER_CHANNEL=per_channel,
                                  USE_L2NORM=l2, PREC=prec, KG=bool(raw_k),
                                  num_warps=num_warps or wu_warps)
@@ -471,12 +498,12 @@ def _run(op: str, q, k, v, g, beta, initial_state, scale, use_qk_l2norm, cu_seql
         PREFETCH=prefetch, num_warps=num_warps or state_warps, **stages)
     if nc and block_k_out:
         _out_blocked_kernel[(nc, Hv, Dv // bv_out)](
-            q, k, g, a, hs, d, o, chunks, Hk, Hv, scale, L2NORM_EPS,
+            q, k, g, a, hs, d, o, chunks, Hk, Hv, qkr, scale, L2NORM_EPS,
             DK=Dk, DV=Dv, BV=bv_out, BK=block_k_out, PER_CHANNEL=per_channel, USE_L2NORM=l2,
             PREC=prec_out, SPAN=GDN_SPAN, num_warps=num_warps or out_warps, **out_stages)
     elif nc:
         _out_kernel[(nc, Hv, Dv // bv_out)](
-            q, k, g, a, hs, d, o, chunks, Hk, Hv, scale, L2NORM_EPS,
+            q, k, g, a, hs, d, o, chunks, Hk, Hv, qkr, scale, L2NORM_EPS,
             DK=Dk, DV=Dv, BV=bv_out, PER_CHANNEL=per_channel, USE_L2NORM=l2, PREC=prec_out,
             SPAN=GDN_SPAN, RAW_QK=raw_qk, QS=qs, num_warps=num_warps or out_warps, **out_stages)
     return o, ht
@@ -534,7 +561,7 @@ def _aot_specs():
             wy = {"q_ptr": ptr, "k_ptr": ptr, "v_ptr": ptr, "g_ptr": f32, "b_ptr": f32,
                   "w_ptr": half, "u_ptr": f32, "a_ptr": f32, "kg_ptr": half, "ge_ptr": f32,
                   "tab_ptr": "*i32", "xd_ptr": f32, "Hk": "i32",
-                  "Hv": "i32", "scale": "fp32", "eps": "fp32", "DK": "constexpr",
+                  "Hv": "i32", "QKR": "i32", "VR": "i32", "scale": "fp32", "eps": "fp32", "DK": "constexpr",
                   "DV": "constexpr", "PER_CHANNEL": "constexpr", "USE_L2NORM": "constexpr",
                   "PREC": "constexpr"}
             specs.append(AotSpec(f"delta_chunk_wy[{kind},{dtype},{d}]", _wy_kernel, wy, flags,
@@ -549,7 +576,7 @@ def _aot_specs():
                     {"num_warps": SPLIT_LAUNCH[kind][0] if split else 4}))
             wu = {"k_ptr": ptr, "v_ptr": ptr, "g_ptr": f32, "b_ptr": f32, "x_ptr": f32,
                   "w_ptr": half, "u_ptr": f32, "kg_ptr": half, "tab_ptr": "*i32", "Hk": "i32",
-                  "Hv": "i32", "eps": "fp32", "DK": "constexpr", "DV": "constexpr",
+                  "Hv": "i32", "QKR": "i32", "VR": "i32", "eps": "fp32", "DK": "constexpr", "DV": "constexpr",
                   "BC": "constexpr", "PER_CHANNEL": "constexpr", "USE_L2NORM": "constexpr",
                   "PREC": "constexpr", "KG": "constexpr"}
             for raw in ((False, True) if not per_channel else (False,)):
@@ -569,7 +596,7 @@ def _aot_specs():
             if per_channel:
                 dg = {"q_ptr": ptr, "k_ptr": ptr, "g_ptr": f32, "b_ptr": f32, "a_ptr": f32,
                       "xd_ptr": f32, "tab_ptr": "*i32", "Hk": "i32", "Hv": "i32",
-                      "scale": "fp32", "eps": "fp32", "DK": "constexpr",
+                      "QKR": "i32", "scale": "fp32", "eps": "fp32", "DK": "constexpr",
                       "USE_L2NORM": "constexpr"}
                 specs.append(AotSpec(f"kda_diag[{dtype},{d}]", _kda_diag_kernel, dg,
                                      {"DK": d, "USE_L2NORM": True}, {"num_warps": 2}))
@@ -597,7 +624,7 @@ def _aot_specs():
                     {"num_warps": 8 if pf else 4, "num_stages": 2}, targets))
             out = {"q_ptr": ptr, "k_ptr": ptr, "g_ptr": f32, "a_ptr": f32, "hs_ptr": f32,
                    "d_ptr": f32, "o_ptr": ptr, "tab_ptr": "*i32", "Hk": "i32", "Hv": "i32",
-                   "scale": "fp32", "eps": "fp32", "DK": "constexpr", "DV": "constexpr",
+                   "QKR": "i32", "scale": "fp32", "eps": "fp32", "DK": "constexpr", "DV": "constexpr",
                    "BV": "constexpr", "PER_CHANNEL": "constexpr", "USE_L2NORM": "constexpr",
                    "PREC": "constexpr", "SPAN": "constexpr", "RAW_QK": "constexpr",
                    "QS": "constexpr"}

@@ -51,15 +51,15 @@ def _level(k, q, g, M: tl.constexpr, PREC: tl.constexpr):
 
 
 @triton.jit
-def _kda_diag_levels_kernel(q_ptr, k_ptr, g_ptr, b_ptr, a_ptr, xd_ptr, tab_ptr, Hk, Hv, scale,
+def _kda_diag_levels_kernel(q_ptr, k_ptr, g_ptr, b_ptr, a_ptr, xd_ptr, tab_ptr, Hk, Hv, QKR, scale,
                             eps, DK: tl.constexpr, USE_L2NORM: tl.constexpr,
                             PREC: tl.constexpr):
     """One program per (16-row tile, value head), as ``_kda_diag_kernel``."""
     r0, i_h, i_hk, tok0, live = _tile_program(tab_ptr, Hk, Hv)
     if live > 0:
         r = tl.arange(0, 16)
-        k = _qk_rows(k_ptr, tok0, live, i_hk, Hk, 1.0, eps, 0, 16, DK, USE_L2NORM)
-        q = _qk_rows(q_ptr, tok0, live, i_hk, Hk, scale, eps, 0, 16, DK, USE_L2NORM)
+        k = _qk_rows(k_ptr, tok0, live, i_hk, QKR, 1.0, eps, 0, 16, DK, USE_L2NORM)
+        q = _qk_rows(q_ptr, tok0, live, i_hk, QKR, scale, eps, 0, 16, DK, USE_L2NORM)
         g = _g_rows(g_ptr, tok0, live, i_h, Hv, 0, 16, DK, True)
         b = tl.load(b_ptr + (tok0 + r) * Hv + i_h, mask=r < live, other=0.0).to(tl.float32)
         # s = t: no decay
@@ -82,7 +82,7 @@ def _kda_diag_levels_kernel(q_ptr, k_ptr, g_ptr, b_ptr, a_ptr, xd_ptr, tab_ptr, 
 
 
 @triton.jit
-def _kda_diag_pairs_kernel(q_ptr, k_ptr, g_ptr, b_ptr, a_ptr, xd_ptr, tab_ptr, Hk, Hv, scale,
+def _kda_diag_pairs_kernel(q_ptr, k_ptr, g_ptr, b_ptr, a_ptr, xd_ptr, tab_ptr, Hk, Hv, QKR, scale,
                            eps, DK: tl.constexpr, BK: tl.constexpr, USE_L2NORM: tl.constexpr):
     """KDA's diagonal blocks with every pair (t, s) of the tile at once (``DIAG_FORM =
     "pairs"``, opt-in, 16-bit inputs): per BK key channels, the decay of each pair as
@@ -96,15 +96,15 @@ def _kda_diag_pairs_kernel(q_ptr, k_ptr, g_ptr, b_ptr, a_ptr, xd_ptr, tab_ptr, H
     r0, i_h, i_hk, tok0, live = _tile_program(tab_ptr, Hk, Hv)
     if live > 0:
         r = tl.arange(0, 16)
-        nk = _inv_norm(k_ptr, tok0, live, i_hk, Hk, eps, 0, 16, DK, BK, USE_L2NORM)
-        nq = _inv_norm(q_ptr, tok0, live, i_hk, Hk, eps, 0, 16, DK, BK, USE_L2NORM) * scale
+        nk = _inv_norm(k_ptr, tok0, live, i_hk, QKR, eps, 0, 16, DK, BK, USE_L2NORM)
+        nq = _inv_norm(q_ptr, tok0, live, i_hk, QKR, eps, 0, 16, DK, BK, USE_L2NORM) * scale
         b = tl.load(b_ptr + (tok0 + r) * Hv + i_h, mask=r < live, other=0.0).to(tl.float32)
         causal = (r[:, None] >= r[None, :])[:, :, None]          # [t, s, 1]
         akk = tl.zeros([16, 16], dtype=tl.float32)
         aqk = tl.zeros([16, 16], dtype=tl.float32)
         for c0 in range(0, DK, BK):
-            k = _head_rows(k_ptr, tok0, live, i_hk, Hk, c0, 0, 16, DK, BK) * nk[:, None]
-            q = _head_rows(q_ptr, tok0, live, i_hk, Hk, c0, 0, 16, DK, BK) * nq[:, None]
+            k = _head_rows(k_ptr, tok0, live, i_hk, QKR, c0, 0, 16, DK, BK) * nk[:, None]
+            q = _head_rows(q_ptr, tok0, live, i_hk, QKR, c0, 0, 16, DK, BK) * nq[:, None]
             G = tl.cumsum(_head_rows(g_ptr, tok0, live, i_h, Hv, c0, 0, 16, DK, BK), axis=0)
             e = tl.exp(tl.where(causal, G[:, None, :] - G[None, :, :], float("-inf")))
             ke = k[None, :, :] * e                                 # [t, s, c]: k_s e^{G_t - G_s}

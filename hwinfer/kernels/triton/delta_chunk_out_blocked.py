@@ -37,25 +37,25 @@ def _out_program(tab_ptr, Hk, Hv, BV: tl.constexpr):
 
 
 @triton.jit
-def _out_blocked_kernel(q_ptr, k_ptr, g_ptr, a_ptr, hs_ptr, d_ptr, o_ptr, tab_ptr, Hk, Hv, scale,
+def _out_blocked_kernel(q_ptr, k_ptr, g_ptr, a_ptr, hs_ptr, d_ptr, o_ptr, tab_ptr, Hk, Hv, QKR, scale,
                         eps, DK: tl.constexpr, DV: tl.constexpr, BV: tl.constexpr,
                         BK: tl.constexpr, PER_CHANNEL: tl.constexpr, USE_L2NORM: tl.constexpr,
                         PREC: tl.constexpr, SPAN: tl.constexpr):
     i_c, i_h, i_hk, tok0, n, c0 = _out_program(tab_ptr, Hk, Hv, BV)
     r = tl.arange(0, 64)
-    nq = _inv_norm(q_ptr, tok0, n, i_hk, Hk, eps, 0, 64, DK, BK, USE_L2NORM) * scale
+    nq = _inv_norm(q_ptr, tok0, n, i_hk, QKR, eps, 0, 64, DK, BK, USE_L2NORM) * scale
     if not PER_CHANNEL:
-        nk = _inv_norm(k_ptr, tok0, n, i_hk, Hk, eps, 0, 64, DK, BK, USE_L2NORM)
+        nk = _inv_norm(k_ptr, tok0, n, i_hk, QKR, eps, 0, 64, DK, BK, USE_L2NORM)
         s = tl.zeros([64, 64], dtype=tl.float32)
     acc = tl.zeros([64, BV], dtype=tl.float32)
     h_base = hs_ptr + (i_c.to(tl.int64) * Hv + i_h) * DK * DV + c0 + tl.arange(0, BV)[None, :]
     for kb in range(0, DK, BK):
-        qb = _head_rows(q_ptr, tok0, n, i_hk, Hk, kb, 0, 64, DK, BK) * nq[:, None]
+        qb = _head_rows(q_ptr, tok0, n, i_hk, QKR, kb, 0, 64, DK, BK) * nq[:, None]
         if PER_CHANNEL:
             gb = _head_rows(g_ptr, tok0, n, i_h, Hv, kb, 0, 64, DK, BK)
             qb = qb * tl.exp(tl.cumsum(gb, axis=0))
         else:
-            kbk = _head_rows(k_ptr, tok0, n, i_hk, Hk, kb, 0, 64, DK, BK) * nk[:, None]
+            kbk = _head_rows(k_ptr, tok0, n, i_hk, QKR, kb, 0, 64, DK, BK) * nk[:, None]
             s += _mm(qb, tl.trans(kbk), PREC)
         hb = tl.load(h_base + (kb + tl.arange(0, BK))[:, None] * DV)
         acc += _mm(qb, hb, PREC)

@@ -25,7 +25,7 @@ from hwinfer.kernels.triton.delta_chunk_wy_blocked import _inv_norm
 
 
 @triton.jit
-def _wu_kernel(k_ptr, v_ptr, g_ptr, b_ptr, x_ptr, w_ptr, u_ptr, kg_ptr, tab_ptr, Hk, Hv, eps,
+def _wu_kernel(k_ptr, v_ptr, g_ptr, b_ptr, x_ptr, w_ptr, u_ptr, kg_ptr, tab_ptr, Hk, Hv, QKR, VR, eps,
                DK: tl.constexpr, DV: tl.constexpr, BC: tl.constexpr,
                PER_CHANNEL: tl.constexpr, USE_L2NORM: tl.constexpr, PREC: tl.constexpr,
                KG: tl.constexpr):
@@ -36,7 +36,7 @@ def _wu_kernel(k_ptr, v_ptr, g_ptr, b_ptr, x_ptr, w_ptr, u_ptr, kg_ptr, tab_ptr,
     x = tl.load(x_ptr + ((tok0 + r) * Hv + i_h)[:, None] * 64 + r[None, :],
                 mask=live[:, None] & (r[None, :] <= r[:, None]), other=0.0)
     b = tl.load(b_ptr + (tok0 + r) * Hv + i_h, mask=live, other=0.0).to(tl.float32)
-    nk = _inv_norm(k_ptr, tok0, n, i_hk, Hk, eps, 0, 64, DK, BC, USE_L2NORM)
+    nk = _inv_norm(k_ptr, tok0, n, i_hk, QKR, eps, 0, 64, DK, BC, USE_L2NORM)
     bk = b * nk
     if not PER_CHANNEL:   # GDN: one decay a row
         bk = bk * tl.exp(tl.cumsum(_g_rows(g_ptr, tok0, n, i_h, Hv, 0, 64, DK, False), axis=0))
@@ -46,7 +46,7 @@ def _wu_kernel(k_ptr, v_ptr, g_ptr, b_ptr, x_ptr, w_ptr, u_ptr, kg_ptr, tab_ptr,
         kgs = nk * tl.exp(tl.cumsum(_g_rows(g_ptr, tok0 + 1, n - 1, i_h, Hv, 0, 64, DK, False),
                                     axis=0, reverse=True))
     for c0 in range(0, DK, BC):
-        kr = _head_rows(k_ptr, tok0, n, i_hk, Hk, c0, 0, 64, DK, BC)
+        kr = _head_rows(k_ptr, tok0, n, i_hk, QKR, c0, 0, 64, DK, BC)
         if KG:
             _store_rows(kg_ptr, kr * kgs[:, None], tok0, n, i_h, Hv, c0, 0, 64, DK, BC)
         y = kr * bk[:, None]
@@ -54,6 +54,6 @@ def _wu_kernel(k_ptr, v_ptr, g_ptr, b_ptr, x_ptr, w_ptr, u_ptr, kg_ptr, tab_ptr,
             y = y * tl.exp(tl.cumsum(_head_rows(g_ptr, tok0, n, i_h, Hv, c0, 0, 64, DK, BC), axis=0))
         _store_rows(w_ptr, tl.dot(x, y, input_precision=PREC), tok0, n, i_h, Hv, c0, 0, 64, DK, BC)
     for c0 in range(0, DV, BC):
-        y = _head_rows(v_ptr, tok0, n, i_h, Hv, c0, 0, 64, DV, BC) * b[:, None]
+        y = _head_rows(v_ptr, tok0, n, i_h, VR, c0, 0, 64, DV, BC) * b[:, None]
         _store_rows(u_ptr, tl.dot(x, y, input_precision=PREC), tok0, n, i_h, Hv, c0, 0, 64, DV, BC)
 

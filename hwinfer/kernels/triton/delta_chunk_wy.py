@@ -101,7 +101,9 @@ def _gdn_decay(g, NR: tl.constexpr, SPAN: tl.constexpr):
 
 @triton.jit
 def _raw_rows(ptr, tok0, n, i_hk, Hk, R0: tl.constexpr, NR: tl.constexpr, DK: tl.constexpr):
-    """Rows R0..R0+NR of q or k (head i_hk) as stored: [NR, DK] in the input dtype; 0 past n."""
+    """Rows R0..R0+NR of q or k (head i_hk) as stored: [NR, DK] in the input dtype; 0 past n.
+    Hk: the token stride in units of DK (the head count of a contiguous tensor; more for a
+    token-strided view, delta_chunk._token_rows), as in every row loader here."""
     r = R0 + tl.arange(0, NR)
     return tl.load(ptr + ((tok0 + r) * Hk + i_hk)[:, None] * DK + tl.arange(0, DK)[None, :],
                    mask=(r < n)[:, None], other=0.0)
@@ -166,7 +168,7 @@ def _g_rows(g_ptr, tok0, n, i_h, Hv, R0: tl.constexpr, NR: tl.constexpr, DK: tl.
 
 
 @triton.jit
-def _tile(q_ptr, k_ptr, g_ptr, b_ptr, tok0, n, i_h, i_hk, Hk, Hv, scale, eps,
+def _tile(q_ptr, k_ptr, g_ptr, b_ptr, tok0, n, i_h, i_hk, QKR, Hv, scale, eps,
           R0: tl.constexpr, DK: tl.constexpr, PER_CHANNEL: tl.constexpr,
           USE_L2NORM: tl.constexpr, PREC: tl.constexpr):
     """One 16-row tile: q (KDA only, else 0), k, beta; its log-decays as sums of g over spans
@@ -177,7 +179,7 @@ def _tile(q_ptr, k_ptr, g_ptr, b_ptr, tok0, n, i_h, i_hk, Hk, Hv, scale, eps,
     tok = tok0 + r
     cols = tl.arange(0, DK)
     c16 = tl.arange(0, 16)
-    k = tl.load(k_ptr + (tok * Hk + i_hk)[:, None] * DK + cols[None, :],
+    k = tl.load(k_ptr + (tok * QKR + i_hk)[:, None] * DK + cols[None, :],
                 mask=(r < n)[:, None], other=0.0).to(tl.float32)
     if USE_L2NORM:
         k = k * tl.rsqrt(tl.sum(k * k, axis=1) + eps)[:, None]
@@ -190,7 +192,7 @@ def _tile(q_ptr, k_ptr, g_ptr, b_ptr, tok0, n, i_h, i_hk, Hk, Hv, scale, eps,
     gs = _g_rows(g_ptr, tok0 + 1, tl.minimum(n - 1, R0 + 15), i_h, Hv, R0, 16, DK, PER_CHANNEL)
     S = tl.cumsum(gs, axis=0, reverse=True)
     if PER_CHANNEL:
-        q = _qk_rows(q_ptr, tok0, n, i_hk, Hk, scale, eps, R0, 16, DK, USE_L2NORM)
+        q = _qk_rows(q_ptr, tok0, n, i_hk, QKR, scale, eps, R0, 16, DK, USE_L2NORM)
         akk = tl.zeros([16, 16], dtype=tl.float32)
     else:
         q = k * 0.0
@@ -263,7 +265,7 @@ def _inv16x4(a0, a1, a2, a3, live):
 
 
 @triton.jit
-def _kda_diag_kernel(q_ptr, k_ptr, g_ptr, b_ptr, a_ptr, xd_ptr, tab_ptr, Hk, Hv, scale, eps,
+def _kda_diag_kernel(q_ptr, k_ptr, g_ptr, b_ptr, a_ptr, xd_ptr, tab_ptr, Hk, Hv, QKR, scale, eps,
                      DK: tl.constexpr, USE_L2NORM: tl.constexpr):
     """KDA's diagonal 16 x 16 blocks, one program per (16-row tile, value head): the decayed
     q k^T block (lower), written into Aqk at the tile's columns, and ``(I + beta A)^-1`` with
@@ -283,15 +285,15 @@ def _kda_diag_kernel(q_ptr, k_ptr, g_ptr, b_ptr, a_ptr, xd_ptr, tab_ptr, Hk, Hv,
     if live > 0:
         r = tl.arange(0, 16)
         cols = tl.arange(0, DK)
-        k = _qk_rows(k_ptr, tok0, live, i_hk, Hk, 1.0, eps, 0, 16, DK, USE_L2NORM)
+        k = _qk_rows(k_ptr, tok0, live, i_hk, QKR, 1.0, eps, 0, 16, DK, USE_L2NORM)
         b = tl.load(b_ptr + (tok0 + r) * Hv + i_h, mask=r < live, other=0.0).to(tl.float32)
         akk = tl.zeros([16, 16], dtype=tl.float32)
         aqk = tl.zeros([16, 16], dtype=tl.float32)
         dec = tl.zeros([16, DK], dtype=tl.float32)
         for t in range(0, tl.minimum(live, 16)):
             row = r[:, None] == t
-            kt = _qk_row(k_ptr, tok0 + t, i_hk, Hk, 1.0, eps, DK, USE_L2NORM)
-            qt = _qk_row(q_ptr, tok0 + t, i_hk, Hk, scale, eps, DK, USE_L2NORM)
+            kt = _qk_row(k_ptr, tok0 + t, i_hk, QKR, 1.0, eps, DK, USE_L2NORM)
+            qt = _qk_row(q_ptr, tok0 + t, i_hk, QKR, scale, eps, DK, USE_L2NORM)
             et = tl.exp(tl.load(g_ptr + ((tok0 + t) * Hv + i_h) * DK + cols).to(tl.float32))
             dec = dec * et[None, :]
             akk = tl.where(row, tl.sum(dec * k * kt[None, :], axis=1)[None, :], akk)
@@ -435,16 +437,16 @@ def _solve_off(a10, a20, a21, a30, a31, a32, x00, x11, x22, x33, b1, b2, b3,
 
 @triton.jit
 def _wy_kernel(q_ptr, k_ptr, v_ptr, g_ptr, b_ptr, w_ptr, u_ptr, a_ptr, kg_ptr, ge_ptr, tab_ptr,
-               xd_ptr, Hk, Hv, scale, eps, DK: tl.constexpr, DV: tl.constexpr,
+               xd_ptr, Hk, Hv, QKR, VR, scale, eps, DK: tl.constexpr, DV: tl.constexpr,
                PER_CHANNEL: tl.constexpr, USE_L2NORM: tl.constexpr, PREC: tl.constexpr):
     i_c, i_h, i_hk, tok0, n = _chunk_program(tab_ptr, Hk, Hv)
-    q0, k0, b0, L0, S0, T0, a00 = _tile(q_ptr, k_ptr, g_ptr, b_ptr, tok0, n, i_h, i_hk, Hk, Hv,
+    q0, k0, b0, L0, S0, T0, a00 = _tile(q_ptr, k_ptr, g_ptr, b_ptr, tok0, n, i_h, i_hk, QKR, Hv,
                                         scale, eps, 0, DK, PER_CHANNEL, USE_L2NORM, PREC)
-    q1, k1, b1, L1, S1, T1, a11 = _tile(q_ptr, k_ptr, g_ptr, b_ptr, tok0, n, i_h, i_hk, Hk, Hv,
+    q1, k1, b1, L1, S1, T1, a11 = _tile(q_ptr, k_ptr, g_ptr, b_ptr, tok0, n, i_h, i_hk, QKR, Hv,
                                         scale, eps, 16, DK, PER_CHANNEL, USE_L2NORM, PREC)
-    q2, k2, b2, L2, S2, T2, a22 = _tile(q_ptr, k_ptr, g_ptr, b_ptr, tok0, n, i_h, i_hk, Hk, Hv,
+    q2, k2, b2, L2, S2, T2, a22 = _tile(q_ptr, k_ptr, g_ptr, b_ptr, tok0, n, i_h, i_hk, QKR, Hv,
                                         scale, eps, 32, DK, PER_CHANNEL, USE_L2NORM, PREC)
-    q3, k3, b3, L3, S3, T3, a33 = _tile(q_ptr, k_ptr, g_ptr, b_ptr, tok0, n, i_h, i_hk, Hk, Hv,
+    q3, k3, b3, L3, S3, T3, a33 = _tile(q_ptr, k_ptr, g_ptr, b_ptr, tok0, n, i_h, i_hk, QKR, Hv,
                                         scale, eps, 48, DK, PER_CHANNEL, USE_L2NORM, PREC)
     # Every decay below is a sum of g over one span (never a difference of two cumulative sums,
     # which cancels badly when the decay is strong): tile totals T, in-tile L / S.
@@ -506,9 +508,9 @@ def _wy_kernel(q_ptr, k_ptr, v_ptr, g_ptr, b_ptr, w_ptr, u_ptr, a_ptr, kg_ptr, g
     y3 = _kb(k3, b3, T0 + T1 + T2, L3, PER_CHANNEL)
     _wy_rows(w_ptr, tok0, n, i_h, Hv, x00, x10, x11, x20, x21, x22, x30, x31, x32, x33,
              y0, y1, y2, y3, DK, PREC)
-    y0 = _head_rows(v_ptr, tok0, n, i_h, Hv, 0, 0, 16, DV, DV) * b0[:, None]
-    y1 = _head_rows(v_ptr, tok0, n, i_h, Hv, 0, 16, 16, DV, DV) * b1[:, None]
-    y2 = _head_rows(v_ptr, tok0, n, i_h, Hv, 0, 32, 16, DV, DV) * b2[:, None]
-    y3 = _head_rows(v_ptr, tok0, n, i_h, Hv, 0, 48, 16, DV, DV) * b3[:, None]
+    y0 = _head_rows(v_ptr, tok0, n, i_h, VR, 0, 0, 16, DV, DV) * b0[:, None]
+    y1 = _head_rows(v_ptr, tok0, n, i_h, VR, 0, 16, 16, DV, DV) * b1[:, None]
+    y2 = _head_rows(v_ptr, tok0, n, i_h, VR, 0, 32, 16, DV, DV) * b2[:, None]
+    y3 = _head_rows(v_ptr, tok0, n, i_h, VR, 0, 48, 16, DV, DV) * b3[:, None]
     _wy_rows(u_ptr, tok0, n, i_h, Hv, x00, x10, x11, x20, x21, x22, x30, x31, x32, x33,
              y0, y1, y2, y3, DV, PREC)

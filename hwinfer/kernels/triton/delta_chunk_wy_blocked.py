@@ -85,7 +85,7 @@ def _raw_kk(a, b, RAW: tl.constexpr):
 
 
 @triton.jit
-def _gdn_raw_blocks(k_ptr, tok0, n, i_hk, Hk, eps, DK: tl.constexpr, BK: tl.constexpr,
+def _gdn_raw_blocks(k_ptr, tok0, n, i_hk, QKR, eps, DK: tl.constexpr, BK: tl.constexpr,
                     USE_L2NORM: tl.constexpr, RAW: tl.constexpr):
     """GDN's ten lower 16 x 16 blocks of k k^T over a chunk, from the keys as stored, each
     scaled after by the rows' inverse norms (accumulated in the same pass): one pass over the
@@ -95,10 +95,10 @@ def _gdn_raw_blocks(k_ptr, tok0, n, i_hk, Hk, eps, DK: tl.constexpr, BK: tl.cons
     s0 = tl.zeros([16], dtype=tl.float32)
     s1, s2, s3 = s0, s0, s0
     for c0 in range(0, DK, BK):
-        k0 = _head_rows_raw(k_ptr, tok0, n, i_hk, Hk, c0, 0, 16, DK, BK)
-        k1 = _head_rows_raw(k_ptr, tok0, n, i_hk, Hk, c0, 16, 16, DK, BK)
-        k2 = _head_rows_raw(k_ptr, tok0, n, i_hk, Hk, c0, 32, 16, DK, BK)
-        k3 = _head_rows_raw(k_ptr, tok0, n, i_hk, Hk, c0, 48, 16, DK, BK)
+        k0 = _head_rows_raw(k_ptr, tok0, n, i_hk, QKR, c0, 0, 16, DK, BK)
+        k1 = _head_rows_raw(k_ptr, tok0, n, i_hk, QKR, c0, 16, 16, DK, BK)
+        k2 = _head_rows_raw(k_ptr, tok0, n, i_hk, QKR, c0, 32, 16, DK, BK)
+        k3 = _head_rows_raw(k_ptr, tok0, n, i_hk, QKR, c0, 48, 16, DK, BK)
         a00 += _raw_kk(k0, k0, RAW)
         a11 += _raw_kk(k1, k1, RAW)
         a22 += _raw_kk(k2, k2, RAW)
@@ -131,7 +131,7 @@ def _gdn_raw_blocks(k_ptr, tok0, n, i_hk, Hk, eps, DK: tl.constexpr, BK: tl.cons
 
 @triton.jit
 def _wy_blocked_kernel(q_ptr, k_ptr, v_ptr, g_ptr, b_ptr, w_ptr, u_ptr, a_ptr, kg_ptr, ge_ptr,
-                       tab_ptr, xd_ptr, x_ptr, Hk, Hv, scale, eps, DK: tl.constexpr,
+                       tab_ptr, xd_ptr, x_ptr, Hk, Hv, QKR, VR, scale, eps, DK: tl.constexpr,
                        DV: tl.constexpr, PER_CHANNEL: tl.constexpr, USE_L2NORM: tl.constexpr,
                        PREC: tl.constexpr, BK: tl.constexpr, SPLIT: tl.constexpr,
                        SOLVE: tl.constexpr, RAW_K: tl.constexpr):
@@ -142,14 +142,14 @@ def _wy_blocked_kernel(q_ptr, k_ptr, v_ptr, g_ptr, b_ptr, w_ptr, u_ptr, a_ptr, k
     b2 = tl.load(b_ptr + (tok0 + 32 + r16) * Hv + i_h, mask=32 + r16 < n, other=0.0).to(tl.float32)
     b3 = tl.load(b_ptr + (tok0 + 48 + r16) * Hv + i_h, mask=48 + r16 < n, other=0.0).to(tl.float32)
     if RAW_K == "":
-        nk0 = _inv_norm(k_ptr, tok0, n, i_hk, Hk, eps, 0, 16, DK, BK, USE_L2NORM)
-        nk1 = _inv_norm(k_ptr, tok0, n, i_hk, Hk, eps, 16, 16, DK, BK, USE_L2NORM)
-        nk2 = _inv_norm(k_ptr, tok0, n, i_hk, Hk, eps, 32, 16, DK, BK, USE_L2NORM)
-        nk3 = _inv_norm(k_ptr, tok0, n, i_hk, Hk, eps, 48, 16, DK, BK, USE_L2NORM)
+        nk0 = _inv_norm(k_ptr, tok0, n, i_hk, QKR, eps, 0, 16, DK, BK, USE_L2NORM)
+        nk1 = _inv_norm(k_ptr, tok0, n, i_hk, QKR, eps, 16, 16, DK, BK, USE_L2NORM)
+        nk2 = _inv_norm(k_ptr, tok0, n, i_hk, QKR, eps, 32, 16, DK, BK, USE_L2NORM)
+        nk3 = _inv_norm(k_ptr, tok0, n, i_hk, QKR, eps, 48, 16, DK, BK, USE_L2NORM)
     if PER_CHANNEL:
-        nq1 = _inv_norm(q_ptr, tok0, n, i_hk, Hk, eps, 16, 16, DK, BK, USE_L2NORM) * scale
-        nq2 = _inv_norm(q_ptr, tok0, n, i_hk, Hk, eps, 32, 16, DK, BK, USE_L2NORM) * scale
-        nq3 = _inv_norm(q_ptr, tok0, n, i_hk, Hk, eps, 48, 16, DK, BK, USE_L2NORM) * scale
+        nq1 = _inv_norm(q_ptr, tok0, n, i_hk, QKR, eps, 16, 16, DK, BK, USE_L2NORM) * scale
+        nq2 = _inv_norm(q_ptr, tok0, n, i_hk, QKR, eps, 32, 16, DK, BK, USE_L2NORM) * scale
+        nq3 = _inv_norm(q_ptr, tok0, n, i_hk, QKR, eps, 48, 16, DK, BK, USE_L2NORM) * scale
     else:
         # GDN's decays are one scalar per token: their span sums are taken once
         L0, S0, T0 = _spans(g_ptr, tok0, n, i_h, Hv, 0, 0, DK, BK, False)
@@ -164,13 +164,13 @@ def _wy_blocked_kernel(q_ptr, k_ptr, v_ptr, g_ptr, b_ptr, w_ptr, u_ptr, a_ptr, k
         # GDN with 16-bit keys: A's blocks from the keys as stored (exact products), their
         # norms applied after; the decayed keys are stored by _wu_kernel (its KG).
         a00, a11, a22, a33, a10, a20, a21, a30, a31, a32 = _gdn_raw_blocks(
-            k_ptr, tok0, n, i_hk, Hk, eps, DK, BK, USE_L2NORM, RAW_K)
+            k_ptr, tok0, n, i_hk, QKR, eps, DK, BK, USE_L2NORM, RAW_K)
     else:
         for c0 in range(0, DK, BK):
-            k0 = _head_rows(k_ptr, tok0, n, i_hk, Hk, c0, 0, 16, DK, BK) * nk0[:, None]
-            k1 = _head_rows(k_ptr, tok0, n, i_hk, Hk, c0, 16, 16, DK, BK) * nk1[:, None]
-            k2 = _head_rows(k_ptr, tok0, n, i_hk, Hk, c0, 32, 16, DK, BK) * nk2[:, None]
-            k3 = _head_rows(k_ptr, tok0, n, i_hk, Hk, c0, 48, 16, DK, BK) * nk3[:, None]
+            k0 = _head_rows(k_ptr, tok0, n, i_hk, QKR, c0, 0, 16, DK, BK) * nk0[:, None]
+            k1 = _head_rows(k_ptr, tok0, n, i_hk, QKR, c0, 16, 16, DK, BK) * nk1[:, None]
+            k2 = _head_rows(k_ptr, tok0, n, i_hk, QKR, c0, 32, 16, DK, BK) * nk2[:, None]
+            k3 = _head_rows(k_ptr, tok0, n, i_hk, QKR, c0, 48, 16, DK, BK) * nk3[:, None]
             if PER_CHANNEL:
                 L0, S0, T0 = _spans(g_ptr, tok0, n, i_h, Hv, c0, 0, DK, BK, True)
                 L1, S1, T1 = _spans(g_ptr, tok0, n, i_h, Hv, c0, 16, DK, BK, True)
@@ -188,19 +188,19 @@ def _wy_blocked_kernel(q_ptr, k_ptr, v_ptr, g_ptr, b_ptr, w_ptr, u_ptr, a_ptr, k
                 r32 = k2 * tl.exp(S2)
                 lk = k1 * tl.exp(L1)
                 a10 += tl.dot(lk, tl.trans(r10), input_precision=PREC)
-                lq = _head_rows(q_ptr, tok0, n, i_hk, Hk, c0, 16, 16, DK, BK) * (nq1[:, None] * tl.exp(L1))
+                lq = _head_rows(q_ptr, tok0, n, i_hk, QKR, c0, 16, 16, DK, BK) * (nq1[:, None] * tl.exp(L1))
                 p10 += tl.dot(lq, tl.trans(r10), input_precision=PREC)
                 lk = k2 * tl.exp(L2)
                 a20 += tl.dot(lk, tl.trans(r20), input_precision=PREC)
                 a21 += tl.dot(lk, tl.trans(r21), input_precision=PREC)
-                lq = _head_rows(q_ptr, tok0, n, i_hk, Hk, c0, 32, 16, DK, BK) * (nq2[:, None] * tl.exp(L2))
+                lq = _head_rows(q_ptr, tok0, n, i_hk, QKR, c0, 32, 16, DK, BK) * (nq2[:, None] * tl.exp(L2))
                 p20 += tl.dot(lq, tl.trans(r20), input_precision=PREC)
                 p21 += tl.dot(lq, tl.trans(r21), input_precision=PREC)
                 lk = k3 * tl.exp(L3)
                 a30 += tl.dot(lk, tl.trans(r30), input_precision=PREC)
                 a31 += tl.dot(lk, tl.trans(r31), input_precision=PREC)
                 a32 += tl.dot(lk, tl.trans(r32), input_precision=PREC)
-                lq = _head_rows(q_ptr, tok0, n, i_hk, Hk, c0, 48, 16, DK, BK) * (nq3[:, None] * tl.exp(L3))
+                lq = _head_rows(q_ptr, tok0, n, i_hk, QKR, c0, 48, 16, DK, BK) * (nq3[:, None] * tl.exp(L3))
                 p30 += tl.dot(lq, tl.trans(r30), input_precision=PREC)
                 p31 += tl.dot(lq, tl.trans(r31), input_precision=PREC)
                 p32 += tl.dot(lq, tl.trans(r32), input_precision=PREC)
@@ -246,7 +246,7 @@ def _wy_blocked_kernel(q_ptr, k_ptr, v_ptr, g_ptr, b_ptr, w_ptr, u_ptr, a_ptr, k
         _store_off_blocks(x_ptr, x10, x20, x21, x30, x31, x32, tok0, n, i_h, Hv)
         _store_diag_blocks(x_ptr, x00, x11, x22, x33, tok0, n, i_h, Hv)
     else:
-        _wu_here(k_ptr, v_ptr, g_ptr, w_ptr, u_ptr, tok0, n, i_h, i_hk, Hk, Hv, nk0, nk1, nk2,
+        _wu_here(k_ptr, v_ptr, g_ptr, w_ptr, u_ptr, tok0, n, i_h, i_hk, QKR, VR, Hv, nk0, nk1, nk2,
                  nk3, b0, b1, b2, b3, x00, x10, x11, x20, x21, x22, x30, x31, x32, x33, DK, DV,
                  PER_CHANNEL, PREC, BK)
 
@@ -261,7 +261,7 @@ def _store_diag_blocks(x_ptr, x00, x11, x22, x33, tok0, n, i_h, Hv):
 
 
 @triton.jit
-def _wu_here(k_ptr, v_ptr, g_ptr, w_ptr, u_ptr, tok0, n, i_h, i_hk, Hk, Hv, nk0, nk1, nk2, nk3,
+def _wu_here(k_ptr, v_ptr, g_ptr, w_ptr, u_ptr, tok0, n, i_h, i_hk, QKR, VR, Hv, nk0, nk1, nk2, nk3,
              b0, b1, b2, b3, x00, x10, x11, x20, x21, x22, x30, x31, x32, x33,
              DK: tl.constexpr, DV: tl.constexpr, PER_CHANNEL: tl.constexpr, PREC: tl.constexpr,
              BK: tl.constexpr):
@@ -278,22 +278,22 @@ def _wu_here(k_ptr, v_ptr, g_ptr, w_ptr, u_ptr, tok0, n, i_h, i_hk, Hk, Hv, nk0,
             L1, S1, T1 = _spans(g_ptr, tok0, n, i_h, Hv, c0, 16, DK, BK, True)
             L2, S2, T2 = _spans(g_ptr, tok0, n, i_h, Hv, c0, 32, DK, BK, True)
             L3, S3, T3 = _spans(g_ptr, tok0, n, i_h, Hv, c0, 48, DK, BK, True)
-        y0 = _kb(_head_rows(k_ptr, tok0, n, i_hk, Hk, c0, 0, 16, DK, BK) * nk0[:, None], b0,
+        y0 = _kb(_head_rows(k_ptr, tok0, n, i_hk, QKR, c0, 0, 16, DK, BK) * nk0[:, None], b0,
                  T0 * 0.0, L0, PER_CHANNEL)
-        y1 = _kb(_head_rows(k_ptr, tok0, n, i_hk, Hk, c0, 16, 16, DK, BK) * nk1[:, None], b1,
+        y1 = _kb(_head_rows(k_ptr, tok0, n, i_hk, QKR, c0, 16, 16, DK, BK) * nk1[:, None], b1,
                  T0, L1, PER_CHANNEL)
-        y2 = _kb(_head_rows(k_ptr, tok0, n, i_hk, Hk, c0, 32, 16, DK, BK) * nk2[:, None], b2,
+        y2 = _kb(_head_rows(k_ptr, tok0, n, i_hk, QKR, c0, 32, 16, DK, BK) * nk2[:, None], b2,
                  T0 + T1, L2, PER_CHANNEL)
-        y3 = _kb(_head_rows(k_ptr, tok0, n, i_hk, Hk, c0, 48, 16, DK, BK) * nk3[:, None], b3,
+        y3 = _kb(_head_rows(k_ptr, tok0, n, i_hk, QKR, c0, 48, 16, DK, BK) * nk3[:, None], b3,
                  T0 + T1 + T2, L3, PER_CHANNEL)
         _wy_rows(w_ptr, tok0, n, i_h, Hv, x00, x10, x11, x20, x21, x22, x30, x31, x32, x33,
                  y0, y1, y2, y3, DK, PREC, c0, BK)
     # u = X (beta v)
     for c0 in range(0, DV, BK):
-        y0 = _head_rows(v_ptr, tok0, n, i_h, Hv, c0, 0, 16, DV, BK) * b0[:, None]
-        y1 = _head_rows(v_ptr, tok0, n, i_h, Hv, c0, 16, 16, DV, BK) * b1[:, None]
-        y2 = _head_rows(v_ptr, tok0, n, i_h, Hv, c0, 32, 16, DV, BK) * b2[:, None]
-        y3 = _head_rows(v_ptr, tok0, n, i_h, Hv, c0, 48, 16, DV, BK) * b3[:, None]
+        y0 = _head_rows(v_ptr, tok0, n, i_h, VR, c0, 0, 16, DV, BK) * b0[:, None]
+        y1 = _head_rows(v_ptr, tok0, n, i_h, VR, c0, 16, 16, DV, BK) * b1[:, None]
+        y2 = _head_rows(v_ptr, tok0, n, i_h, VR, c0, 32, 16, DV, BK) * b2[:, None]
+        y3 = _head_rows(v_ptr, tok0, n, i_h, VR, c0, 48, 16, DV, BK) * b3[:, None]
         _wy_rows(u_ptr, tok0, n, i_h, Hv, x00, x10, x11, x20, x21, x22, x30, x31, x32, x33,
                  y0, y1, y2, y3, DV, PREC, c0, BK)
 
