@@ -77,8 +77,9 @@
 #                                         # output stage (FUSED_OUT), strict conformance of all
 #   bash scripts/device_issue6.sh s15b      # the rest of s14a / s14b: KDA forms, prefill syncs,
 #                                         # prefill host profile, model figures
-#   bash scripts/device_issue6.sh s15c      # pageable host copies in prefill, Qwen3.5 with GDN's
-#                                         # new WY defaults
+#   bash scripts/device_issue6.sh s15c      # strict chunked conformance, Qwen3.5 card tests,
+#                                         # pageable host copies in prefill, Qwen3.5 with GDN's
+#                                         # new WY defaults and strided q / k / v
 #   bash scripts/device_issue6.sh diagnose  # model oracle + CUDA-graph tests on the GPU, then
 #                                         # the failures again under HWINFER_SHADOW=raise, which
 #                                         # names the first op whose kernel leaves its reference
@@ -761,7 +762,11 @@ elif [ "$phase" = s15b ]; then
 elif [ "$phase" = s15c ]; then
   # After s15a / s15b: where the prefill's pageable host-to-device copies come from
   # (find_syncs' HostCopies, new; a Qwen3.5 1 x 1,024 step made 37 with 0 syncs reported), then
-  # Qwen3.5 with GDN's new WY defaults (x4 solve, raw keys).
+  # Qwen3.5 with GDN's new WY defaults (x4 solve, raw keys) and q / k / v taken as token-strided
+  # views (no copies; written after the device time): strict chunked conformance and the Qwen3.5
+  # card tests first.
+  strict 60 "test_impl_matches_reference and triton and (gdn_chunked or kda_chunked)"
+  qwen_tests 120
   timeout 90 python3 scripts/find_syncs.py qwen3_5 kimi_linear --prefill > "$out/copies_prefill.txt" 2>&1
   echo "== find_syncs --prefill rc=$?"; grep -v "Warn\|warn" "$out/copies_prefill.txt" | cut -c1-260 | head -30
   timeout 130 python3 scripts/bench_model.py --preset qwen3.5-0.8b --batch 1,32 --prompt 1024 --new 16 \
