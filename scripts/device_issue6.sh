@@ -140,37 +140,32 @@ model_figures() {  # Qwen3.5 b=32, Kimi-Linear / V4-Flash 4 layers b=1,32
 }
 
 gdn_forms() {  # GDN forms per kernel against the default, fla beside them
-  timeout 230 python3 scripts/bench_delta_chunk.py --kinds gdn --shapes 1x16384,8x2048 --no-torch \
-    --no-variants --breakdown --variant "x4@$D:GDN_SOLVE='x4'" --variant "raw@$D:GDN_RAW_K=True" \
-    --variant "x4raw@$D:GDN_SOLVE='x4';$D:GDN_RAW_K=True" --variant "fused@$D:FUSED_OUT=True" \
-    --variant "fused4@$D:FUSED_OUT=True;$D:FUSED_WARPS=4" --variant "fused_bv32@block_v=32;$D:FUSED_OUT=True" \
-    --variant "all@$D:GDN_SOLVE='x4';$D:GDN_RAW_K=True;$D:FUSED_OUT=True" \
+  # (s15a timed x4 / raw keys / the fused output stage; the first two are the default now, the
+  # fused stage was removed: the old forms are the variants here)
+  timeout 200 python3 scripts/bench_delta_chunk.py --kinds gdn --shapes 1x16384,8x2048 --no-torch \
+    --no-variants --breakdown --variant "x1@$D:GDN_SOLVE='x1'" --variant "norm_k@$D:GDN_RAW_K=False" \
+    --variant "old@$D:GDN_SOLVE='x1';$D:GDN_RAW_K=False" \
     > "$out/bench_delta_chunk_gdn.csv" 2> "$out/bench_delta_chunk_gdn.err"
   echo "== bench_delta_chunk gdn rc=$?"; grep -v "Warn\|warn\|^# hwinfer\|at::native\|anonymous\|Memcpy" \
     "$out/bench_delta_chunk_gdn.err" | grep "triton\|fla\|_kernel" | cut -c1-150 | head -40
 }
 
-kda_forms() {  # KDA forms per kernel (no fla)
-  # KDA's diagonal blocks by levels with 3xTF32 segment sums (written in the twelfth session,
-  # prepared in s13b, never run) and by pairs (fourteenth session) against the row loop, and
-  # KDA's WY kernel at 8 warps (an sm_90 compile spills 504 B at 4, 56 at 8), per kernel, no fla.
-  timeout 190 python3 scripts/bench_delta_chunk.py --kinds kda --shapes 1x16384 --no-torch --no-fla \
-    --no-variants --breakdown --variant "levels@$D:DIAG_FORM='levels'" \
-    --variant "wy8@$D:SPLIT_LAUNCH={'gdn': (2, 4, 32), 'kda': (8, 4, 32)}" \
-    --variant "levels4@$D:DIAG_FORM='levels';$D:DIAG_WARPS=4" --variant "pairs@$D:DIAG_FORM='pairs'" \
-    --variant "pairs8@$D:DIAG_FORM='pairs';$D:DIAG_PAIRS_BK=8;$D:DIAG_PAIRS_WARPS=2" \
-    --variant "fused@$D:FUSED_OUT=True" --variant "fused4@$D:FUSED_OUT=True;$D:FUSED_WARPS=4" \
+kda_forms() {  # KDA per kernel (no fla), its WY kernel at 8 warps beside the default
+  # (s15b also timed the diagonal blocks by levels / pairs and the fused output stage: slower,
+  # removed)
+  timeout 120 python3 scripts/bench_delta_chunk.py --kinds kda --shapes 1x16384 --no-torch --no-fla \
+    --no-variants --breakdown --variant "wy8@$D:SPLIT_LAUNCH={'gdn': (2, 4, 32), 'kda': (8, 4, 32)}" \
     > "$out/bench_delta_chunk_kda.csv" 2> "$out/bench_delta_chunk_kda.err"
   echo "== bench_delta_chunk kda rc=$?"; grep "triton\|_kernel" "$out/bench_delta_chunk_kda.err" \
     | grep -v "Warn\|warn" | cut -c1-150 | head -24
 }
 
-strict_forms() {  # strict chunked conformance with every opt-in form on
-  timeout 130 python3 -c "import sys, pytest, $D as t; t.GDN_SOLVE = 'x4'; t.GDN_RAW_K = True; \
-t.DIAG_FORM = 'pairs'; t.FUSED_OUT = True; sys.exit(pytest.main(['tests/conformance', '--backend', 'nvidia', '--strict', '-q', \
+strict_forms() {  # strict chunked conformance with GDN's old WY forms (x1 solve, normalised keys)
+  timeout 130 python3 -c "import sys, pytest, $D as t; t.GDN_SOLVE = 'x1'; t.GDN_RAW_K = False; \
+sys.exit(pytest.main(['tests/conformance', '--backend', 'nvidia', '--strict', '-q', \
 '-p', 'no:cacheprovider', '-k', 'test_impl_matches_reference and triton and (gdn_chunked or kda_chunked)']))" \
-    > "$out/conformance_x4raw.txt" 2>&1
-  grep -E "passed|failed|FAILED" "$out/conformance_x4raw.txt" | tail -6
+    > "$out/conformance_forms.txt" 2>&1
+  grep -E "passed|failed|FAILED" "$out/conformance_forms.txt" | tail -6
 }
 
 ablation() {  # Qwen3.5's decode step by kernel group (scripts/bench_ablation.py) within $1 s

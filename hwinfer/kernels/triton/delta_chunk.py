@@ -71,7 +71,6 @@ from hwinfer.kernels.triton.delta_chunk_wy import (
     _g_rows, _gdn_decay, _head_rows, _kda_diag_kernel, _mm, _mm_split, _qk_rows, _raw_rows,
     _row_scale, _store_rows, _wy_kernel,
 )
-from hwinfer.kernels.triton.delta_chunk_diag import _kda_diag_levels_kernel, _kda_diag_pairs_kernel
 from hwinfer.kernels.triton.delta_chunk_wu import _wu_kernel
 from hwinfer.kernels.triton.delta_chunk_wy_blocked import _wy_blocked_kernel, block_k_ok
 from hwinfer.ops.linear_attention_chunked import L2NORM_EPS, check_inputs
@@ -131,17 +130,11 @@ WY_SPLIT = True
 GDN_SOLVE = "x4"
 GDN_RAW_K = True
 SPLIT_LAUNCH = {"gdn": (2, 4, 32), "kda": (4, 4, 32)}
-# KDA's diagonal blocks: "loop" (``_kda_diag_kernel``, a row at a time) or "levels"
-# (:mod:`.delta_chunk_diag`, all rows at once by a binary split of the tile) or "pairs" (16-bit
-# inputs; fp32 ones keep the loop: every pair of the tile at once, decays as e^{G_t - G_s} over
-# the tile's 16 rows, _kda_diag_pairs_kernel, DIAG_PAIRS_BK key channels a step in
-# DIAG_PAIRS_WARPS warps). On the H200 at KDA 1 x 16k the loop takes 1,183 us; levels 5,628
-# (3xTF32 segment sums; 11,696 at 4 warps; exact fp32 ones were 3,408 in the twelfth session),
-# pairs 2,164 (2,042 at BK = 8, 2 warps): the loop stays. DIAG_WARPS: the levels form's warps.
-DIAG_FORM = "loop"
+# KDA's diagonal blocks: ``_kda_diag_kernel``, a row at a time, in DIAG_WARPS warps. Measured
+# against it on the H200 (KDA 1 x 16k, docs/kernels.md) and removed: all rows at once by a
+# binary split of the tile (3,408 us with exact fp32 segment sums, 5,628 with 3xTF32, against
+# 1,183) and every pair at once with decays e^{G_t - G_s} (2,042-2,164 us).
 DIAG_WARPS = 2
-DIAG_PAIRS_BK = 16
-DIAG_PAIRS_WARPS = 4
 
 
 @triton.jit
@@ -457,16 +450,7 @@ def _run(op: str, q, k, v, g, beta, initial_state, scale, use_qk_l2norm, cu_seql
         raise ValueError(f"{op} (triton): block_k_out={block_k_out} must be a power of two >= 16 "
                          f"dividing Dk={Dk}")
     xd = torch.empty(B * T, Hv, 16, **f32) if per_channel else u  # KDA's diagonal inverses
-    pairs = DIAG_FORM == "pairs" and q.dtype in (torch.bfloat16, torch.float16)
-    if nc and per_channel and pairs:
-        _kda_diag_pairs_kernel[(4 * nc, Hv)](q, k, g, beta, a, xd, chunks, Hk, Hv, qkr, scale,
-                                             L2NORM_EPS, DK=Dk, BK=min(DIAG_PAIRS_BK, Dk),
-                                             USE_L2NORM=l2, num_warps=DIAG_PAIRS_WARPS)
-    elif nc and per_channel and DIAG_FORM == "levels":
-        _kda_diag_levels_kernel[(4 * nc, Hv)](q, k, g, beta, a, xd, chunks, Hk, Hv, qkr, scale,
-                                              L2NORM_EPS, DK=Dk, USE_L2NORM=l2, PREC=prec,
-                                              num_warps=DIAG_WARPS)
-    elif nc and per_channel:
+    if nc and per_channel:
         _kda_diag_kernel[(4 * nc, Hv)](q, k, g, beta, a, xd, chunks, Hk, Hv, qkr, scale, L2NORM_EPS,
                                        DK=Dk, USE_L2NORM=l2, num_warps=DIAG_WARPS)
     if nc and not block_k:
@@ -600,15 +584,6 @@ def _aot_specs():
                       "USE_L2NORM": "constexpr"}
                 specs.append(AotSpec(f"kda_diag[{dtype},{d}]", _kda_diag_kernel, dg,
                                      {"DK": d, "USE_L2NORM": True}, {"num_warps": 2}))
-                specs.append(AotSpec(f"kda_diag_pairs[{dtype},{d}]", _kda_diag_pairs_kernel,
-                                     {**dg, "BK": "constexpr"},
-                                     {"DK": d, "BK": DIAG_PAIRS_BK, "USE_L2NORM": True},
-                                     {"num_warps": DIAG_PAIRS_WARPS}))
-                for prec, targets in (("ieee", None), ("tf32", ("sm_90", "sm_100"))):
-                    specs.append(AotSpec(f"kda_diag_levels[{dtype},{d},{prec}]",
-                                         _kda_diag_levels_kernel, {**dg, "PREC": "constexpr"},
-                                         {"DK": d, "USE_L2NORM": True, "PREC": prec},
-                                         {"num_warps": 2}, targets))
             st = {"kg_ptr": half, "ge_ptr": f32, "w_ptr": half, "u_ptr": f32, "h0_ptr": f32,
                   "hs_ptr": f32, "d_ptr": f32, "ht_ptr": f32, "seq_ptr": "*i32", "Hv": "i32",
                   "DK": "constexpr", "DV": "constexpr", "BV": "constexpr",
