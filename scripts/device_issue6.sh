@@ -750,7 +750,8 @@ elif [ "$phase" = s14b ]; then
   gdn_forms; kda_forms; strict_forms
 elif [ "$phase" = s15a ]; then
   # s14a and s14b regrouped for a session whose machine may come once: what checks the
-  # landed code and the fused output stage first (each part is one function above).
+  # landed code first (each part is one function above; as run in s15a the GDN function also
+  # timed the fused output stage and the new forms as variants, since removed / made defaults).
   prefill_tests; gdn_forms; strict_forms
 elif [ "$phase" = s15b ]; then
   kda_forms; prefill_syncs; qwen_prefill_profile; model_figures

@@ -330,7 +330,8 @@ def _token_rows(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor):
     def rows(x: torch.Tensor) -> int | None:
         B, T, H, D = x.shape
         st = x.stride()
-        ok = st[3] == 1 and st[2] == D and st[1] % D == 0 and st[1] >= H * D and (B == 1 or st[0] == T * st[1])
+        ok = (st[3] == 1 and st[2] == D and st[1] % D == 0 and st[1] >= H * D
+              and (B == 1 or st[0] == T * st[1]))
         return st[1] // D if ok else None
     qkr = rows(q) if q.stride() == k.stride() else None
     if qkr is None:
@@ -451,11 +452,11 @@ def _run(op: str, q, k, v, g, beta, initial_state, scale, use_qk_l2norm, cu_seql
                          f"dividing Dk={Dk}")
     xd = torch.empty(B * T, Hv, 16, **f32) if per_channel else u  # KDA's diagonal inverses
     if nc and per_channel:
-        _kda_diag_kernel[(4 * nc, Hv)](q, k, g, beta, a, xd, chunks, Hk, Hv, qkr, scale, L2NORM_EPS,
-                                       DK=Dk, USE_L2NORM=l2, num_warps=DIAG_WARPS)
+        _kda_diag_kernel[(4 * nc, Hv)](q, k, g, beta, a, xd, chunks, Hk, Hv, qkr, scale,
+                                       L2NORM_EPS, DK=Dk, USE_L2NORM=l2, num_warps=DIAG_WARPS)
     if nc and not block_k:
-        _wy_kernel[(nc, Hv)](q, k, v, g, beta, w, u, a, kg, ge, chunks, xd, Hk, Hv, qkr, vr, scale,
-                             L2NORM_EPS, DK=Dk, DV=Dv, PER_CHANNEL=per_channel, USE_L2NORM=l2,
+        _wy_kernel[(nc, Hv)](q, k, v, g, beta, w, u, a, kg, ge, chunks, xd, Hk, Hv, qkr, vr,
+                             scale, L2NORM_EPS, DK=Dk, DV=Dv, PER_CHANNEL=per_channel, USE_L2NORM=l2,
                              PREC=prec, num_warps=warps_wy)
     elif nc:  # the same stage with the key channels in blocks (delta_chunk_wy_blocked.py)
         split = WY_SPLIT
@@ -467,13 +468,13 @@ def _run(op: str, q, k, v, g, beta, initial_state, scale, use_qk_l2norm, cu_seql
         raw_k = ""
         if GDN_RAW_K and split and not per_channel and k.dtype in (torch.bfloat16, torch.float16):
             raw_k = "fp32" if _INTERPRET else "native"
-        _wy_blocked_kernel[(nc, Hv)](q, k, v, g, beta, w, u, a, kg, ge, chunks, xd, xs, Hk, Hv, qkr, vr,
-                                     scale, L2NORM_EPS, DK=Dk, DV=Dv, PER_CHANNEL=per_channel,
+        _wy_blocked_kernel[(nc, Hv)](q, k, v, g, beta, w, u, a, kg, ge, chunks, xd, xs, Hk, Hv,
+                                     qkr, vr, scale, L2NORM_EPS, DK=Dk, DV=Dv, PER_CHANNEL=per_channel,
                                      USE_L2NORM=l2, PREC=prec, BK=block_k, SPLIT=split,
                                      SOLVE=GDN_SOLVE, RAW_K=raw_k, num_warps=num_warps or wy_warps)
         if split:
-            _wu_kernel[(nc, Hv)](k, v, g, beta, xs, w, u, kg, chunks, Hk, Hv, qkr, vr, L2NORM_EPS, DK=Dk,
-                                 DV=Dv, BC=min(wu_block, Dk, Dv), PER_CHANNEL=per_channel,
+            _wu_kernel[(nc, Hv)](k, v, g, beta, xs, w, u, kg, chunks, Hk, Hv, qkr, vr, L2NORM_EPS,
+                                 DK=Dk, DV=Dv, BC=min(wu_block, Dk, Dv), PER_CHANNEL=per_channel,
                                  USE_L2NORM=l2, PREC=prec, KG=bool(raw_k),
                                  num_warps=num_warps or wu_warps)
     _state_kernel[(n * Hv, Dv // bv_state)](
@@ -545,7 +546,8 @@ def _aot_specs():
             wy = {"q_ptr": ptr, "k_ptr": ptr, "v_ptr": ptr, "g_ptr": f32, "b_ptr": f32,
                   "w_ptr": half, "u_ptr": f32, "a_ptr": f32, "kg_ptr": half, "ge_ptr": f32,
                   "tab_ptr": "*i32", "xd_ptr": f32, "Hk": "i32",
-                  "Hv": "i32", "QKR": "i32", "VR": "i32", "scale": "fp32", "eps": "fp32", "DK": "constexpr",
+                  "Hv": "i32", "QKR": "i32", "VR": "i32", "scale": "fp32", "eps": "fp32",
+                  "DK": "constexpr",
                   "DV": "constexpr", "PER_CHANNEL": "constexpr", "USE_L2NORM": "constexpr",
                   "PREC": "constexpr"}
             specs.append(AotSpec(f"delta_chunk_wy[{kind},{dtype},{d}]", _wy_kernel, wy, flags,
@@ -560,7 +562,8 @@ def _aot_specs():
                     {"num_warps": SPLIT_LAUNCH[kind][0] if split else 4}))
             wu = {"k_ptr": ptr, "v_ptr": ptr, "g_ptr": f32, "b_ptr": f32, "x_ptr": f32,
                   "w_ptr": half, "u_ptr": f32, "kg_ptr": half, "tab_ptr": "*i32", "Hk": "i32",
-                  "Hv": "i32", "QKR": "i32", "VR": "i32", "eps": "fp32", "DK": "constexpr", "DV": "constexpr",
+                  "Hv": "i32", "QKR": "i32", "VR": "i32", "eps": "fp32", "DK": "constexpr",
+                  "DV": "constexpr",
                   "BC": "constexpr", "PER_CHANNEL": "constexpr", "USE_L2NORM": "constexpr",
                   "PREC": "constexpr", "KG": "constexpr"}
             for raw in ((False, True) if not per_channel else (False,)):
@@ -573,8 +576,9 @@ def _aot_specs():
             if not per_channel:   # GDN's default form on NVIDIA: raw 16-bit keys, "x4" solve
                 specs.append(AotSpec(
                     f"delta_chunk_wy_blocked[{kind},{dtype},{d},bk32,split,raw,x4]",
-                    _wy_blocked_kernel, {**wy, "x_ptr": f32, "BK": "constexpr", "SPLIT": "constexpr",
-                                         "SOLVE": "constexpr", "RAW_K": "constexpr"},
+                    _wy_blocked_kernel, {**wy, "x_ptr": f32, "BK": "constexpr",
+                                         "SPLIT": "constexpr", "SOLVE": "constexpr",
+                                         "RAW_K": "constexpr"},
                     {**flags, "PREC": "tf32", "BK": 32, "SPLIT": True, "SOLVE": "x4",
                      "RAW_K": "native"}, {"num_warps": SPLIT_LAUNCH[kind][0]}, ("sm_90", "sm_100")))
             if per_channel:
@@ -599,7 +603,8 @@ def _aot_specs():
                     {"num_warps": 8 if pf else 4, "num_stages": 2}, targets))
             out = {"q_ptr": ptr, "k_ptr": ptr, "g_ptr": f32, "a_ptr": f32, "hs_ptr": f32,
                    "d_ptr": f32, "o_ptr": ptr, "tab_ptr": "*i32", "Hk": "i32", "Hv": "i32",
-                   "QKR": "i32", "scale": "fp32", "eps": "fp32", "DK": "constexpr", "DV": "constexpr",
+                   "QKR": "i32", "scale": "fp32", "eps": "fp32", "DK": "constexpr",
+                   "DV": "constexpr",
                    "BV": "constexpr", "PER_CHANNEL": "constexpr", "USE_L2NORM": "constexpr",
                    "PREC": "constexpr", "SPAN": "constexpr", "RAW_QK": "constexpr",
                    "QS": "constexpr"}

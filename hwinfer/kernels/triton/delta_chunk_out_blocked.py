@@ -37,8 +37,8 @@ def _out_program(tab_ptr, Hk, Hv, BV: tl.constexpr):
 
 
 @triton.jit
-def _out_blocked_kernel(q_ptr, k_ptr, g_ptr, a_ptr, hs_ptr, d_ptr, o_ptr, tab_ptr, Hk, Hv, QKR, scale,
-                        eps, DK: tl.constexpr, DV: tl.constexpr, BV: tl.constexpr,
+def _out_blocked_kernel(q_ptr, k_ptr, g_ptr, a_ptr, hs_ptr, d_ptr, o_ptr, tab_ptr, Hk, Hv, QKR,
+                        scale, eps, DK: tl.constexpr, DV: tl.constexpr, BV: tl.constexpr,
                         BK: tl.constexpr, PER_CHANNEL: tl.constexpr, USE_L2NORM: tl.constexpr,
                         PREC: tl.constexpr, SPAN: tl.constexpr):
     i_c, i_h, i_hk, tok0, n, c0 = _out_program(tab_ptr, Hk, Hv, BV)

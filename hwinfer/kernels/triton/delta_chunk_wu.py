@@ -25,8 +25,8 @@ from hwinfer.kernels.triton.delta_chunk_wy_blocked import _inv_norm
 
 
 @triton.jit
-def _wu_kernel(k_ptr, v_ptr, g_ptr, b_ptr, x_ptr, w_ptr, u_ptr, kg_ptr, tab_ptr, Hk, Hv, QKR, VR, eps,
-               DK: tl.constexpr, DV: tl.constexpr, BC: tl.constexpr,
+def _wu_kernel(k_ptr, v_ptr, g_ptr, b_ptr, x_ptr, w_ptr, u_ptr, kg_ptr, tab_ptr, Hk, Hv, QKR, VR,
+               eps, DK: tl.constexpr, DV: tl.constexpr, BC: tl.constexpr,
                PER_CHANNEL: tl.constexpr, USE_L2NORM: tl.constexpr, PREC: tl.constexpr,
                KG: tl.constexpr):
     i_c, i_h, i_hk, tok0, n = _chunk_program(tab_ptr, Hk, Hv)
