@@ -1,6 +1,6 @@
 """List the torch kernels a model's captured decode step launches outside its ops ("glue").
 
-    python3 scripts/find_glue.py qwen3_5 [--device cuda]
+    python3 scripts/find_glue.py qwen3_5 [--device cuda] [--prefill]
 
 On the H200 a non-Triton kernel between two decode GEMVs costs more than its own few
 microseconds: it does not take part in programmatic dependent launch, so the GEMV after it
@@ -8,6 +8,9 @@ cannot stream its weights while it runs (docs/engine.md, tenth session). This ru
 fixed-size decode step (hwinfer.engine.graphs, eagerly) on a tiny checkpoint and records every
 aten op that launches work and is not inside an op-table call, with the innermost hwinfer frames
 that issued it. On the CPU the ops run the torch reference; the glue is the same code.
+
+``--prefill``: the same for the step that processes a 40-token prompt, whose launches a short
+prefill pays on the host one by one (docs/engine.md, fifteenth session).
 """
 from __future__ import annotations
 
@@ -67,11 +70,31 @@ def _same(args, kwargs) -> bool:
     return kwargs.get("dtype", x.dtype) == x.dtype and kwargs.get("device", x.device) == x.device
 
 
-def glue_of(arch: str, device: str, steps: int) -> tuple[Counter, int]:
+def glue_of(arch: str, device: str, steps: int, prefill: bool = False) -> tuple[Counter, int]:
     with tempfile.TemporaryDirectory() as tmp:
         model = load_model(write_checkpoint(arch, tmp), device=device, dtype=torch.bfloat16)
     log = GlueLog()
     engine = Engine(model, max_num_seqs=4, max_num_batched_tokens=64, num_blocks=64, cuda_graphs=True)
+    gen = torch.Generator().manual_seed(0)
+    params = SamplingParams(max_tokens=steps, temperature=0, ignore_eos=True)
+    if prefill:
+        # a first request warms up (weights stacked on first use, compiles); the second one's
+        # prompt step is logged
+        forward, armed, ran = engine._forward, [False], [0]
+
+        def watched_prefill(scheduled):
+            if armed[0]:
+                armed[0] = False
+                ran[0] += 1
+                with log:
+                    return forward(scheduled)
+            return forward(scheduled)
+        engine._forward = watched_prefill
+        for second in (False, True):
+            armed[0] = second
+            prompt = torch.randint(3, model.config["vocab_size"], (40,), generator=gen).tolist()
+            engine.run([engine.add_request(prompt, params)])
+        return log.found, ran[0]
     graphs = engine.graphs
     graphs.capture = False   # the fixed-size step, eagerly
     plain, calls = graphs._forward, [0]
@@ -83,8 +106,6 @@ def glue_of(arch: str, device: str, steps: int) -> tuple[Counter, int]:
         with log:
             return plain(size)
     graphs._forward = watched
-    gen = torch.Generator().manual_seed(0)
-    params = SamplingParams(max_tokens=steps, temperature=0, ignore_eos=True)
     prompt = torch.randint(3, model.config["vocab_size"], (7,), generator=gen).tolist()
     engine.run([engine.add_request(prompt, params)])
     return log.found, calls[0]
@@ -95,11 +116,12 @@ def main() -> int:
     ap.add_argument("archs", nargs="+")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--steps", type=int, default=6)
+    ap.add_argument("--prefill", action="store_true", help="the prompt's step instead of decode")
     args = ap.parse_args()
     for arch in args.archs:
-        found, steps = glue_of(arch, args.device, args.steps)
-        print(f"{arch}: {sum(found.values())} glue kernels in one decode step "
-              f"({steps} fixed-size steps ran)")
+        found, steps = glue_of(arch, args.device, args.steps, args.prefill)
+        what = "the prefill step" if args.prefill else f"one decode step ({steps} fixed-size steps ran)"
+        print(f"{arch}: {sum(found.values())} glue kernels in {what}")
         for site, n in sorted(found.items(), key=lambda kv: kv[0].split()[1:]):
             print(f"  {n:3d}x  {site}")
     return 0

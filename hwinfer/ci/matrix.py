@@ -7,6 +7,8 @@ Each cell (op x lane column) gets the best status the evidence supports:
 
 * ``failing``: a conformance case failed in some lane (listed first: it needs attention);
 * ``validated on hardware``: the conformance suite passed on a real device of that column;
+* ``validated on hardware, fewer cases``: so, but that run had fewer case x dtype items for the
+  op than its contract has now (cases added since: those never ran on the hardware);
 * ``compiled and interpreted`` / ``interpreted`` / ``compiled``: Triton kernels checked without
   the hardware (TRITON_INTERPRET=1 on the host, AOT compile for the arch);
 * ``reference (by choice)``: the backend deliberately runs the reference for this op;
@@ -54,9 +56,10 @@ LANE_OF = {"cpu": "cpu", "nvidia sm_90": "nvidia-sm90", "nvidia sm_100": "nvidia
            "amd gfx942": "amd-gfx942", "amd gfx950": "amd-gfx950", "xpu": "xpu", "npu": "npu"}
 
 FAILING, VALIDATED = "failing", "validated on hardware"
+VALIDATED_FEWER = "validated on hardware, fewer cases"
 COMPILED_INTERPRETED, INTERPRETED, COMPILED = "compiled and interpreted", "interpreted", "compiled"
 REFERENCE, NOT_RUN, MISSING = "reference (by choice)", "not run", "missing impl"
-MARK = {FAILING: "❌", VALIDATED: "✅", COMPILED_INTERPRETED: "🟡", INTERPRETED: "🟡",
+MARK = {FAILING: "❌", VALIDATED: "✅", VALIDATED_FEWER: "☑️", COMPILED_INTERPRETED: "🟡", INTERPRETED: "🟡",
         COMPILED: "🟡", REFERENCE: "🔵", NOT_RUN: "⚪", MISSING: "—"}
 
 
@@ -73,8 +76,19 @@ def impl_tables() -> dict[str, dict[str, list]]:
     return out
 
 
-def cell(op: str, col: Column, rows: list[dict[str, str]], impls: list) -> tuple[str, list[str]]:
-    """(status, impl names behind it) for one op in one column."""
+def _items_run(rows: list[dict[str, str]], impl: str) -> int:
+    """Case x dtype items one impl's conformance run had (passed + failed + skipped)."""
+    most: dict[str, int] = {}
+    for r in rows:
+        if r["impl"] == impl and r["metric"] in ("cases_passed", "cases_failed", "cases_skipped"):
+            most[r["metric"]] = max(most.get(r["metric"], 0), int(float(r["value"])))
+    return sum(most.values())
+
+
+def cell(op: str, col: Column, rows: list[dict[str, str]], impls: list,
+         items: int | None = None) -> tuple[str, list[str]]:
+    """(status, impl names behind it) for one op in one column; ``items``: the op's case x dtype
+    count now (None: not checked)."""
     if not impls:
         return MISSING, []
     mine = [r for r in rows if r["op"] == op and col.takes(r)]
@@ -84,6 +98,9 @@ def cell(op: str, col: Column, rows: list[dict[str, str]], impls: list) -> tuple
         return FAILING, failed
     hw = sorted({r["impl"] for r in conf if r["unit"] == "passed" and results.on_hardware(r["device"])})
     if hw:
+        on_hw = [r for r in mine if results.on_hardware(r["device"])]
+        if items is not None and all(0 < _items_run(on_hw, i) < items for i in hw):
+            return VALIDATED_FEWER, hw
         return VALIDATED, hw
     interp = sorted({r["impl"] for r in conf if r["unit"] == "passed" and r["device"] == results.INTERPRETER})
     aot = sorted({r["impl"] for r in mine if r["metric"] == "aot_compile" and r["unit"] == "passed"})
@@ -99,9 +116,18 @@ def cell(op: str, col: Column, rows: list[dict[str, str]], impls: list) -> tuple
 
 
 def build(rows: list[dict[str, str]], ops: list[str], tables: dict[str, dict[str, list]],
-          columns: tuple[Column, ...] = COLUMNS) -> dict[tuple[str, str], tuple[str, list[str]]]:
-    return {(op, col.title): cell(op, col, rows, tables.get(col.backend, {}).get(op, []))
+          columns: tuple[Column, ...] = COLUMNS, items: dict[str, int] | None = None
+          ) -> dict[tuple[str, str], tuple[str, list[str]]]:
+    return {(op, col.title): cell(op, col, rows, tables.get(col.backend, {}).get(op, []),
+                                  (items or {}).get(op))
             for op in ops for col in columns}
+
+
+def case_items() -> dict[str, int]:
+    """op -> its contract's case x dtype count (what a full conformance run has per impl)."""
+    from hwinfer.ops.contract import all_ops
+
+    return {name: len(spec.cases) * len(spec.dtypes) for name, spec in all_ops().items()}
 
 
 def _sources(rows: list[dict[str, str]]) -> list[str]:
@@ -114,8 +140,8 @@ def _sources(rows: list[dict[str, str]]) -> list[str]:
 
 def render(rows: list[dict[str, str]], ops: list[str], tables: dict[str, dict[str, list]],
            hardware_status: dict[str, str], columns: tuple[Column, ...] = COLUMNS,
-           plots: list[str] | None = None) -> str:
-    grid = build(rows, ops, tables, columns)
+           plots: list[str] | None = None, items: dict[str, int] | None = None) -> str:
+    grid = build(rows, ops, tables, columns, items)
     lines = [
         "# Support matrix",
         "",
@@ -123,11 +149,14 @@ def render(rows: list[dict[str, str]], ops: list[str], tables: dict[str, dict[st
         "`ci/README.md`) and the backends' impl tables. Do not edit by hand.",
         "",
         "Legend: " + "; ".join(f"{MARK[s]} {s}" for s in
-                               (VALIDATED, COMPILED_INTERPRETED, REFERENCE, NOT_RUN, MISSING, FAILING)),
+                               (VALIDATED, VALIDATED_FEWER, COMPILED_INTERPRETED, REFERENCE, NOT_RUN,
+                                MISSING, FAILING)),
         "",
         "Only a lane that ran on the hardware can validate. Interpreted means the Triton kernel ran",
         "under `TRITON_INTERPRET=1` on the host CPU against the reference; compiled means it built",
-        "ahead of time for that arch. Nothing mocked or run on a fake device counts.",
+        "ahead of time for that arch. Nothing mocked or run on a fake device counts. \"Fewer",
+        "cases\": the hardware run had fewer case x dtype items than the op's contract has now;",
+        "the commit and date of each lane's rows are under Sources.",
         "",
         "| op | " + " | ".join(c.title for c in columns) + " |",
         "| --- | " + " | ".join("---" for _ in columns) + " |",
@@ -140,17 +169,17 @@ def render(rows: list[dict[str, str]], ops: list[str], tables: dict[str, dict[st
             cells.append(f"{MARK[status]} {status}{names}")
         lines.append(f"| {op} | " + " | ".join(cells) + " |")
     lines += ["", "## Per lane", "", "| lane | backend status | " +
-              " | ".join(s for s in (VALIDATED, COMPILED_INTERPRETED, INTERPRETED, COMPILED,
-                                     REFERENCE, NOT_RUN, MISSING, FAILING)) + " |",
-              "| --- | --- |" + " --- |" * 8]
+              " | ".join(s for s in (VALIDATED, VALIDATED_FEWER, COMPILED_INTERPRETED, INTERPRETED,
+                                     COMPILED, REFERENCE, NOT_RUN, MISSING, FAILING)) + " |",
+              "| --- | --- |" + " --- |" * 9]
     for col in columns:
         counts: dict[str, int] = defaultdict(int)
         for op in ops:
             counts[grid[(op, col.title)][0]] += 1
         status = hardware_status.get(col.backend, "not installed")
         lines.append(f"| {LANE_OF.get(col.title, col.title)} | {status} | " + " | ".join(
-            str(counts[s]) for s in (VALIDATED, COMPILED_INTERPRETED, INTERPRETED, COMPILED,
-                                     REFERENCE, NOT_RUN, MISSING, FAILING)) + " |")
+            str(counts[s]) for s in (VALIDATED, VALIDATED_FEWER, COMPILED_INTERPRETED, INTERPRETED,
+                                     COMPILED, REFERENCE, NOT_RUN, MISSING, FAILING)) + " |")
     lines += ["", "## Sources", "", "| backend | arch | device | commit | date | rows |",
               "| --- | --- | --- | --- | --- | --- |"]
     lines += _sources(rows) or ["| (no results yet) | | | | | |"]
@@ -228,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     pngs = plot(rows, Path(args.plots), out.parent) if args.plots else []
     text = render(rows, sorted(all_ops()), impl_tables(),
-                  {b.name: b.hardware_status for b in backends()}, plots=pngs)
+                  {b.name: b.hardware_status for b in backends()}, plots=pngs, items=case_items())
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text)
     print(f"wrote {out} ({len(rows)} result rows, {len(pngs)} plots)")

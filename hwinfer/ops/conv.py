@@ -86,8 +86,9 @@ def causal_conv1d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
         state_slots: [N] integer or None. When given, ``state`` is a state *pool* [S, C, K-1]
             (the engine's cache, any float dtype): sequence i starts from row
             ``state_slots[i]``, its new state is written back to that row **in place** (in the
-            pool's dtype), and the returned new_state is the pool itself. Decode uses it, so the
-            conv state is neither gathered nor scattered around the op. Rows not named are
+            pool's dtype), and the returned new_state is the pool itself. The engine's decode
+            and prefill use it, so the conv state is neither gathered nor scattered around the
+            op. Rows not named are
             untouched; a repeated slot (padding rows of a fixed-size batch) gets one result.
 
     Returns ``(y [B, T, C] in x.dtype, new_state [N, C, K-1] in x.dtype)``. The state holds raw
@@ -167,6 +168,10 @@ CAUSAL_CONV1D = define_op(
         # The in-place state pool (engine decode): varlen decode over scattered pool rows.
         Case("decode_pool_slots", _conv_case(1, 5, 512, 4, state=True, seqlens=(1,) * 5, pool_extra=3)),
         Case("multi_token_pool_slots", _conv_case(1, 7, 96, 4, state=True, seqlens=(3, 0, 4), pool_extra=2)),
+        # The pool in prefill: sequences over several of a kernel's token chunks, one shorter
+        # than K-1 (its new state keeps part of the old one).
+        Case("prefill_pool_slots", _conv_case(1, 117, 96, 4, state=True, seqlens=(2, 70, 45),
+                                              pool_extra=2)),
     ],
     # Elementwise, K products summed in fp32: near-exact in fp32; bf16 differs by output rounding.
     tolerance={torch.float32: Tol(atol=1e-6, rtol=1e-6), torch.bfloat16: Tol(atol=1e-2, rtol=1e-2)},

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import torch
 
-from hwinfer.ops.contract import Case, Tol, define_op, randn, slot_rows, uniform
+from hwinfer.ops.contract import Case, Tol, define_op, randn, uniform
 from hwinfer.ops.linear_attention_chunked import (
-    check_inputs, gdn_chunked, kda_chunked, prepare, run_sequences,
+    check_inputs, gdn_chunked, kda_chunked, on_state_slots, prepare, run_sequences,
 )
 
 
@@ -30,18 +30,6 @@ def recurrent_core(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.T
         s = s + k[:, t, :, :, None] * delta[:, :, None, :]  # S += k delta^T
         o[:, t] = torch.einsum("bhk,bhkv->bhv", q[:, t], s)
     return o, s
-
-
-def on_state_slots(fn, op: str, q, k, v, g, beta, initial_state, state_slots, **kw):
-    """The ``state_slots`` form of a recurrent op through its plain form ``fn``: gather the rows
-    of the state pool, run, write the final states back in place. Returns (o, the pool)."""
-    if initial_state is None or initial_state.dim() != 4 or initial_state.dtype != torch.float32:
-        raise ValueError(f"{op}: state_slots needs initial_state = the fp32 state pool "
-                         f"[S, Hv, Dk, Dv], got {None if initial_state is None else list(initial_state.shape)}")
-    rows = slot_rows(op, state_slots, initial_state)
-    o, final = fn(q, k, v, g, beta, initial_state.index_select(0, rows), **kw)
-    initial_state.index_copy_(0, rows, final)
-    return o, initial_state
 
 
 def _recurrent(op, q, k, v, g, beta, initial_state, scale, use_qk_l2norm, cu_seqlens, per_channel):
@@ -238,7 +226,12 @@ def _la_case(B: int, T: int, hk: int, hv: int, d: int, *, per_channel: bool, sta
 def _cases(per_channel: bool, chunked: bool) -> list[Case]:
     hk, hv = (2, 2) if per_channel else (2, 4)
     cs = {"chunk_size": 16} if chunked else {}
-    slots = [] if chunked else [
+    slots = [
+        # The in-place state pool form (engine prefill: sequences past one chunk, reordered
+        # slots of a pool with spare rows).
+        Case("slots_varlen_50_29", _la_case(1, 79, hk, hv, 64, per_channel=per_channel,
+                                            state=True, seqlens=(50, 29), pool_extra=2, **cs)),
+    ] if chunked else [
         # The in-place state pool form (engine decode and speculative verification).
         Case("slots_decode_B3", _la_case(3, 1, hk, hv, 64, per_channel=per_channel, state=True,
                                          pool_extra=3)),
@@ -386,13 +379,13 @@ def _kda_gated_cases() -> list[Case]:
 
 
 GDN_CHUNKED = define_op(gdn_chunked, cases=_cases(False, True), tolerance=_LA_TOL,
-                        family="linear_attention")
+                        family="linear_attention", mutates=("initial_state",))
 GDN_GATED_RECURRENT = define_op(gdn_gated_recurrent, cases=_gated_cases(), tolerance=_LA_TOL,
                                 mutates=("initial_state",))
 KDA_RECURRENT = define_op(kda_recurrent, cases=_cases(True, False), tolerance=_LA_TOL,
                           mutates=("initial_state",))
 KDA_CHUNKED = define_op(kda_chunked, cases=_cases(True, True), tolerance=_LA_TOL,
-                        family="linear_attention")
+                        family="linear_attention", mutates=("initial_state",))
 KDA_GATED_RECURRENT = define_op(kda_gated_recurrent, cases=_kda_gated_cases(), tolerance=_LA_TOL,
                                 mutates=("initial_state",))
 

@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import torch
 
+from hwinfer.ops.contract import slot_rows
+
 L2NORM_EPS = 1e-6  # inside the sqrt: x / sqrt(sum(x^2) + 1e-6), as transformers and fla do
 
 
@@ -176,6 +178,19 @@ def chunked_core(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Ten
     return o, s
 
 
+def on_state_slots(fn, op: str, q, k, v, g, beta, initial_state, state_slots, **kw):
+    """The ``state_slots`` form of a delta-rule op (recurrent or chunked) through its plain form
+    ``fn``: gather the rows of the state pool, run, write the final states back in place.
+    Returns (o, the pool)."""
+    if initial_state is None or initial_state.dim() != 4 or initial_state.dtype != torch.float32:
+        raise ValueError(f"{op}: state_slots needs initial_state = the fp32 state pool "
+                         f"[S, Hv, Dk, Dv], got {None if initial_state is None else list(initial_state.shape)}")
+    rows = slot_rows(op, state_slots, initial_state)
+    o, final = fn(q, k, v, g, beta, initial_state.index_select(0, rows), **kw)
+    initial_state.index_copy_(0, rows, final)
+    return o, initial_state
+
+
 def _chunked(op: str, q, k, v, g, beta, initial_state, scale, use_qk_l2norm, cu_seqlens,
              chunk_size, per_channel):
     n = check_inputs(op, q, k, v, g, beta, initial_state, cu_seqlens, per_channel=per_channel)
@@ -190,8 +205,8 @@ def _chunked(op: str, q, k, v, g, beta, initial_state, scale, use_qk_l2norm, cu_
 def gdn_chunked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
                 beta: torch.Tensor, initial_state: torch.Tensor | None = None, *,
                 scale: float | None = None, use_qk_l2norm: bool = True,
-                cu_seqlens: torch.Tensor | None = None, chunk_size: int = 64
-                ) -> tuple[torch.Tensor, torch.Tensor]:
+                cu_seqlens: torch.Tensor | None = None, chunk_size: int = 64,
+                state_slots: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Gated DeltaNet, chunked prefill form: same contract as ``gdn_recurrent``.
 
     Same math, arguments, shapes and outputs as ``gdn_recurrent`` (see there: q, k [B, T, Hk, Dk];
@@ -204,7 +219,16 @@ def gdn_chunked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tens
     ``chunk_size`` (default 64, the value of transformers and fla) only changes the rounding:
     the result equals the token loop in exact arithmetic (fp32 agreement ~1e-6), so an
     implementation may chunk differently. A partial last chunk needs no padding.
+
+    ``state_slots`` [N] integer: the in-place pool form, as in ``gdn_recurrent`` (sequence i
+    starts from pool row ``state_slots[i]`` and its final state is written back there; returns
+    the pool). The engine's prefill uses it, so a layer neither gathers nor scatters its
+    states around the op. Slots must be distinct here (prefill has no padding rows).
     """
+    if state_slots is not None:
+        return on_state_slots(gdn_chunked, "gdn_chunked", q, k, v, g, beta, initial_state,
+                              state_slots, scale=scale, use_qk_l2norm=use_qk_l2norm,
+                              cu_seqlens=cu_seqlens, chunk_size=chunk_size)
     return _chunked("gdn_chunked", q, k, v, g, beta, initial_state, scale, use_qk_l2norm,
                     cu_seqlens, chunk_size, per_channel=False)
 
@@ -212,8 +236,8 @@ def gdn_chunked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tens
 def kda_chunked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
                 beta: torch.Tensor, initial_state: torch.Tensor | None = None, *,
                 scale: float | None = None, use_qk_l2norm: bool = True,
-                cu_seqlens: torch.Tensor | None = None, chunk_size: int = 64
-                ) -> tuple[torch.Tensor, torch.Tensor]:
+                cu_seqlens: torch.Tensor | None = None, chunk_size: int = 64,
+                state_slots: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Kimi Delta Attention, chunked prefill form: same contract as ``kda_recurrent``.
 
     Same math, arguments, shapes and outputs as ``kda_recurrent`` (per-channel log-decay
@@ -222,7 +246,12 @@ def kda_chunked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tens
     docstring (fla's ``chunk_kda`` / transformers' kimi_linear ``chunk_kimi_delta_attention``).
     The decays between two tokens of a chunk differ per key channel, so the intra-chunk
     matrices use the pairwise ``e^{G_t - G_s}`` per channel (never ``e^{G_t} * e^{-G_s}``, which
-    overflows for strong decays). ``chunk_size`` only changes rounding (see ``gdn_chunked``).
+    overflows for strong decays). ``chunk_size`` only changes rounding and ``state_slots`` is
+    the in-place pool form (see ``gdn_chunked``).
     """
+    if state_slots is not None:
+        return on_state_slots(kda_chunked, "kda_chunked", q, k, v, g, beta, initial_state,
+                              state_slots, scale=scale, use_qk_l2norm=use_qk_l2norm,
+                              cu_seqlens=cu_seqlens, chunk_size=chunk_size)
     return _chunked("kda_chunked", q, k, v, g, beta, initial_state, scale, use_qk_l2norm,
                     cu_seqlens, chunk_size, per_channel=True)

@@ -134,3 +134,18 @@ def test_lane_script_refuses_unknown_lane():
     proc = subprocess.run(["bash", str(ROOT / "ci" / "lane.sh"), "no-such-lane"], capture_output=True,
                           text=True, timeout=30)
     assert proc.returncode == 2 and "usage" in proc.stderr
+
+
+def test_a_hardware_run_with_fewer_cases_than_the_contract_now_says_so():
+    def counts(op, impl, passed, skipped=0):
+        return [_r(op, impl, "nvidia", "sm_90", H200, "cases_passed", "cases", passed),
+                _r(op, impl, "nvidia", "sm_90", H200, "cases_skipped", "cases", skipped),
+                _r(op, impl, "nvidia", "sm_90", H200, "cases_failed", "cases", 0)]
+    rows = [_r("rms_norm", "triton", "nvidia", "sm_90", H200), *counts("rms_norm", "triton", 10, 2),
+            _r("gdn_recurrent", "triton", "nvidia", "sm_90", H200),
+            *counts("gdn_recurrent", "triton", 12)]
+    grid = build(rows, OPS, TABLES, COLS, items={"rms_norm": 12, "gdn_recurrent": 14})
+    assert grid[("rms_norm", "nvidia sm_90")] == (VALIDATED, ["triton"])          # 10 + 2 of 12
+    assert grid[("gdn_recurrent", "nvidia sm_90")] == (matrix.VALIDATED_FEWER, ["triton"])
+    # without the contract's counts (or without per-case rows) nothing is downgraded
+    assert build(rows, OPS, TABLES, COLS)[("gdn_recurrent", "nvidia sm_90")][0] == VALIDATED

@@ -4,6 +4,10 @@ not creep back: each one also stalls the next GEMV's programmatic dependent laun
 taken out of each model's step (tiny checkpoints, the engine's fixed-size decode step run eagerly
 on the CPU, where the ops run their torch impls and the glue is the same code); lower them when
 a change removes more.
+
+The prefill step has ceilings too (``--prefill``): a short prompt's step is host-bound on the
+H200 (fifteenth session), every launch counts; the linear-attention layers' states are read and
+written in place there, which a gather / scatter around the ops would break.
 """
 from __future__ import annotations
 
@@ -18,6 +22,7 @@ from find_glue import glue_of  # noqa: E402
 
 CEILINGS = {"qwen3_5": 5, "deepseek_v4": 97, "gemma4": 49, "kimi_linear": 26, "glm_moe_dsa": 81,
             "hy_v4": 84}
+PREFILL_CEILINGS = {"qwen3_5": 27, "kimi_linear": 47}
 
 
 @pytest.mark.parametrize("arch", sorted(CEILINGS))
@@ -27,4 +32,14 @@ def test_decode_step_glue_stays_under_its_ceiling(arch):
     count = sum(found.values())
     assert count <= CEILINGS[arch], (
         f"{arch}: {count} glue kernels a decode step (ceiling {CEILINGS[arch]}):\n"
+        + "\n".join(f"  {n}x {site}" for site, n in found.most_common(12)))
+
+
+@pytest.mark.parametrize("arch", sorted(PREFILL_CEILINGS))
+def test_prefill_step_glue_stays_under_its_ceiling(arch):
+    found, watched = glue_of(arch, "cpu", 2, prefill=True)
+    assert watched == 1, f"{arch}: the watched prefill step never ran"
+    count = sum(found.values())
+    assert count <= PREFILL_CEILINGS[arch], (
+        f"{arch}: {count} glue kernels in the prefill step (ceiling {PREFILL_CEILINGS[arch]}):\n"
         + "\n".join(f"  {n}x {site}" for site, n in found.most_common(12)))

@@ -73,6 +73,11 @@ IMPLS = [
          when=family("cdna3", "cdna4", "rdna3", "rdna4"), priority=10,
          check="hwinfer.kernels.triton.moe_gemm:moe_experts_fp4_supported",
          requires=("triton",), interpretable=True),
+    # Kimi-K3's latent MoE: its projections around the same expert pipeline (no host sync).
+    Impl("latent_moe", "triton", "hwinfer.kernels.triton.moe_gemm:latent_moe",
+         when=family("cdna3", "cdna4", "rdna3", "rdna4"), priority=10,
+         check="hwinfer.kernels.triton.moe_gemm:latent_moe_supported",
+         requires=("triton",), interpretable=True),
     Impl("route_topk", "triton", "hwinfer.kernels.triton.moe_route:route_topk",
          when=family("cdna3", "cdna4", "rdna3", "rdna4"), priority=10,
          check="hwinfer.kernels.triton.moe_route:route_topk_supported",

@@ -72,6 +72,11 @@ IMPLS = [
          when=min_sm(80), priority=10,
          check="hwinfer.kernels.triton.moe_gemm:moe_experts_fp4_supported",
          requires=("triton",), interpretable=True),
+    # Kimi-K3's latent MoE: its projections around the same expert pipeline (no host sync).
+    Impl("latent_moe", "triton", "hwinfer.kernels.triton.moe_gemm:latent_moe",
+         when=min_sm(80), priority=10,
+         check="hwinfer.kernels.triton.moe_gemm:latent_moe_supported",
+         requires=("triton",), interpretable=True),
     # tl.dot_scaled (e2m1 x UE8M0 on tcgen05); triton 3.6/3.7 cannot interpret dot_scaled.
     Impl("moe_experts_fp4", "triton_dot_scaled",
          "hwinfer.kernels.triton.moe_gemm:moe_experts_fp4_blackwell", when=min_sm(100),

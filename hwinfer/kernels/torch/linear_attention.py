@@ -250,8 +250,12 @@ gdn_gated_recurrent = partial(compose_gdn_gated_recurrent, gdn_gate, gdn_recurre
 def gdn_chunked(q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor,
                 initial_state: Tensor | None = None, *, scale: float | None = None,
                 use_qk_l2norm: bool = True, cu_seqlens: Tensor | None = None,
-                chunk_size: int = 64) -> tuple[Tensor, Tensor]:
+                chunk_size: int = 64, state_slots: Tensor | None = None) -> tuple[Tensor, Tensor]:
     """``gdn_chunked`` (contract in hwinfer.ops.linear_attention_chunked)."""
+    if state_slots is not None:
+        return on_state_slots(gdn_chunked, "gdn_chunked", q, k, v, g, beta, initial_state, state_slots,
+                              scale=scale, use_qk_l2norm=use_qk_l2norm, cu_seqlens=cu_seqlens,
+                              chunk_size=chunk_size)
     return _run("gdn_chunked", q, k, v, g, beta, initial_state, scale, use_qk_l2norm,
                 cu_seqlens, False, chunk_size)
 
@@ -276,8 +280,12 @@ kda_gated_recurrent = partial(compose_kda_gated_recurrent, kda_gate, kda_recurre
 def kda_chunked(q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor,
                 initial_state: Tensor | None = None, *, scale: float | None = None,
                 use_qk_l2norm: bool = True, cu_seqlens: Tensor | None = None,
-                chunk_size: int = 64) -> tuple[Tensor, Tensor]:
+                chunk_size: int = 64, state_slots: Tensor | None = None) -> tuple[Tensor, Tensor]:
     """``kda_chunked`` (contract in hwinfer.ops.linear_attention_chunked); chunks of
     ``_KDA_CHUNK`` tokens whatever ``chunk_size`` says, which changes only rounding."""
+    if state_slots is not None:
+        return on_state_slots(kda_chunked, "kda_chunked", q, k, v, g, beta, initial_state, state_slots,
+                              scale=scale, use_qk_l2norm=use_qk_l2norm, cu_seqlens=cu_seqlens,
+                              chunk_size=chunk_size)
     return _run("kda_chunked", q, k, v, g, beta, initial_state, scale, use_qk_l2norm,
                 cu_seqlens, True, chunk_size)

@@ -36,6 +36,8 @@ PORTABLE_TRITON_KERNELS: tuple[tuple[str, str, str | None], ...] = (
      "hwinfer.kernels.triton.moe_gemm:moe_experts_fp8_supported"),
     ("moe_experts_fp4", "hwinfer.kernels.triton.moe_gemm:moe_experts_fp4",
      "hwinfer.kernels.triton.moe_gemm:moe_experts_fp4_supported"),
+    ("latent_moe", "hwinfer.kernels.triton.moe_gemm:latent_moe",
+     "hwinfer.kernels.triton.moe_gemm:latent_moe_supported"),
     ("route_topk", "hwinfer.kernels.triton.moe_route:route_topk",
      "hwinfer.kernels.triton.moe_route:route_topk_supported"),
     ("route_hash", "hwinfer.kernels.triton.moe_route:route_hash",

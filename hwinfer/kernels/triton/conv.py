@@ -6,7 +6,8 @@ registers (``s0, s1, s2``, oldest first) as it walks the tokens. The registers s
 K-1 inputs before the chunk: earlier tokens of the same sequence, or the carried state where the
 chunk starts less than K-1 tokens into the sequence (zeros without state). The program holding
 the sequence's last token (chunk 0 for an empty sequence) writes the new state from its
-registers. Chunks let a long prefill spread over the machine; decode (T = 1) is one launch of
+registers; in place (``state_slots``, a pool row) chunk 0 writes it, the one program that read
+the old state, loading the last K-1 inputs when the sequence runs past its chunk. Chunks let a long prefill spread over the machine; decode (T = 1) is one launch of
 one chunk. The chunk count comes from shapes (T), and cu_seqlens is read on the device only
 (no host sync: decode gets captured in a CUDA graph); chunks past a sequence's end return.
 All math in fp32 (loads upcast at once); y and the new state are stored in x.dtype.
@@ -116,17 +117,21 @@ def _conv_kernel(x_ptr, w_ptr, bias_ptr, st_ptr, cu_ptr, y_ptr, ns_ptr, slot_ptr
         s0 = s1
         s1 = s2
         s2 = xt
-    # the chunk holding the last token (chunk 0 of an empty sequence) writes the new state
-    # (in place: the pool row, with the pool's strides; one chunk per sequence then, so the
-    # program that read the old state is the one that overwrites it)
-    if t1 >= eos:
-        if HAS_SLOTS:
-            nsb = ns_ptr + row64 * stride_sn + cols * stride_sc
-            sk = stride_sk
-        else:
-            nsb = ns_ptr + n64 * C * KM1 + cols * KM1
-            sk = 1
-        store_conv_state(nsb, sk, s0, s1, s2, cmask, K)
+    # The new state. Into a separate output: written by the chunk holding the last token
+    # (chunk 0 of an empty sequence). In place (the pool row, with the pool's strides): by chunk
+    # 0, the only program that reads the old state, after it has; when the sequence runs past
+    # this chunk (so past K-1 >= 3 tokens) its last K-1 inputs are loaded from x.
+    if HAS_SLOTS:
+        if ci == 0:
+            if t1 < eos:
+                s2 = tl.load(xb + (eos - 1) * stride_xt + cols, mask=cmask, other=0.0).to(tl.float32)
+                s1 = tl.load(xb + (eos - 2) * stride_xt + cols, mask=cmask, other=0.0).to(tl.float32)
+                s0 = tl.load(xb + tl.maximum(eos - 3, 0) * stride_xt + cols, mask=cmask,
+                             other=0.0).to(tl.float32)
+            store_conv_state(ns_ptr + row64 * stride_sn + cols * stride_sc, stride_sk, s0, s1, s2,
+                             cmask, K)
+    elif t1 >= eos:
+        store_conv_state(ns_ptr + n64 * C * KM1 + cols * KM1, 1, s0, s1, s2, cmask, K)
 
 
 def causal_conv1d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
@@ -173,11 +178,14 @@ def causal_conv1d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
     if n == 0 or C == 0:
         return y, new_state
     bc = block_c or min(256 if x.device.type == "cuda" else 512, triton.next_power_of_2(C))
-    # token chunks: enough programs for a long prefill, one chunk for decode (and always one
-    # per sequence in place, where the reader of the old state must be its writer)
+    # token chunks: enough programs for a long prefill, one chunk for decode and verification
+    # (a few tokens a sequence) and for y written over x (a chunk's inputs before it would be
+    # another program's outputs)
     ck = chunk or max(16, triton.next_power_of_2(triton.cdiv(max(T, 1), 64)))
-    if pool:
+    if (pool and T <= 4 * n) or out is not None and out.data_ptr() == x.data_ptr():
         ck = max(ck, T)
+    if pool:
+        ck = max(ck, K - 1)  # chunk 0 then holds every token that reads the old state
     n_chunks = max(1, triton.cdiv(T, ck))
     st = state if state is not None else y
     cu = cu_seqlens if varlen else y

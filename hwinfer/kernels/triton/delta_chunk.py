@@ -138,21 +138,27 @@ DIAG_WARPS = 2
 
 
 @triton.jit
-def _state_kernel(kg_ptr, ge_ptr, w_ptr, u_ptr, h0_ptr, hs_ptr, d_ptr, ht_ptr, seq_ptr, Hv,
-                  DK: tl.constexpr, DV: tl.constexpr, BV: tl.constexpr,
+def _state_kernel(kg_ptr, ge_ptr, w_ptr, u_ptr, h0_ptr, hs_ptr, d_ptr, ht_ptr, seq_ptr, slot_ptr,
+                  Hv, DK: tl.constexpr, DV: tl.constexpr, BV: tl.constexpr,
                   PER_CHANNEL: tl.constexpr, HAS_H0: tl.constexpr, PREC: tl.constexpr,
-                  PREFETCH: tl.constexpr):
+                  PREFETCH: tl.constexpr, HAS_SLOTS: tl.constexpr):
     i_nh = tl.program_id(0)
     i_vb = tl.program_id(1)
     i_n = i_nh // Hv
     i_h = i_nh % Hv
+    # The state row read at the start and written at the end: the sequence's pool slot (the
+    # in-place form; this program alone reads and writes its [DK, BV] block of it), or i_n.
+    if HAS_SLOTS:
+        row = tl.load(slot_ptr + i_n).to(tl.int64) * Hv + i_h
+    else:
+        row = i_nh.to(tl.int64)
     tok0 = tl.load(seq_ptr + 3 * i_n).to(tl.int64)
     seq_len = tl.load(seq_ptr + 3 * i_n + 1)
     chunk0 = tl.load(seq_ptr + 3 * i_n + 2).to(tl.int64)
     c0 = i_vb * BV
     offs_s = tl.arange(0, DK)[:, None] * DV + c0 + tl.arange(0, BV)[None, :]
     if HAS_H0:
-        h = tl.load(h0_ptr + i_nh.to(tl.int64) * DK * DV + offs_s).to(tl.float32)
+        h = tl.load(h0_ptr + row * DK * DV + offs_s).to(tl.float32)
     else:
         h = tl.zeros([DK, BV], dtype=tl.float32)
     # The loop does only what needs the state; w, k e^{G_end - G}, G_end come precomputed.
@@ -184,7 +190,7 @@ def _state_kernel(kg_ptr, ge_ptr, w_ptr, u_ptr, h0_ptr, hs_ptr, d_ptr, ht_ptr, s
         h += _mm_split(tl.trans(kg), d, PREC)
         if PREFETCH:
             w, kg = w_next, kg_next
-    tl.store(ht_ptr + i_nh.to(tl.int64) * DK * DV + offs_s, h)
+    tl.store(ht_ptr + row * DK * DV + offs_s, h)
 
 
 @triton.jit
@@ -242,8 +248,8 @@ def _pow2_in_range(x: int) -> bool:
 
 
 def delta_chunk_supported(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
-                          beta: torch.Tensor, initial_state: torch.Tensor | None = None,
-                          **_: object) -> str | None:
+                          beta: torch.Tensor, initial_state: torch.Tensor | None = None, *,
+                          state_slots: torch.Tensor | None = None, **_: object) -> str | None:
     """Per-call check for both ops: what the kernels do not cover goes to the next impl."""
     if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
         return "q, k, v must be 4-D [B, T, H, D]"
@@ -254,6 +260,11 @@ def delta_chunk_supported(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: 
                     ("initial_state", initial_state)):
         if t is not None and t.dtype not in _FLOATS:
             return f"{name} dtype {t.dtype} not in fp16/bf16/fp32"
+    if state_slots is not None and (
+            initial_state is None or initial_state.dtype != torch.float32
+            or not initial_state.is_contiguous()
+            or state_slots.dtype not in (torch.int32, torch.int64) or state_slots.device != v.device):
+        return "state_slots needs a contiguous fp32 state pool and int32 / int64 slots on v's device"
     return None
 
 
@@ -344,18 +355,36 @@ def _token_rows(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor):
     return q, k, v, qkr, vr
 
 
+def _check_pool(op: str, pool: torch.Tensor | None, state_slots: torch.Tensor, n: int, Hv: int,
+                Dk: int, Dv: int, device: torch.device) -> None:
+    """Shape checks of the in-place form: pool [S, Hv, Dk, Dv] fp32 contiguous, slots [N]
+    integer on the device (their values are trusted: reading them costs a sync)."""
+    if (pool is None or pool.dtype != torch.float32 or pool.dim() != 4 or not pool.is_contiguous()
+            or tuple(pool.shape[1:]) != (Hv, Dk, Dv) or pool.device != device):
+        raise ValueError(f"{op} (triton): state_slots needs initial_state = a contiguous fp32 "
+                         f"state pool [S, {Hv}, {Dk}, {Dv}] on {device}, got "
+                         f"{None if pool is None else (pool.dtype, list(pool.shape))}")
+    if (state_slots.dim() != 1 or state_slots.shape[0] != n
+            or state_slots.dtype not in (torch.int32, torch.int64) or state_slots.device != device):
+        raise ValueError(f"{op} (triton): state_slots must be int32 / int64 [N={n}] on {device}, "
+                         f"got {state_slots.dtype} {list(state_slots.shape)} on {state_slots.device}")
+
+
 def _run(op: str, q, k, v, g, beta, initial_state, scale, use_qk_l2norm, cu_seqlens,
          per_channel: bool, block_v: int | None, block_v_out: int | None,
          num_warps: int | None, block_k: int | None = None, dots: str | None = None,
-         block_k_out: int | None = None):
+         block_k_out: int | None = None, state_slots: torch.Tensor | None = None):
     # cu_seqlens in device memory is trusted, as in the recurrent kernels (checking its contents
     # would cost a host sync per layer of every prefill); one on the CPU is checked in full.
     on_device = cu_seqlens is not None and cu_seqlens.device.type != "cpu"
-    n = check_inputs(op, q, k, v, g, beta, None if on_device else initial_state,
+    pool = initial_state if state_slots is not None else None
+    h0_in = None if pool is not None else initial_state
+    n = check_inputs(op, q, k, v, g, beta, None if on_device else h0_in,
                      None if on_device else cu_seqlens, per_channel=per_channel)
     if on_device:
-        n = _check_device_cu(op, q, cu_seqlens, initial_state, v.shape[2], k.shape[3],
-                             v.shape[3])
+        n = _check_device_cu(op, q, cu_seqlens, h0_in, v.shape[2], k.shape[3], v.shape[3])
+    if state_slots is not None:
+        _check_pool(op, pool, state_slots, n, v.shape[2], k.shape[3], v.shape[3], v.device)
     reason = delta_chunk_supported(q, k, v, g, beta, initial_state)
     if reason is not None:
         raise ValueError(f"{op} (triton): {reason}")
@@ -364,10 +393,13 @@ def _run(op: str, q, k, v, g, beta, initial_state, scale, use_qk_l2norm, cu_seql
     q, k, v, qkr, vr = _token_rows(q, k, v)
     g, beta = g.contiguous(), beta.contiguous()
     o = torch.empty(B, T, Hv, Dv, dtype=v.dtype, device=v.device)
-    ht = torch.empty(n, Hv, Dk, Dv, dtype=torch.float32, device=v.device)
+    # In place (state_slots): each sequence's state program reads and writes its pool row.
+    ht = pool if pool is not None else torch.empty(n, Hv, Dk, Dv, dtype=torch.float32,
+                                                   device=v.device)
     if n * Hv == 0:
         return o, ht
-    h0 = None if initial_state is None else initial_state.to(torch.float32).contiguous()
+    h0 = pool if pool is not None else (
+        None if initial_state is None else initial_state.to(torch.float32).contiguous())
     chunks, seqs, nc = _tables(B, T, cu_seqlens, v.device)
     f32 = dict(dtype=torch.float32, device=v.device)
     # w and the decayed keys in bf16 for 16-bit inputs (see the module docstring).
@@ -478,9 +510,10 @@ def _run(op: str, q, k, v, g, beta, initial_state, scale, use_qk_l2norm, cu_seql
                                  USE_L2NORM=l2, PREC=prec, KG=bool(raw_k),
                                  num_warps=num_warps or wu_warps)
     _state_kernel[(n * Hv, Dv // bv_state)](
-        kg, ge, w, u, h0 if h0 is not None else ht, hs, d, ht, seqs, Hv,
+        kg, ge, w, u, h0 if h0 is not None else ht, hs, d, ht, seqs,
+        state_slots if pool is not None else seqs, Hv,
         DK=Dk, DV=Dv, BV=bv_state, PER_CHANNEL=per_channel, HAS_H0=h0 is not None, PREC=prec_state,
-        PREFETCH=prefetch, num_warps=num_warps or state_warps, **stages)
+        PREFETCH=prefetch, HAS_SLOTS=pool is not None, num_warps=num_warps or state_warps, **stages)
     if nc and block_k_out:
         _out_blocked_kernel[(nc, Hv, Dv // bv_out)](
             q, k, g, a, hs, d, o, chunks, Hk, Hv, qkr, scale, L2NORM_EPS,
@@ -498,13 +531,16 @@ def gdn_chunked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tens
                 beta: torch.Tensor, initial_state: torch.Tensor | None = None, *,
                 scale: float | None = None, use_qk_l2norm: bool = True,
                 cu_seqlens: torch.Tensor | None = None, chunk_size: int = 64,
+                state_slots: torch.Tensor | None = None,
                 block_v: int | None = None, block_v_out: int | None = None,
                 num_warps: int | None = None, block_k: int | None = None,
                 dots: str | None = None, block_k_out: int | None = None
                 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Triton ``gdn_chunked``: q, k [B, T, Hk, Dk]; v [B, T, Hv, Dv]; g, beta [B, T, Hv];
     initial_state [N, Hv, Dk, Dv] fp32 or None. Returns o [B, T, Hv, Dv] (v.dtype) and the
-    final state [N, Hv, Dk, Dv] fp32. ``chunk_size`` is ignored (64); ``block_v`` (value
+    final state [N, Hv, Dk, Dv] fp32. With ``state_slots`` [N] (int32 / int64, distinct, on the
+    device): initial_state is the contiguous fp32 pool [S, Hv, Dk, Dv], read and written in
+    place by the state stage (no gather or scatter), and returned. ``chunk_size`` is ignored (64); ``block_v`` (value
     channels per state program), ``block_v_out`` (per output program) and ``num_warps`` are
     tuning knobs; ``block_k``: the WY stage's key channels in blocks of that many
     (:mod:`.delta_chunk_wy_blocked`; default min(32, Dk, Dv), 0 for the whole-tile kernel);
@@ -513,13 +549,15 @@ def gdn_chunked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tens
     channels in blocks of that many (:mod:`.delta_chunk_out_blocked`; default ``OUT_BLOCK_K``,
     0 for the whole-tile kernel)."""
     return _run("gdn_chunked", q, k, v, g, beta, initial_state, scale, use_qk_l2norm,
-                cu_seqlens, False, block_v, block_v_out, num_warps, block_k, dots, block_k_out)
+                cu_seqlens, False, block_v, block_v_out, num_warps, block_k, dots, block_k_out,
+                state_slots)
 
 
 def kda_chunked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
                 beta: torch.Tensor, initial_state: torch.Tensor | None = None, *,
                 scale: float | None = None, use_qk_l2norm: bool = True,
                 cu_seqlens: torch.Tensor | None = None, chunk_size: int = 64,
+                state_slots: torch.Tensor | None = None,
                 block_v: int | None = None, block_v_out: int | None = None,
                 num_warps: int | None = None, block_k: int | None = None,
                 dots: str | None = None, block_k_out: int | None = None
@@ -527,7 +565,8 @@ def kda_chunked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tens
     """Triton ``kda_chunked``: as :func:`gdn_chunked` with g [B, T, Hv, Dk] (a log-decay per
     key channel)."""
     return _run("kda_chunked", q, k, v, g, beta, initial_state, scale, use_qk_l2norm,
-                cu_seqlens, True, block_v, block_v_out, num_warps, block_k, dots, block_k_out)
+                cu_seqlens, True, block_v, block_v_out, num_warps, block_k, dots, block_k_out,
+                state_slots)
 
 
 def _aot_specs():
@@ -589,17 +628,19 @@ def _aot_specs():
                 specs.append(AotSpec(f"kda_diag[{dtype},{d}]", _kda_diag_kernel, dg,
                                      {"DK": d, "USE_L2NORM": True}, {"num_warps": 2}))
             st = {"kg_ptr": half, "ge_ptr": f32, "w_ptr": half, "u_ptr": f32, "h0_ptr": f32,
-                  "hs_ptr": f32, "d_ptr": f32, "ht_ptr": f32, "seq_ptr": "*i32", "Hv": "i32",
+                  "hs_ptr": f32, "d_ptr": f32, "ht_ptr": f32, "seq_ptr": "*i32",
+                  "slot_ptr": "*i32", "Hv": "i32",
                   "DK": "constexpr", "DV": "constexpr", "BV": "constexpr",
                   "PER_CHANNEL": "constexpr", "HAS_H0": "constexpr", "PREC": "constexpr",
-                  "PREFETCH": "constexpr"}
+                  "PREFETCH": "constexpr", "HAS_SLOTS": "constexpr"}
             # (no prefetch, 4 warps) as on AMD and for many programs; prefetch at 8 warps.
             for prec, pf, targets in (("ieee", False, None), ("split", False, ("sm_90", "sm_100")),
                                       ("split", True, ("sm_90", "sm_100"))):
                 specs.append(AotSpec(
                     f"delta_chunk_state[{kind},{dtype},{d},{prec}{',prefetch' if pf else ''}]",
                     _state_kernel, st, {"DK": d, "DV": d, "BV": 32, "PER_CHANNEL": per_channel,
-                                        "HAS_H0": True, "PREC": prec, "PREFETCH": pf},
+                                        "HAS_H0": True, "PREC": prec, "PREFETCH": pf,
+                                        "HAS_SLOTS": True},
                     {"num_warps": 8 if pf else 4, "num_stages": 2}, targets))
             out = {"q_ptr": ptr, "k_ptr": ptr, "g_ptr": f32, "a_ptr": f32, "hs_ptr": f32,
                    "d_ptr": f32, "o_ptr": ptr, "tab_ptr": "*i32", "Hk": "i32", "Hv": "i32",

@@ -1,5 +1,6 @@
 """Triton grouped expert GEMMs (contracts: :mod:`hwinfer.ops.moe_experts`: ``moe_experts``,
-``moe_experts_fp8``, ``moe_experts_fp4``).
+``moe_experts_fp8``, ``moe_experts_fp4``; :mod:`hwinfer.ops.moe_latent`: ``latent_moe``, the
+same pipeline between its two latent projections).
 
 Pipeline (no host sync anywhere, so decode can be captured in a CUDA graph):
 
@@ -36,6 +37,7 @@ from hwinfer.kernels.triton.moe_tiles import (
     ACT_CODES, DOT_BF16, DOT_IEEE, DOT_SPLIT, align_small, glu_act, kstep, route_tiles,
 )
 from hwinfer.ops.moe_experts import check_activation, check_expert_shapes
+from hwinfer.ops.moe_latent import check_latent
 
 DENSE, FP8, FP4 = 0, 1, 2
 
@@ -117,8 +119,11 @@ def _gemm2_kernel(h_ptr, pair_ptr, tile_e_ptr, rw_ptr, w_ptr, s_ptr, y_ptr,
 
 
 @triton.jit
-def _sum_kernel(y_ptr, ids_ptr, out_ptr, H, TOPK, stride_y, stride_o, BLOCK: tl.constexpr):
-    """out[t] = sum over slots j with ids[t, j] >= 0 of y[t*k + j] (fp32), cast to out dtype."""
+def _sum_kernel(y_ptr, ids_ptr, out_ptr, nw_ptr, H, TOPK, stride_y, stride_o, eps,
+                BLOCK: tl.constexpr, NORM: tl.constexpr):
+    """out[t] = sum over slots j with ids[t, j] >= 0 of y[t*k + j] (fp32), cast to out dtype.
+    NORM (one program a row, BLOCK >= H): the sum's RMSNorm with weight ``nw`` [H] first (the
+    latent MoE's ``routed_expert_norm``)."""
     t = tl.program_id(0)
     cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     cmask = cols < H
@@ -127,8 +132,45 @@ def _sum_kernel(y_ptr, ids_ptr, out_ptr, H, TOPK, stride_y, stride_o, BLOCK: tl.
         eid = tl.load(ids_ptr + t * TOPK + j)
         row = (t * TOPK + j).to(tl.int64)
         acc += tl.load(y_ptr + row * stride_y + cols, mask=cmask & (eid >= 0), other=0.0)
+    if NORM:
+        inv = 1.0 / tl.sqrt(tl.sum(acc * acc, axis=0) / H + eps)
+        acc = acc * inv * tl.load(nw_ptr + cols, mask=cmask, other=0.0).to(tl.float32)
     tl.store(out_ptr + t.to(tl.int64) * stride_o + cols, acc.to(out_ptr.dtype.element_ty),
              mask=cmask)
+
+
+@triton.jit
+def _mm_kernel(a_ptr, w_ptr, o_ptr, M, N, K, stride_a, stride_w, stride_o, DOT: tl.constexpr,
+               BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    """o[M, N] = a[M, K] @ w[N, K]^T (dense w; ``kstep``'s products, fp32 accumulate), stored
+    in o's dtype: the latent MoE's projections with an fp32 side (see ``latent_moe``)."""
+    rows = tl.program_id(0) * BM + tl.arange(0, BM)
+    cols = tl.program_id(1) * BN + tl.arange(0, BN)
+    a_rows = a_ptr + rows[:, None].to(tl.int64) * stride_a
+    w_rows = w_ptr + cols[None, :].to(tl.int64) * stride_w
+    a_mask = rows[:, None] < M
+    n_mask = cols[None, :] < N
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k0 in range(0, K, BK):
+        acc = kstep(acc, a_rows, a_mask, k0, K, w_rows, w_rows, 0, n_mask, WFMT=0,
+                    SCALE_U8=False, SB1=1, DOT=DOT, SCALED=False, BK=BK)
+    tl.store(o_ptr + rows[:, None].to(tl.int64) * stride_o + cols[None, :],
+             acc.to(o_ptr.dtype.element_ty), mask=a_mask & n_mask)
+
+
+def _mm(a: torch.Tensor, w: torch.Tensor, out_dtype: torch.dtype, dot: int) -> torch.Tensor:
+    """a [M, K] @ w [N, K]^T -> [M, N] in out_dtype through ``_mm_kernel``."""
+    m, k = a.shape
+    n = w.shape[0]
+    a, w = a.contiguous(), w.contiguous()
+    out = torch.empty((m, n), dtype=out_dtype, device=a.device)
+    if m == 0 or n == 0:
+        return out
+    bm, bn, bk, warps = (16, 64, 128, 4) if m <= 16 else (64, 128, 64, 8)
+    _mm_kernel[(triton.cdiv(m, bm), triton.cdiv(n, bn))](
+        a, w, out, m, n, k, a.stride(0), w.stride(0), out.stride(0), DOT=dot, BM=bm, BN=bn,
+        BK=bk, num_warps=warps)
+    return out
 
 
 def _tiles_for(tk: int, num_experts: int, interpret: bool) -> tuple[int, int, int, int]:
@@ -145,12 +187,17 @@ def _tiles_for(tk: int, num_experts: int, interpret: bool) -> tuple[int, int, in
 
 def run_experts(x, weights, ids, w13, w2, s13, s2, *, wfmt: int, block=(1, 1),
                 activation="swiglu", limit=None, swiglu_alpha=1.702, situ_beta=1.0,
-                situ_linear_beta=None, scaled=False) -> torch.Tensor:
-    """Shared driver; x [T, H], w13 [E, 2I, H or H/2], w2 [E, H, I or I/2]; returns [T, H]."""
+                situ_linear_beta=None, scaled=False, norm_weight=None, eps=1e-5,
+                split_x=False, out_dtype=None) -> torch.Tensor:
+    """Shared driver; x [T, H], w13 [E, 2I, H or H/2], w2 [E, H, I or I/2]; returns [T, H] in
+    ``out_dtype`` (default x.dtype). ``norm_weight`` [H]: the summed rows RMS-normalised (eps)
+    and scaled by it, in fp32 before the cast (the latent MoE's norm). ``split_x``: an fp32 x
+    that stands for 16-bit inputs meets the weights as two bf16 parts (``DOT_SPLIT``, tensor
+    cores) instead of exact fp32 products, where the weights are exact in bf16."""
     t, hdim = x.shape
     k = ids.shape[1]
     e, i = w13.shape[0], w13.shape[1] // 2
-    out = torch.empty((t, hdim), dtype=x.dtype, device=x.device)
+    out = torch.empty((t, hdim), dtype=out_dtype or x.dtype, device=x.device)
     if t == 0 or k == 0:
         return out.zero_()
     interpret = INTERPRET
@@ -162,8 +209,11 @@ def run_experts(x, weights, ids, w13, w2, s13, s2, *, wfmt: int, block=(1, 1),
     dot_bf16 = x.dtype == torch.bfloat16 and not interpret
     # GEMM2's fp32 activation meets the weights through the bf16 split when bf16 holds the
     # weights exactly (bf16 experts; FP8 / FP4 codes), else through exact fp32 FMAs.
-    split_ok = dot_bf16 and (wfmt != DENSE or w2.dtype == torch.bfloat16)
+    exact_w = wfmt != DENSE or (w13.dtype == torch.bfloat16 and w2.dtype == torch.bfloat16)
+    split_x = split_x and x.dtype == torch.float32 and exact_w and not interpret
+    split_ok = (dot_bf16 or split_x) and exact_w
     dot2 = DOT_SPLIT if split_ok else DOT_IEEE
+    dot1 = DOT_BF16 if dot_bf16 else DOT_SPLIT if split_x else DOT_IEEE
     x = x.contiguous()
     ids = ids.contiguous()
     rw = weights.contiguous()
@@ -177,8 +227,8 @@ def run_experts(x, weights, ids, w13, w2, s13, s2, *, wfmt: int, block=(1, 1),
     s13 = w13 if s13 is None else s13  # dummy pointers for dense weights
     s2 = w2 if s2 is None else s2
     sb0, sb1 = block
-    common = dict(WFMT=wfmt, SB0=sb0, SB1=sb1, DOT=DOT_BF16 if dot_bf16 else DOT_IEEE,
-                  SCALED=scaled, BM=bm, BN=bn, BK=bk, num_warps=warps)
+    common = dict(WFMT=wfmt, SB0=sb0, SB1=sb1, DOT=dot1, SCALED=scaled, BM=bm, BN=bn, BK=bk,
+                  num_warps=warps)
     _gemm1_kernel[(n_tiles, triton.cdiv(i, bn))](
         x, pairs, tile_e, w13, s13, h, hdim, i, k, t * k, x.stride(0), w13.stride(0), w13.stride(1),
         s13.stride(0), s13.stride(1), s13.stride(2), h.stride(0), -(-i // sb0),
@@ -189,9 +239,11 @@ def run_experts(x, weights, ids, w13, w2, s13, s2, *, wfmt: int, block=(1, 1),
         h, pairs, tile_e, rw, w2, s2, y, hdim, i, t * k, h.stride(0), w2.stride(0), w2.stride(1),
         s2.stride(0), s2.stride(1), s2.stride(2), y.stride(0), SCALE_U8=s2.dtype == torch.uint8,
         **{**common, "DOT": dot2, "SCALED": False})
-    block_h = min(1024, triton.next_power_of_2(hdim))
-    _sum_kernel[(t, triton.cdiv(hdim, block_h))](y, ids, out, hdim, k, y.stride(0), out.stride(0),
-                                                BLOCK=block_h, num_warps=4)
+    norm = norm_weight is not None
+    block_h = triton.next_power_of_2(hdim) if norm else min(1024, triton.next_power_of_2(hdim))
+    _sum_kernel[(t, triton.cdiv(hdim, block_h))](
+        y, ids, out, norm_weight if norm else y, hdim, k, y.stride(0), out.stride(0), float(eps),
+        BLOCK=block_h, NORM=norm, num_warps=8 if block_h >= 4096 else 4)
     return out
 
 
@@ -252,6 +304,58 @@ def moe_experts_fp4_blackwell(*args, **kwargs) -> torch.Tensor:
     return moe_experts_fp4(*args, scaled=True, **kwargs)
 
 
+def latent_moe(x, weights, ids, down_proj, w13, w2, up_proj, norm_weight=None, *, w13_scale=None,
+               w2_scale=None, eps=1e-5, activation="situ", limit=None, swiglu_alpha=1.702,
+               situ_beta=1.0, situ_linear_beta=None) -> torch.Tensor:
+    """Kimi-K3's latent MoE (contract: :func:`hwinfer.ops.moe_latent.latent_moe`): x [T, H] ->
+    z = x down_proj^T [T, L] -> the expert pipeline above over z with dense or packed-FP4
+    experts (w13 [E, 2I, L or L/2], w2 [E, L, I or I/2]), whose slot sum also applies the
+    ``routed_expert_norm`` (norm_weight [L] or None) -> y up_proj^T [T, H] in x.dtype.
+
+    z and y stay fp32, as the contract computes them: rounding either to bf16 put a case
+    without the norm (where up_proj cancels large terms) outside the bf16 tolerance. So the
+    projections run in ``_mm_kernel`` (z: exact bf16 products into fp32; y: fp32 rows against
+    the bf16 weights as two bf16 parts) and the experts take fp32 z the same way (``split_x``);
+    for fp32 inputs, and under the interpreter, exact fp32 products throughout. No host sync
+    (the torch impl groups experts on the host), so K3's decode can be captured."""
+    act = _act(activation, limit, swiglu_alpha, situ_beta, situ_linear_beta)
+    lat = check_latent(x, down_proj, up_proj, norm_weight, w13_scale, w2_scale)
+    half = x.dtype in (torch.bfloat16, torch.float16) and not INTERPRET
+    exact = (DOT_BF16 if x.dtype == torch.bfloat16 and down_proj.dtype == torch.bfloat16
+             and half else DOT_IEEE)
+    z = _mm(x, down_proj, torch.float32, exact)
+    nw = None if norm_weight is None else norm_weight.float().contiguous()
+    common = dict(norm_weight=nw, eps=eps, split_x=half, out_dtype=torch.float32, **act)
+    if w13_scale is None:
+        check_expert_shapes(lat, w13.shape, w2.shape, "latent_moe")
+        y = run_experts(z, weights, ids, w13.contiguous(), w2.contiguous(), None, None,
+                        wfmt=DENSE, **common)
+    else:
+        check_expert_shapes(lat, w13.shape, w2.shape, "latent_moe", packed=2)
+        y = run_experts(z, weights, ids, _u8(w13.contiguous()), _u8(w2.contiguous()),
+                        _u8(w13_scale.contiguous()), _u8(w2_scale.contiguous()), wfmt=FP4,
+                        **common)
+    split = DOT_SPLIT if half and up_proj.dtype == torch.bfloat16 else DOT_IEEE
+    return _mm(y, up_proj, x.dtype, split)
+
+
+def latent_moe_supported(x, weights, ids, down_proj, w13, w2, up_proj, norm_weight=None, *,
+                         w13_scale=None, w2_scale=None, activation="situ", **_) -> str | None:
+    """Per-call check of ``latent_moe``: float projections, dense or packed-FP4 experts, a
+    latent row that one program normalises."""
+    if down_proj.dim() != 2 or not (down_proj.is_floating_point() and up_proj.is_floating_point()):
+        return "down_proj / up_proj must be float matrices"
+    if triton.next_power_of_2(down_proj.shape[0]) > 16384:
+        return f"latent width {down_proj.shape[0]} > 16384 (one program a normalised row)"
+    if w13_scale is None:
+        reason = moe_experts_supported(x, weights, ids, w13, w2, activation)
+    else:
+        reason = (_scales_ok(w13_scale, w2_scale)
+                  or (None if w13.dtype in _BYTES and w2.dtype in _BYTES
+                      else f"packed FP4 experts must be 1-byte containers, got {w13.dtype}"))
+    return reason or _common_check(x, weights, ids, activation)
+
+
 def _common_check(x, weights, ids, activation) -> str | None:
     if x.dim() != 2 or x.dtype not in (torch.float32, torch.bfloat16, torch.float16):
         return f"x must be [T, H] fp32 / bf16 / fp16, got {tuple(x.shape)} {x.dtype}"
@@ -306,6 +410,17 @@ def moe_experts_fp4_blackwell_supported(x, weights, ids, w13, w13_scale, w2, w2_
     return moe_experts_fp4_supported(x, weights, ids, w13, w13_scale, w2, w2_scale, **kw)
 
 
+def _gemm1_sig(xty: str, wty: str, sty: str) -> dict[str, str]:
+    """``_gemm1_kernel``'s AOT signature for these x / weight / scale pointer types."""
+    return {"x_ptr": xty, "pair_ptr": "*i32", "tile_e_ptr": "*i32", "w_ptr": wty, "s_ptr": sty,
+            "h_ptr": "*fp32", **{a: "i32" for a in (
+                "H", "I", "TOPK", "TK", "stride_x", "stride_we", "stride_wn", "stride_se",
+                "stride_sn", "stride_sk", "stride_h", "up_srow")}, "stride_we": "i64",
+            **{a: "fp32" for a in ("limit", "alpha", "beta", "lin_beta")},
+            **{a: "constexpr" for a in ("WFMT", "SCALE_U8", "SB0", "SB1", "ACT", "HAS_LIMIT",
+                                        "HAS_LIN", "DOT", "SCALED", "BM", "BN", "BK")}}
+
+
 def _aot_specs():
     from hwinfer.kernels.triton.aot import AotSpec
 
@@ -321,15 +436,7 @@ def _aot_specs():
             bk = min(bk, sb1) if wfmt == FP8 else bk
             cx = {"WFMT": wfmt, "SCALE_U8": sty == "*u8", "SB0": sb0, "SB1": sb1,
                   "DOT": DOT_BF16, "SCALED": scaled, "BM": bm, "BN": bn, "BK": bk}
-            sig1 = {"x_ptr": "*bf16", "pair_ptr": "*i32", "tile_e_ptr": "*i32", "w_ptr": wty,
-                    "s_ptr": sty, "h_ptr": "*fp32", **{a: "i32" for a in (
-                        "H", "I", "TOPK", "TK", "stride_x", "stride_we", "stride_wn", "stride_se",
-                        "stride_sn", "stride_sk", "stride_h", "up_srow")},
-                    **{a: "fp32" for a in ("limit", "alpha", "beta", "lin_beta")},
-                    **{a: "constexpr" for a in ("WFMT", "SCALE_U8", "SB0", "SB1", "ACT",
-                                                "HAS_LIMIT", "HAS_LIN", "DOT", "SCALED",
-                                                "BM", "BN", "BK")}}
-            sig1["stride_we"] = "i64"
+            sig1 = _gemm1_sig("*bf16", wty, sty)
             specs.append(AotSpec(f"moe_gemm1[{name},{bm}x{bn}x{bk}]", _gemm1_kernel, sig1,
                                  {**cx, "ACT": 0, "HAS_LIMIT": True, "HAS_LIN": False},
                                  {"num_warps": warps}))
@@ -343,11 +450,28 @@ def _aot_specs():
             if not scaled:  # GEMM2 never takes dot_scaled: its activation is fp32 (split dots)
                 specs.append(AotSpec(f"moe_gemm2[{name},{bm}x{bn}x{bk}]", _gemm2_kernel, sig2,
                                      {**cx, "DOT": DOT_SPLIT}, {"num_warps": warps}))
-    specs.append(AotSpec("moe_sum[bf16]", _sum_kernel,
-                         {"y_ptr": "*fp32", "ids_ptr": "*i32", "out_ptr": "*bf16", "H": "i32",
-                          "TOPK": "i32", "stride_y": "i32", "stride_o": "i32",
-                          "BLOCK": "constexpr"},
-                         {"BLOCK": 1024}))
+    # The latent MoE (Kimi-K3): its projections (bf16 x -> fp32 z, fp32 y -> bf16 out) and the
+    # FP4 experts' GEMM1 over fp32 z as two bf16 parts.
+    for name, aty, oty, dot in (("z", "*bf16", "*fp32", DOT_BF16), ("up", "*fp32", "*bf16", DOT_SPLIT)):
+        for bm, bn, bk, warps in ((16, 64, 128, 4), (64, 128, 64, 8)):
+            specs.append(AotSpec(
+                f"latent_mm[{name},{bm}x{bn}x{bk}]", _mm_kernel,
+                {"a_ptr": aty, "w_ptr": "*bf16", "o_ptr": oty, **{a: "i32" for a in (
+                    "M", "N", "K", "stride_a", "stride_w", "stride_o")},
+                 **{a: "constexpr" for a in ("DOT", "BM", "BN", "BK")}},
+                {"DOT": dot, "BM": bm, "BN": bn, "BK": bk}, {"num_warps": warps}))
+    specs.append(AotSpec("moe_gemm1[fp4,latent_split,16x64x128]", _gemm1_kernel,
+                         _gemm1_sig("*fp32", "*u8", "*u8"),
+                         {"WFMT": FP4, "SCALE_U8": True, "SB0": 1, "SB1": 1, "DOT": DOT_SPLIT,
+                          "SCALED": False, "BM": 16, "BN": 64, "BK": 128, "ACT": ACT_CODES["situ"],
+                          "HAS_LIMIT": False, "HAS_LIN": True}, {"num_warps": 4}))
+    for norm, block in ((False, 1024), (True, 4096)):  # the latent MoE's norm: one row a program
+        specs.append(AotSpec(f"moe_sum[bf16{',norm' if norm else ''}]", _sum_kernel,
+                             {"y_ptr": "*fp32", "ids_ptr": "*i32", "out_ptr": "*bf16",
+                              "nw_ptr": "*fp32", "H": "i32", "TOPK": "i32", "stride_y": "i32",
+                              "stride_o": "i32", "eps": "fp32", "BLOCK": "constexpr",
+                              "NORM": "constexpr"},
+                             {"BLOCK": block, "NORM": norm}, {"num_warps": 8 if norm else 4}))
     return specs
 
 
