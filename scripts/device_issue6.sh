@@ -80,6 +80,12 @@
 #   bash scripts/device_issue6.sh s15c      # strict chunked conformance, Qwen3.5 card tests,
 #                                         # pageable host copies in prefill, Qwen3.5 with GDN's
 #                                         # new WY defaults and strided q / k / v
+#   bash scripts/device_issue6.sh s16a      # (prepared) the sixteenth session's work, not on a
+#                                         # card yet: in-place prefill states, strided q / k / v,
+#                                         # Triton latent_moe, M3's block-sparse prefill (strict,
+#                                         # card tests, syncs), Qwen3.5
+#                                         # step
+#   bash scripts/device_issue6.sh s16b      # (prepared) Kimi-Linear and Kimi-K3 4-layer steps
 #   bash scripts/device_issue6.sh diagnose  # model oracle + CUDA-graph tests on the GPU, then
 #                                         # the failures again under HWINFER_SHADOW=raise, which
 #                                         # names the first op whose kernel leaves its reference
@@ -768,6 +774,33 @@ elif [ "$phase" = s15c ]; then
   timeout 130 python3 scripts/bench_model.py --preset qwen3.5-0.8b --batch 1,32 --prompt 1024 --new 16 \
     --no-eager --no-hf --csv "$out/model.csv" > "$out/bench_model_qwen.txt" 2>&1
   grep "^{\|Error" "$out/bench_model_qwen.txt" | cut -c1-330 | tail -3
+elif [ "$phase" = s16a ]; then
+  # Everything written since the fifteenth session's device time, none of it on a card yet:
+  # q / k / v as token-strided views, the conv and the chunked delta rule on the cache's state
+  # rows in place in prefill (state_slots), Triton latent_moe (Kimi-K3, no host sync), Triton
+  # block-sparse prefill (MiniMax-M3's indexer and attention, no host sync). Strict
+  # conformance of those ops, the Qwen3.5 / Kimi / K3 card tests, syncs and pageable copies in
+  # prefill and decode, then the Qwen3.5 and Kimi steps (b=1 prefill is host-bound: launches).
+  strict 90 "test_impl_matches_reference and triton and (gdn_chunked or kda_chunked or causal_conv1d or latent_moe or moe_experts or block_sparse)"
+  HWINFER_TEST_DEVICE=cuda timeout 150 python3 -m pytest tests/models tests/engine/test_graphs.py \
+    tests/engine/test_batch.py -q -p no:cacheprovider -k "qwen or kimi or minimax or overlap or batch" -rf \
+    --tb=short > "$out/tests.txt" 2>&1
+  grep -E "^FAILED|passed|failed" "$out/tests.txt" | cut -c1-300 | tail -8
+  timeout 100 python3 scripts/find_syncs.py qwen3_5 kimi_linear kimi_k3 minimax_m3 --prefill > "$out/syncs_prefill.txt" 2>&1
+  echo "== find_syncs --prefill rc=$?"; grep -v "Warn\|warn" "$out/syncs_prefill.txt" | cut -c1-260 | head -30
+  timeout 60 python3 scripts/find_syncs.py kimi_k3 > "$out/syncs_decode_k3.txt" 2>&1
+  echo "== find_syncs kimi_k3 (decode) rc=$?"; grep -v "Warn\|warn" "$out/syncs_decode_k3.txt" | cut -c1-260 | head -12
+  timeout 130 python3 scripts/bench_model.py --preset qwen3.5-0.8b --batch 1,32 --prompt 1024 --new 16 \
+    --no-eager --no-hf --profile --profile-prompt 1024 --csv "$out/model.csv" > "$out/bench_model_qwen.txt" 2>&1
+  grep "^{\|Error\|# profile" "$out/bench_model_qwen.txt" | cut -c1-330 | tail -6
+elif [ "$phase" = s16b ]; then
+  # s16a's model steps for Kimi-Linear and Kimi-K3 (4 real-size layers; K3's latent MoE through
+  # the new Triton impl, its FP4 experts packed as published).
+  for preset in kimi-linear-48b-a3b kimi-k3; do
+    timeout 200 python3 scripts/bench_model.py --preset $preset --layers 4 --batch 1,32 \
+      --prompt 1024 --new 16 --no-eager --no-hf --csv "$out/model.csv" > "$out/bench_model_$preset.txt" 2>&1
+    echo "== $preset rc=$?"; grep "^{\|Error" "$out/bench_model_$preset.txt" | cut -c1-330 | tail -3
+  done
 elif [ "$phase" = s15d ]; then
   # s15c's first part alone (for a call with little device time left).
   timeout 80 python3 scripts/find_syncs.py qwen3_5 --prefill > "$out/copies_prefill.txt" 2>&1

@@ -73,6 +73,8 @@ PORTABLE_TRITON_KERNELS: tuple[tuple[str, str, str | None], ...] = (
      "hwinfer.kernels.triton.norm:rms_norm_supported"),
     ("gdn_gate", "hwinfer.kernels.triton.gates:gdn_gate",
      None),
+    ("kda_gate", "hwinfer.kernels.triton.gates:kda_gate",
+     None),
     ("add_rms_norm", "hwinfer.kernels.triton.norm:add_rms_norm",
      "hwinfer.kernels.triton.norm:rms_norm_supported"),
     ("gated_act", "hwinfer.kernels.triton.activation:gated_act",

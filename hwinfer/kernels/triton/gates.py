@@ -1,9 +1,12 @@
-"""Triton Gated DeltaNet decay gate (contract: :func:`hwinfer.ops.linear_attention.gdn_gate`).
+"""Triton decay gates (contracts: :func:`hwinfer.ops.linear_attention.gdn_gate`, ``kda_gate``).
 
 ``g = -exp(A_log) * softplus(a + dt_bias)`` over [rows, Hv]: one launch instead of the five
 elementwise kernels the torch expression runs (it sits in every GDN layer's decode step).
 softplus = log(1 + e^x), x itself above 20 (the contract's threshold); log(1 + e^x) is computed
 as max(x, 0) + log(1 + e^-|x|), which neither overflows nor loses the small values.
+``kda_gate``: KDA's gate per key channel over [rows, H * Dk], in either form (Kimi-Linear's
+``-A softplus(x)``, K3 / GLM-5.3's ``lb * sigmoid(A x)``), one launch in place of the torch
+expression's five or six kernels in every KDA layer's prefill.
 """
 from __future__ import annotations
 
@@ -50,6 +53,52 @@ def gdn_gate(a: torch.Tensor, A_log: torch.Tensor, dt_bias: torch.Tensor) -> tor
     return g.reshape(a.shape)
 
 
+@triton.jit
+def _kda_gate_kernel(f_ptr, alog_ptr, dt_ptr, g_ptr, n, stride_f, HD, DK, lb, BLOCK: tl.constexpr,
+                     BOUNDED: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    row, c = offs // HD, offs % HD
+    x = (tl.load(f_ptr + row.to(tl.int64) * stride_f + c, mask=mask, other=0.0).to(tl.float32)
+         + tl.load(dt_ptr + c, mask=mask, other=0.0).to(tl.float32))
+    a = tl.exp(tl.load(alog_ptr + c // DK, mask=mask, other=0.0).to(tl.float32))
+    if BOUNDED:   # lb * sigmoid(A x)
+        g = lb / (1.0 + tl.exp(-(a * x)))
+    else:         # -A softplus(x), softplus as in _gdn_gate_kernel
+        soft = tl.maximum(x, 0.0) + tl.log(1.0 + tl.exp(-tl.abs(x)))
+        g = -a * tl.where(x > 20.0, x, soft)
+    tl.store(g_ptr + offs, g, mask=mask)
+
+
+def kda_gate(f: torch.Tensor, A_log: torch.Tensor, dt_bias: torch.Tensor, *,
+             lower_bound: float | None = None) -> torch.Tensor:
+    """f [..., H, Dk] (rows may be strided) -> g [..., H, Dk] fp32 in one launch (contract:
+    :func:`hwinfer.ops.linear_attention.kda_gate`; the torch expression is five to six
+    elementwise kernels, in every KDA layer's prefill)."""
+    if f.dim() < 2 or not f.is_floating_point():
+        raise ValueError(f"kda_gate: f must be a float tensor [..., H, Dk], got {f.dtype} "
+                         f"{list(f.shape)}")
+    h, dk = f.shape[-2], f.shape[-1]
+    if tuple(A_log.shape) not in ((h,), (1, 1, h, 1)):
+        raise ValueError(f"kda_gate: A_log must be [{h}] or [1, 1, {h}, 1], got {list(A_log.shape)}")
+    if tuple(dt_bias.shape) not in ((h * dk,), (h, dk)):
+        raise ValueError(f"kda_gate: dt_bias must be [{h * dk}] (H*Dk), got {list(dt_bias.shape)}")
+    if lower_bound is not None and not lower_bound < 0:
+        raise ValueError(f"kda_gate: lower_bound must be negative (e.g. -5.0), got {lower_bound}")
+    f2 = f.reshape(-1, h * dk)
+    if f2.stride(-1) != 1:
+        f2 = f2.contiguous()
+    g = torch.empty(f2.shape, dtype=torch.float32, device=f.device)
+    n = g.numel()
+    if n:
+        block = 1024
+        _kda_gate_kernel[(triton.cdiv(n, block),)](
+            f2, A_log.reshape(-1).float().contiguous(), dt_bias.reshape(-1).float().contiguous(), g,
+            n, f2.stride(0), h * dk, dk, float(lower_bound or 0.0), BLOCK=block,
+            BOUNDED=lower_bound is not None, num_warps=4)
+    return g.reshape(f.shape)
+
+
 def _aot_specs():
     from hwinfer.kernels.triton.aot import AotSpec
 
@@ -59,6 +108,13 @@ def _aot_specs():
                "n": "i32", "stride_a": "i32", "H": "i32", "BLOCK": "constexpr", "PDL": "constexpr"}
         specs.append(AotSpec(f"gdn_gate[{dtype}]", _gdn_gate_kernel, sig, {"BLOCK": 256, "PDL": False},
                              {"num_warps": 2}))
+    for bounded in (False, True):   # Kimi-Linear's softplus form, K3 / GLM-5.3's bounded one
+        specs.append(AotSpec(f"kda_gate[bf16{',bounded' if bounded else ''}]", _kda_gate_kernel,
+                             {"f_ptr": "*bf16", "alog_ptr": "*fp32", "dt_ptr": "*fp32",
+                              "g_ptr": "*fp32", "n": "i32", "stride_f": "i32", "HD": "i32",
+                              "DK": "i32", "lb": "fp32", "BLOCK": "constexpr",
+                              "BOUNDED": "constexpr"},
+                             {"BLOCK": 1024, "BOUNDED": bounded}, {"num_warps": 4}))
     return specs
 
 

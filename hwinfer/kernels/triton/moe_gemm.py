@@ -166,7 +166,9 @@ def _mm(a: torch.Tensor, w: torch.Tensor, out_dtype: torch.dtype, dot: int) -> t
     out = torch.empty((m, n), dtype=out_dtype, device=a.device)
     if m == 0 or n == 0:
         return out
-    bm, bn, bk, warps = (16, 64, 128, 4) if m <= 16 else (64, 128, 64, 8)
+    # decode rows: narrow column blocks, so that K3's [3584, 7168] projections spread over
+    # 112 / 224 programs (weight-bandwidth bound; untimed so far)
+    bm, bn, bk, warps = (16, 32, 128, 4) if m <= 16 else (64, 128, 64, 8)
     _mm_kernel[(triton.cdiv(m, bm), triton.cdiv(n, bn))](
         a, w, out, m, n, k, a.stride(0), w.stride(0), out.stride(0), DOT=dot, BM=bm, BN=bn,
         BK=bk, num_warps=warps)
@@ -453,7 +455,7 @@ def _aot_specs():
     # The latent MoE (Kimi-K3): its projections (bf16 x -> fp32 z, fp32 y -> bf16 out) and the
     # FP4 experts' GEMM1 over fp32 z as two bf16 parts.
     for name, aty, oty, dot in (("z", "*bf16", "*fp32", DOT_BF16), ("up", "*fp32", "*bf16", DOT_SPLIT)):
-        for bm, bn, bk, warps in ((16, 64, 128, 4), (64, 128, 64, 8)):
+        for bm, bn, bk, warps in ((16, 32, 128, 4), (64, 128, 64, 8)):
             specs.append(AotSpec(
                 f"latent_mm[{name},{bm}x{bn}x{bk}]", _mm_kernel,
                 {"a_ptr": aty, "w_ptr": "*bf16", "o_ptr": oty, **{a: "i32" for a in (
