@@ -43,10 +43,16 @@ def _site() -> str:
                        for f in reversed(frames[-3:]))
 
 
+# Functions whose torch calls work on host tensors whatever the model's device (they build the
+# step's inputs on the CPU and upload them in one copy): on a CPU run they look like glue.
+_HOST_WORK = {("runtime/batch.py", "from_host")}
+
+
 def _inside_op() -> bool:
     """Whether an op's implementation or reference is on the stack (hwinfer/kernels, hwinfer/ops):
-    its aten calls are the op's own business, not glue."""
+    its aten calls are the op's own business, not glue; or host-side input building."""
     return any("hwinfer/kernels/" in f.filename or "hwinfer/ops/" in f.filename
+               or (f.filename.split("hwinfer/")[-1], f.name) in _HOST_WORK
                for f in traceback.extract_stack())
 
 

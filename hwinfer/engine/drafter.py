@@ -60,10 +60,8 @@ def request_batch(cache: ModelCache, reqs: list[Request], ids: list[int], new: l
                   ctx: list[int], device: torch.device) -> ForwardBatch:
     """A cached step over ``reqs``: request i adds ``new[i]`` tokens (from ``ids``, packed) after
     ``ctx[i]`` cached ones, through its own blocks and slot."""
-    width = max(len(r.blocks) for r in reqs)
-    table = host_to_device([r.blocks + [0] * (width - len(r.blocks)) for r in reqs], device, torch.int32)
-    slots = host_to_device([r.slot for r in reqs], device)
-    return ForwardBatch.step(host_to_device(ids, device), new, ctx, cache, slots, table)
+    return ForwardBatch.from_host(ids, new, ctx, cache, [r.slot for r in reqs],
+                                  [r.blocks for r in reqs], device)
 
 
 class MTPDrafter:

@@ -234,14 +234,11 @@ class Engine:
         model, device = self.model, self.model.device
         reqs = [r for r, _ in scheduled]
         new = [n for _, n in scheduled]
-        # Inputs copied without waiting for the device (host_to_device): a blocking copy would
-        # wait for the work still queued before the step.
-        ids = host_to_device([t for r, n in scheduled for t in r.tokens(r.num_computed, r.num_computed + n)],
-                             device)
-        width = max(len(r.blocks) for r in reqs)
-        table = host_to_device([r.blocks + [0] * (width - len(r.blocks)) for r in reqs], device, torch.int32)
-        slots = host_to_device([r.slot for r in reqs], device)
-        batch = ForwardBatch.step(ids, new, [r.num_computed for r in reqs], self.pool.cache, slots, table)
+        # Inputs copied without waiting for the device (ForwardBatch.from_host, pinned): a
+        # blocking copy would wait for the work still queued before the step.
+        ids = [t for r, n in scheduled for t in r.tokens(r.num_computed, r.num_computed + n)]
+        batch = ForwardBatch.from_host(ids, new, [r.num_computed for r in reqs], self.pool.cache,
+                                       [r.slot for r in reqs], [r.blocks for r in reqs], device)
         hidden = model.forward_batch(batch)
         # Rows whose request has no pending token after this step: the last token of each.
         ends = list(itertools.accumulate(new))

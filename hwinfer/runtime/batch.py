@@ -23,7 +23,11 @@ def host_to_device(values: list, device: torch.device, dtype: torch.dtype = torc
     copy, and so for every kernel queued before it), which empties the launch queue of a prefill.
     On CUDA the values are staged in pinned memory (torch's caching host allocator keeps the
     block until the copy is done) and copied asynchronously; elsewhere the copy stays blocking."""
-    host = torch.tensor(values, dtype=dtype)
+    return _upload(torch.tensor(values, dtype=dtype), device)
+
+
+def _upload(host: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A host tensor on ``device`` without waiting for it (as :func:`host_to_device`)."""
     if device.type == "cpu":
         return host
     if device.type == "cuda":
@@ -229,6 +233,38 @@ class ForwardBatch:
         cu = host_to_device(list(accumulate(lengths, initial=0)), device, torch.int32)
         return cls(input_ids, positions, cu, host_to_device(list(lengths), device, torch.int32),
                    new_lens=list(lengths), context_lens_host=[0] * len(lengths))
+
+    @classmethod
+    def from_host(cls, ids: list[int], new_lens: list[int], context_lens: list[int],
+                  cache: ModelCache, slots: list[int], blocks: list[list[int]],
+                  device: torch.device) -> "ForwardBatch":
+        """:meth:`step` from the host's lists (token ids, each request's slot and cache blocks),
+        with the positions, each token's request and its cache row (:meth:`token_rows`, the
+        slot mapping) computed on the host and everything uploaded in two copies: on the device
+        those take ~17 small kernels and ~7 copies, each a launch that a short, host-bound
+        prefill pays (docs/engine.md, sixteenth session)."""
+        n, total = len(new_lens), len(ids)
+        lens = torch.tensor(new_lens, dtype=torch.int64)
+        requests = torch.repeat_interleave(torch.arange(n), lens, output_size=total)
+        starts = torch.tensor(context_lens, dtype=torch.int64) - (torch.cumsum(lens, 0) - lens)
+        positions = torch.arange(total) + starts[requests]
+        width = max((len(b) for b in blocks), default=0)
+        table = torch.tensor([b + [0] * (width - len(b)) for b in blocks], dtype=torch.int64)
+        bs = cache.block_size
+        rows = (table[requests, positions // bs] * bs + positions % bs if total and width
+                else torch.zeros(total, dtype=torch.int64))
+        longs = _upload(torch.cat([torch.tensor(ids, dtype=torch.int64), positions, requests, rows,
+                                   torch.tensor(slots, dtype=torch.int64)]), device)
+        cu = list(accumulate(new_lens, initial=0))
+        seq = [a + c for a, c in zip(new_lens, context_lens)]
+        ints = _upload(torch.cat([torch.tensor(cu + seq, dtype=torch.int32),
+                                  table.to(torch.int32).flatten()]), device)
+        ids_d, pos_d, req_d, rows_d, slots_d = longs.split([total] * 4 + [n])
+        batch = cls(ids_d, pos_d, ints[:n + 1], ints[n + 1:2 * n + 1], cache, slots_d,
+                    ints[2 * n + 1:].view(n, width), list(new_lens), list(context_lens),
+                    token_requests=req_d)
+        batch.scratch[("token_rows", 1)] = rows_d
+        return batch
 
     @classmethod
     def step(cls, input_ids: torch.Tensor, new_lens: list[int], context_lens: list[int],

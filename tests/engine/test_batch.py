@@ -58,3 +58,28 @@ def test_batch_index_helpers_match_loops():
         rows = [int(b.block_table[i, p // 4]) * 4 + p % 4
                 for i, (c, m) in enumerate(zip(ctx, new)) for p in range(c + m)]
         assert b.context_rows().tolist() == rows
+
+
+def test_batch_from_host_lists_equals_the_device_built_one():
+    """ForwardBatch.from_host (the engine's eager steps: positions, each token's request and
+    cache row computed on the host, two uploads) gives what ForwardBatch.step + token_rows()
+    compute on the device, on random mixed batches (empty, decode-like and prefix-cached
+    requests, blocks in random order)."""
+    rng = random.Random(2)
+    for _ in range(40):
+        b = _batch(rng)
+        n, width = b.block_table.shape
+        blocks = [b.block_table[i, : rng.randint(-(-(c + m) // 4), width)].tolist()
+                  for i, (c, m) in enumerate(zip(b.context_lens_host, b.new_lens))]
+        ids = [rng.randint(0, 99) for _ in range(sum(b.new_lens))]
+        h = ForwardBatch.from_host(ids, b.new_lens, b.context_lens_host, _Cache(),
+                                   b.slots.tolist(), blocks, torch.device("cpu"))
+        assert h.input_ids.tolist() == ids
+        for name in ("positions", "cu_seqlens", "seq_lens", "slots"):
+            got, want = getattr(h, name), getattr(b, name)
+            assert got.dtype == want.dtype and got.tolist() == want.tolist(), name
+        assert h.block_table.dtype == torch.int32
+        assert h.token_rows().tolist() == b.token_rows().tolist()
+        lens = torch.tensor(b.new_lens)
+        assert h.request_of_token().tolist() == torch.repeat_interleave(torch.arange(n), lens).tolist()
+        assert (h.new_lens, h.context_lens_host) == (b.new_lens, b.context_lens_host)

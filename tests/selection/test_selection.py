@@ -185,3 +185,22 @@ def test_shadow_check_names_the_drifting_kernel(monkeypatch, caplog):
     monkeypatch.setenv("HWINFER_SHADOW", "loud")
     with pytest.raises(SelectionError, match="HWINFER_SHADOW must be one of off, warn, raise"):
         select(fake_device("sm_90"), backends=drift, ops=["rms_norm"])
+
+
+def test_per_call_checks_get_the_arguments_by_name_as_bind_partial_gives_them():
+    import inspect
+
+    from hwinfer.backend.select import _arguments_by_name
+
+    def ref(x, w=None, /, bias=None, *, eps=1e-6):
+        """doc"""
+
+    def loose(x, *rest, **extra):
+        """doc"""
+    for fn, calls in ((ref, (((1,), {}), ((1, 2), {"eps": 3}), ((1, 2, 4), {}), ((1,), {"bias": 5}))),
+                      (loose, (((1, 2, 3), {"eps": 3}), ((1,), {})))):
+        by_name, sig = _arguments_by_name(fn), inspect.signature(fn)
+        for args, kwargs in calls:
+            assert by_name(args, kwargs) == dict(sig.bind_partial(*args, **kwargs).arguments)
+    with pytest.raises(TypeError, match="3 positional arguments but 4"):
+        _arguments_by_name(ref)((1, 2, 3, 4), {})
