@@ -50,6 +50,27 @@ def _block_scores_kernel(iq_ptr, ik_ptr, rows_ptr, out_ptr, W, NB, HKV, DI, BLOC
 
 
 @triton.jit
+def attend_block(q, k, v, kmask, scale, m, l, acc, EXACT: tl.constexpr):
+    """One online-softmax step of queries q [GP, DP] over a block of keys / values [BSP, DP]
+    (``kmask`` [BSP]: the usable keys): the updated (row max m, row sum l, output acc). 16-bit
+    operands go to the tensor cores, fp32 ones (EXACT) through exact fp32 dots."""
+    if EXACT:
+        s = tl.dot(q.to(tl.float32), tl.trans(k.to(tl.float32)), input_precision="ieee")
+    else:
+        s = tl.dot(q.to(k.dtype), tl.trans(k))
+    s = tl.where(kmask[None, :], s * scale, float("-inf"))
+    m_new = tl.maximum(m, tl.max(s, axis=1))
+    p = tl.exp(s - m_new[:, None])
+    alpha = tl.exp(m - m_new)
+    l = l * alpha + tl.sum(p, axis=1)
+    if EXACT:
+        pv = tl.dot(p, v.to(tl.float32), input_precision="ieee")
+    else:
+        pv = tl.dot(p.to(v.dtype), v)
+    return m_new, l, acc * alpha[:, None] + pv
+
+
+@triton.jit
 def _sparse_attn_kernel(q_ptr, k_ptr, v_ptr, rows_ptr, sel_ptr, len_ptr, o_ptr, HKV, G, D, BLOCK,
                         TOPK, scale, stride_qn, stride_qh, stride_kr, stride_kh, stride_rn,
                         stride_on, stride_oh, GP: tl.constexpr, DP: tl.constexpr,
@@ -77,21 +98,7 @@ def _sparse_attn_kernel(q_ptr, k_ptr, v_ptr, rows_ptr, sel_ptr, len_ptr, o_ptr, 
             kvmask = pmask[:, None] & dmask[None, :]
             k = tl.load(k_ptr + kv, mask=kvmask, other=0.0)
             v = tl.load(v_ptr + kv, mask=kvmask, other=0.0)
-            if EXACT:
-                s = tl.dot(q.to(tl.float32), tl.trans(k.to(tl.float32)), input_precision="ieee")
-            else:
-                s = tl.dot(q.to(k.dtype), tl.trans(k))
-            s = tl.where(pmask[None, :], s * scale, float("-inf"))
-            m_new = tl.maximum(m, tl.max(s, axis=1))
-            p = tl.exp(s - m_new[:, None])
-            alpha = tl.exp(m - m_new)
-            l = l * alpha + tl.sum(p, axis=1)
-            if EXACT:
-                pv = tl.dot(p, v.to(tl.float32), input_precision="ieee")
-            else:
-                pv = tl.dot(p.to(v.dtype), v)
-            acc = acc * alpha[:, None] + pv
-            m = m_new
+            m, l, acc = attend_block(q, k, v, pmask, scale, m, l, acc, EXACT)
     out = acc / tl.where(l > 0, l, 1.0)[:, None]
     tl.store(o_ptr + n.to(tl.int64) * stride_on + (h * G + gg)[:, None] * stride_oh + dd[None, :],
              out.to(o_ptr.dtype.element_ty), mask=qmask)

@@ -25,6 +25,7 @@ import triton
 import triton.language as tl
 
 from hwinfer.kernels.triton import INTERPRET
+from hwinfer.kernels.triton.block_sparse import attend_block
 from hwinfer.ops.block_sparse import check_attention_args, check_indexer_args
 
 
@@ -103,21 +104,7 @@ def _prefill_attn_kernel(q_ptr, k_ptr, v_ptr, sel_ptr, cu_q_ptr, cu_k_ptr, o_ptr
             kvmask = pmask[:, None] & dmask[None, :]
             k = tl.load(k_ptr + kv, mask=kvmask, other=0.0)
             v = tl.load(v_ptr + kv, mask=kvmask, other=0.0)
-            if EXACT:
-                s = tl.dot(q.to(tl.float32), tl.trans(k.to(tl.float32)), input_precision="ieee")
-            else:
-                s = tl.dot(q.to(k.dtype), tl.trans(k))
-            s = tl.where(pmask[None, :], s * scale, float("-inf"))
-            m_new = tl.maximum(m, tl.max(s, axis=1))
-            pr = tl.exp(s - m_new[:, None])
-            alpha = tl.exp(m - m_new)
-            l = l * alpha + tl.sum(pr, axis=1)
-            if EXACT:
-                pv = tl.dot(pr, v.to(tl.float32), input_precision="ieee")
-            else:
-                pv = tl.dot(pr.to(v.dtype), v)
-            acc = acc * alpha[:, None] + pv
-            m = m_new
+            m, l, acc = attend_block(q, k, v, pmask, scale, m, l, acc, EXACT)
     out = acc / tl.where(l > 0, l, 1.0)[:, None]          # a row with no usable key gives 0
     tl.store(o_ptr + t.to(tl.int64) * stride_ot + (h * G + gg)[:, None] * stride_oh + dd[None, :],
              out.to(o_ptr.dtype.element_ty), mask=qmask)
