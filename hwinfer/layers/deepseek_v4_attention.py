@@ -251,7 +251,7 @@ class Indexer(nn.Module):
 
             # The same for every indexer of this ratio in the step.
             base, base32, end32 = b.shared(("indexer_ranges", m), ranges)
-            pick_rows = b.pick_rows(m)
+            pick_rows = b.pick_rows(m, ops=self.ops)
             rows = pick_rows[:-1]
         else:
             keys, starts = self.compressor.entries(x, step, cache)
@@ -421,7 +421,7 @@ class DeepseekV4Attention(nn.Module):
             self.compressor.update(x, step, cache)
             extra = cache["comp"]
             # CSA: the indexer's picks, already store rows in decode; HCA: every completed entry
-            extra_idx = picks if picks is not None else b.entry_rows(self.ratio)
+            extra_idx = picks if picks is not None else b.entry_rows(self.ratio, self.ops)
             extra_idx = extra_idx[:, None]
         cos, sin = step.tables[self.rope_key]
         out = self.ops.sparse_mla_decode(q[:, None], ring, idx[:, None], self.attn_sink, scale=self.head_dim ** -0.5,

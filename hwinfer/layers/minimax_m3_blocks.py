@@ -150,7 +150,7 @@ class MiniMaxM3Attention(nn.Module):
             if batch.is_decode:  # the paged form: no host lengths, so CUDA graphs can replay it
                 o = ops.block_sparse_decode(
                     q, iq, cache["k"].flatten(0, 1), cache["v"].flatten(0, 1),
-                    cache["index_k"].flatten(0, 1), batch.entry_rows(), block_size=self.block_size,
+                    cache["index_k"].flatten(0, 1), batch.entry_rows(ops=ops), block_size=self.block_size,
                     topk_blocks=self.topk_blocks, local_blocks=self.local_blocks, scale=scale)
                 return self.o_proj(o.reshape(t, -1))
             if batch.has_prefix:  # attend over every cached position of each request

@@ -207,7 +207,7 @@ class MLAttention(nn.Module):
                 return start.to(torch.int32), (start + batch.positions + 1).to(torch.int32)
 
             k_start, k_end = batch.shared(("dsa_decode_ranges",), decode_ranges)
-            pick_rows = batch.pick_rows(dtype=torch.int32)
+            pick_rows = batch.pick_rows(dtype=torch.int32, ops=self.ops)
             picked = self.ops.lightning_indexer(q, store, weights, k_start, k_end,
                                                 topk=self.c.index_topk, scale=self.c.index_dim ** -0.5,
                                                 max_len=batch.seq_len_bound, k_rows=pick_rows[:-1])

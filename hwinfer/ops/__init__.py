@@ -27,6 +27,7 @@ from hwinfer.ops import (  # noqa: F401  (importing a family module declares its
     linear_attention,
     moe,
     norm,
+    paging,
     quant,
     rope,
     sampling,

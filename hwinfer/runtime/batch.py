@@ -14,6 +14,7 @@ from typing import Any, Callable
 import torch
 
 from hwinfer.cache.model_cache import ModelCache
+from hwinfer.ops.paging import paged_rows
 from hwinfer.runtime.capture import StateCapture
 
 
@@ -129,30 +130,30 @@ class ForwardBatch:
             return slots * size + self.positions % size
         return self.shared(("ring_rows", size), build)
 
-    def entry_rows(self, ratio: int = 1) -> torch.Tensor:
+    def entry_rows(self, ratio: int = 1, ops=None) -> torch.Tensor:
         """[N, seq_len_bound // ratio] global rows of every request's entries 0, 1, ... in a
         paged ``per="token"`` tensor with ``ratio`` (the positions 0, ratio, 2 * ratio, ...),
         -1 past the request's completed ones (``seq_lens // ratio``). The width is the host-side
         length bound and the counts come from the device, so nothing reads the device (under
         CUDA graphs the width is the block table's capacity). Computed once per forward and
-        ratio: every layer reading that tensor shares it."""
+        ratio: every layer reading that tensor shares it. Built by ``ops.paged_rows`` (the
+        device's impl: one launch on GPUs) or, without ``ops``, its reference."""
+        assert self.cache is not None and self.block_table is not None
+
         def build() -> torch.Tensor:
-            counts = self.seq_lens.long() // ratio
-            w = torch.arange(self.seq_len_bound // ratio, device=counts.device)
-            valid = w[None] < counts[:, None]
-            reqs = torch.arange(counts.numel(), device=counts.device)[:, None].expand(-1, w.numel())
-            rows = self.rows_for(torch.where(valid, w[None] * ratio, 0), reqs, ratio)
-            return torch.where(valid, rows, -1)
+            fn = paged_rows if ops is None else ops.paged_rows
+            return fn(self.block_table, self.seq_lens, block_size=self.cache.block_size,
+                      ratio=ratio, width=self.seq_len_bound // ratio)
         return self.shared(("entry_rows", ratio), build)
 
-    def pick_rows(self, ratio: int = 1, dtype: torch.dtype = torch.int64) -> torch.Tensor:
+    def pick_rows(self, ratio: int = 1, dtype: torch.dtype = torch.int64, ops=None) -> torch.Tensor:
         """[N * (seq_len_bound // ratio) + 1] :meth:`entry_rows` flattened, its unused slots as
         row 0 (outside every query's key range, so never scored), and one -1 after them; once
         per forward, ratio and dtype. ``pick_rows[:-1]`` is a lightning indexer's ``k_rows``
         over the paged store, and ``pick_rows[picks]`` turns its picks into store rows in one
         gather, a pick of -1 (none) reading the trailing -1."""
         def build() -> torch.Tensor:
-            rows = self.entry_rows(ratio).clamp(min=0).flatten()
+            rows = self.entry_rows(ratio, ops).clamp(min=0).flatten()
             return torch.cat([rows, rows.new_full((1,), -1)]).to(dtype)
         return self.shared(("pick_rows", ratio, dtype), build)
 

@@ -60,5 +60,6 @@ REFERENCE_IS_BEST: dict[str, str] = {
     "kda_gate": "one fused elementwise expression",
     "rope_tables": "a few vector ops, once per forward; bit-identical to transformers",
     "kv_store_fp8_ds_mla": "the pack arithmetic and one scatter",
+    "paged_rows": "a few index ops, once per forward",
     "sample": "one sort per row; deterministic counter-based noise",
 }

@@ -75,6 +75,8 @@ PORTABLE_TRITON_KERNELS: tuple[tuple[str, str, str | None], ...] = (
      None),
     ("kda_gate", "hwinfer.kernels.triton.gates:kda_gate",
      None),
+    ("paged_rows", "hwinfer.kernels.triton.paging:paged_rows",
+     "hwinfer.kernels.triton.paging:paged_rows_supported"),
     ("add_rms_norm", "hwinfer.kernels.triton.norm:add_rms_norm",
      "hwinfer.kernels.triton.norm:rms_norm_supported"),
     ("gated_act", "hwinfer.kernels.triton.activation:gated_act",
