@@ -7,8 +7,8 @@ K-1 inputs before the chunk: earlier tokens of the same sequence, or the carried
 chunk starts less than K-1 tokens into the sequence (zeros without state). The program holding
 the sequence's last token (chunk 0 for an empty sequence) writes the new state from its
 registers; in place (``state_slots``, a pool row) chunk 0 writes it, the one program that read
-the old state, loading the last K-1 inputs when the sequence runs past its chunk. Chunks let a long prefill spread over the machine; decode (T = 1) is one launch of
-one chunk. The chunk count comes from shapes (T), and cu_seqlens is read on the device only
+the old state, loading the last K-1 inputs when the sequence runs past its chunk. Chunks let a
+long prefill spread over the machine; decode (T = 1) is one launch of one chunk. The chunk count comes from shapes (T), and cu_seqlens is read on the device only
 (no host sync: decode gets captured in a CUDA graph); chunks past a sequence's end return.
 All math in fp32 (loads upcast at once); y and the new state are stored in x.dtype.
 """
