@@ -252,8 +252,13 @@ class ForwardBatch:
         width = max((len(b) for b in blocks), default=0)
         table = torch.tensor([b + [0] * (width - len(b)) for b in blocks], dtype=torch.int64)
         bs = cache.block_size
-        rows = (table[requests, positions // bs] * bs + positions % bs if total and width
-                else torch.zeros(total, dtype=torch.int64))
+        # -1 for a position past the request's blocks (only a step that never writes per-token
+        # cache rows has one; a write through -1 fails loudly)
+        col = positions // bs
+        inside = col < width
+        rows = (torch.where(inside, table[requests, col.clamp(max=max(width - 1, 0))] * bs
+                            + positions % bs, -1) if total and width
+                else torch.full((total,), -1, dtype=torch.int64))
         longs = _upload(torch.cat([torch.tensor(ids, dtype=torch.int64), positions, requests, rows,
                                    torch.tensor(slots, dtype=torch.int64)]), device)
         cu = list(accumulate(new_lens, initial=0))
