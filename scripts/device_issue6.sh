@@ -81,11 +81,9 @@
 #                                         # pageable host copies in prefill, Qwen3.5 with GDN's
 #                                         # new WY defaults and strided q / k / v
 #   bash scripts/device_issue6.sh s16a      # (prepared) the sixteenth session's work, not on a
-#                                         # card yet: in-place prefill states, strided q / k / v,
-#                                         # Triton latent_moe, M3's block-sparse prefill (strict,
-#                                         # card tests, syncs), Qwen3.5
-#                                         # step
-#   bash scripts/device_issue6.sh s16b      # (prepared) Kimi-Linear and Kimi-K3 4-layer steps
+#                                         # card yet: strict conformance of its ops, card tests
+#                                         # of the models it touches, prefill syncs
+#   bash scripts/device_issue6.sh s16b      # (prepared) Qwen3.5, Kimi-Linear, Kimi-K3 steps
 #   bash scripts/device_issue6.sh diagnose  # model oracle + CUDA-graph tests on the GPU, then
 #                                         # the failures again under HWINFER_SHADOW=raise, which
 #                                         # names the first op whose kernel leaves its reference
@@ -778,24 +776,27 @@ elif [ "$phase" = s16a ]; then
   # Everything written since the fifteenth session's device time, none of it on a card yet:
   # q / k / v as token-strided views, the conv and the chunked delta rule on the cache's state
   # rows in place in prefill (state_slots), Triton latent_moe (Kimi-K3, no host sync), Triton
-  # block-sparse prefill (MiniMax-M3's indexer and attention, no host sync). Strict
-  # conformance of those ops, the Qwen3.5 / Kimi / K3 card tests, syncs and pageable copies in
-  # prefill and decode, then the Qwen3.5 and Kimi steps (b=1 prefill is host-bound: launches).
-  strict 90 "test_impl_matches_reference and triton and (gdn_chunked or kda_chunked or causal_conv1d or latent_moe or moe_experts or block_sparse)"
-  HWINFER_TEST_DEVICE=cuda timeout 150 python3 -m pytest tests/models tests/engine/test_graphs.py \
-    tests/engine/test_batch.py -q -p no:cacheprovider -k "qwen or kimi or minimax or overlap or batch" -rf \
-    --tb=short > "$out/tests.txt" 2>&1
+  # block-sparse prefill (MiniMax-M3's indexer and attention, no host sync), Triton kda_gate,
+  # the paged_rows op (decode of V4 / GLM-5 / HY4 / M3 under graphs), the engine's host-built
+  # step inputs (ForwardBatch.from_host). Strict conformance of those ops, the card tests of
+  # every model they touch, syncs in prefill (and K3's decode).
+  strict 90 "test_impl_matches_reference and triton and (gdn_chunked or kda_chunked or causal_conv1d or latent_moe or moe_experts or block_sparse or kda_gate or paged_rows)"
+  HWINFER_TEST_DEVICE=cuda timeout 270 python3 -m pytest tests/models tests/engine/test_graphs.py \
+    tests/engine/test_batch.py -q -p no:cacheprovider \
+    -k "qwen or kimi or minimax or deepseek or glm or hy or overlap or batch" -rf --tb=short \
+    > "$out/tests.txt" 2>&1
   grep -E "^FAILED|passed|failed" "$out/tests.txt" | cut -c1-300 | tail -8
   timeout 100 python3 scripts/find_syncs.py qwen3_5 kimi_linear kimi_k3 minimax_m3 --prefill > "$out/syncs_prefill.txt" 2>&1
   echo "== find_syncs --prefill rc=$?"; grep -v "Warn\|warn" "$out/syncs_prefill.txt" | cut -c1-260 | head -30
   timeout 60 python3 scripts/find_syncs.py kimi_k3 > "$out/syncs_decode_k3.txt" 2>&1
   echo "== find_syncs kimi_k3 (decode) rc=$?"; grep -v "Warn\|warn" "$out/syncs_decode_k3.txt" | cut -c1-260 | head -12
+elif [ "$phase" = s16b ]; then
+  # s16a's model steps: Qwen3.5-0.8B whole (b=1 prefill is host-bound: the launches and host
+  # costs removed this session), Kimi-Linear and Kimi-K3 4 real-size layers (K3's latent MoE
+  # through the new Triton impl, its FP4 experts packed as published).
   timeout 130 python3 scripts/bench_model.py --preset qwen3.5-0.8b --batch 1,32 --prompt 1024 --new 16 \
     --no-eager --no-hf --profile --profile-prompt 1024 --csv "$out/model.csv" > "$out/bench_model_qwen.txt" 2>&1
   grep "^{\|Error\|# profile" "$out/bench_model_qwen.txt" | cut -c1-330 | tail -6
-elif [ "$phase" = s16b ]; then
-  # s16a's model steps for Kimi-Linear and Kimi-K3 (4 real-size layers; K3's latent MoE through
-  # the new Triton impl, its FP4 experts packed as published).
   for preset in kimi-linear-48b-a3b kimi-k3; do
     timeout 200 python3 scripts/bench_model.py --preset $preset --layers 4 --batch 1,32 \
       --prompt 1024 --new 16 --no-eager --no-hf --csv "$out/model.csv" > "$out/bench_model_$preset.txt" 2>&1
