@@ -6,9 +6,10 @@ union of blocks there: six host syncs a MiniMax-M3 prefill step (s15b, ``find_sy
 every program finds its token's sequence in ``cu_seqlens_q`` on the device (a binary search), so
 the grids depend on shapes only:
 
-* ``_prefill_scores_kernel``, one program per (token, key block): the block's keys (the single
-  index key head) against the token's index queries of every head, one fp32 dot (exact products:
-  a selection must not flip on rounding), max over the keys at or before the token's position;
+* ``_prefill_scores_kernel``, one program per (tile of 64 / H tokens, key block): the block's
+  keys (the single index key head) against the tile's index queries of every head as the 64 rows
+  of one fp32 dot (exact products: a selection must not flip on rounding; a tile across two
+  sequences goes token by token), max over the keys at or before each token's position;
   -inf for blocks with no such key (past the token, past its sequence), +inf for the forced
   local blocks. Blocks are counted up to ``cdiv(S, block_size)`` (S = all keys of the call, a
   bound on any sequence's blocks). Then ``torch.topk`` and -inf -> -1, as the decode path does.
@@ -31,8 +32,8 @@ from hwinfer.ops.block_sparse import check_attention_args, check_indexer_args
 
 @triton.jit
 def _token_seq(cu_q_ptr, cu_k_ptr, t, N, STEPS: tl.constexpr):
-    """Token t's sequence: (first query, first key, query count, key count), found by a binary
-    search for the last i with cu_q[i] <= t (empty sequences before it are skipped)."""
+    """Token t's sequence: (its index, first query, first key, query count, key count), found by
+    a binary search for the last i with cu_q[i] <= t (empty sequences before it are skipped)."""
     lo = t * 0
     hi = lo + N
     for _ in tl.static_range(STEPS):
@@ -42,33 +43,62 @@ def _token_seq(cu_q_ptr, cu_k_ptr, t, N, STEPS: tl.constexpr):
         hi = tl.where(below, hi, mid)
     q0 = tl.load(cu_q_ptr + lo)
     k0 = tl.load(cu_k_ptr + lo)
-    return q0, k0, tl.load(cu_q_ptr + lo + 1) - q0, tl.load(cu_k_ptr + lo + 1) - k0
+    return lo, q0, k0, tl.load(cu_q_ptr + lo + 1) - q0, tl.load(cu_k_ptr + lo + 1) - k0
 
 
 @triton.jit
-def _prefill_scores_kernel(q_ptr, k_ptr, cu_q_ptr, cu_k_ptr, out_ptr, N, H, D, BLOCK, NB, LOCAL,
+def _rows_block_scores(q_ptr, k_ptr, out_ptr, tok, head, rmask, q0, k0, q_len, k_len, b, H, D,
+                       BLOCK, NB, LOCAL, stride_qt, stride_qh, stride_k, BSP: tl.constexpr,
+                       DP: tl.constexpr):
+    """Scores of key block b for rows (token ``tok``, index head ``head``) of one sequence (q0,
+    k0, q_len, k_len): one exact fp32 dot against the block's keys, the max over the keys at or
+    before each row's position, -inf with none, +inf for its forced local blocks; stored at
+    out[tok, head, b]."""
+    p = k_len - q_len + (tok - q0)                   # each row's position in the sequence
+    j = tl.arange(0, BSP)
+    pos = b * BLOCK + j
+    dd = tl.arange(0, DP)
+    key = tl.load(k_ptr + (k0 + pos).to(tl.int64)[:, None] * stride_k + dd[None, :],
+                  mask=((j < BLOCK) & (pos < k_len))[:, None] & (dd < D)[None, :],
+                  other=0.0).to(tl.float32)
+    qv = tl.load(q_ptr + tok.to(tl.int64)[:, None] * stride_qt + head[:, None] * stride_qh
+                 + dd[None, :], mask=rmask[:, None] & (dd < D)[None, :], other=0.0).to(tl.float32)
+    s = tl.dot(qv, tl.trans(key), input_precision="ieee")             # [rows, BSP]
+    visible = (j < BLOCK)[None, :] & (pos[None, :] <= p[:, None])
+    best = tl.max(tl.where(visible, s, float("-inf")), axis=1)
+    own = p // BLOCK          # forced: own - l for l < LOCAL, clamped at 0 (so 0 counts too)
+    best = tl.where((b <= own) & (b >= own - LOCAL + 1), float("inf"), best)
+    tl.store(out_ptr + (tok.to(tl.int64) * H + head) * NB + b, best, mask=rmask)
+
+
+@triton.jit
+def _prefill_scores_kernel(q_ptr, k_ptr, cu_q_ptr, cu_k_ptr, out_ptr, T, N, H, D, BLOCK, NB, LOCAL,
                            stride_qt, stride_qh, stride_k, STEPS: tl.constexpr,
-                           BSP: tl.constexpr, HP: tl.constexpr, DP: tl.constexpr):
-    t = tl.program_id(0)
+                           BT: tl.constexpr, HP: tl.constexpr, BSP: tl.constexpr,
+                           DP: tl.constexpr):
+    t_first = tl.program_id(0) * BT
     b = tl.program_id(1)
-    q0, k0, q_len, k_len = _token_seq(cu_q_ptr, cu_k_ptr, t, N, STEPS)
-    p = k_len - q_len + (t - q0)                     # the token's position in its sequence
-    hh = tl.arange(0, HP)
-    best = tl.full([HP], float("-inf"), dtype=tl.float32)
-    if b * BLOCK <= p:
-        j = tl.arange(0, BSP)
-        pos = b * BLOCK + j
-        visible = (j < BLOCK) & (pos <= p)
-        dd = tl.arange(0, DP)
-        key = tl.load(k_ptr + (k0 + pos).to(tl.int64)[:, None] * stride_k + dd[None, :],
-                      mask=visible[:, None] & (dd < D)[None, :], other=0.0).to(tl.float32)
-        qv = tl.load(q_ptr + t.to(tl.int64) * stride_qt + hh[:, None] * stride_qh + dd[None, :],
-                     mask=(hh < H)[:, None] & (dd < D)[None, :], other=0.0).to(tl.float32)
-        s = tl.dot(qv, tl.trans(key), input_precision="ieee")          # [HP, BSP]
-        best = tl.max(tl.where(visible[None, :], s, float("-inf")), axis=1)
-        own = p // BLOCK      # forced: own - l for l < LOCAL, clamped at 0 (so 0 counts too)
-        best = tl.where((b <= own) & (b >= own - LOCAL + 1), float("inf"), best)
-    tl.store(out_ptr + (t.to(tl.int64) * H + hh) * NB + b, best, mask=hh < H)
+    t_last = tl.minimum(t_first + BT, T) - 1
+    seq, q0, k0, q_len, k_len = _token_seq(cu_q_ptr, cu_k_ptr, t_first, N, STEPS)
+    seq_last, _, _, _, _ = _token_seq(cu_q_ptr, cu_k_ptr, t_last, N, STEPS)
+    if seq == seq_last:
+        # The tile's BT tokens x HP heads as the rows of one product over the shared key block.
+        r = tl.arange(0, BT * HP)
+        tok = t_first + r // HP
+        head = r % HP
+        _rows_block_scores(q_ptr, k_ptr, out_ptr, tok, head, (tok <= t_last) & (head < H), q0, k0,
+                           q_len, k_len, b, H, D, BLOCK, NB, LOCAL, stride_qt, stride_qh, stride_k,
+                           BSP, DP)
+    else:
+        # A tile across sequences (at most N - 1 of them): token by token, heads padded to 16.
+        hh = tl.arange(0, 16)
+        for i in range(0, BT):
+            t = t_first + i
+            if t <= t_last:
+                _, q0, k0, q_len, k_len = _token_seq(cu_q_ptr, cu_k_ptr, t, N, STEPS)
+                _rows_block_scores(q_ptr, k_ptr, out_ptr, t + hh * 0, hh, hh < H, q0, k0, q_len,
+                                   k_len, b, H, D, BLOCK, NB, LOCAL, stride_qt, stride_qh,
+                                   stride_k, BSP, DP)
 
 
 @triton.jit
@@ -79,7 +109,7 @@ def _prefill_attn_kernel(q_ptr, k_ptr, v_ptr, sel_ptr, cu_q_ptr, cu_k_ptr, o_ptr
                          NSP: tl.constexpr, EXACT: tl.constexpr):
     t = tl.program_id(0)
     h = tl.program_id(1)
-    q0, k0, q_len, k_len = _token_seq(cu_q_ptr, cu_k_ptr, t, N, STEPS)
+    _, q0, k0, q_len, k_len = _token_seq(cu_q_ptr, cu_k_ptr, t, N, STEPS)
     p = k_len - q_len + (t - q0)
     gg = tl.arange(0, GP)
     dd = tl.arange(0, DP)
@@ -141,12 +171,13 @@ def block_sparse_indexer(q: torch.Tensor, k: torch.Tensor, cu_seqlens_q: torch.T
         return out
     q, k = q.contiguous(), k.contiguous()
     scores = torch.empty(t_len, heads, nb, dtype=torch.float32, device=q.device)
-    _prefill_scores_kernel[(t_len, nb)](
-        q, k, cu_seqlens_q.to(q.device), cu_seqlens_k.to(q.device), scores, n, heads, dim,
+    hp = triton.next_power_of_2(heads)
+    bt = max(1, 64 // hp)            # 64 rows a product (M3: 16 tokens x 4 heads)
+    _prefill_scores_kernel[(triton.cdiv(t_len, bt), nb)](
+        q, k, cu_seqlens_q.to(q.device), cu_seqlens_k.to(q.device), scores, t_len, n, heads, dim,
         block_size, nb, local_blocks, q.stride(0), q.stride(1), k.stride(0), STEPS=_steps(n),
-        BSP=max(16, triton.next_power_of_2(block_size)),
-        HP=max(16, triton.next_power_of_2(heads)), DP=max(16, triton.next_power_of_2(dim)),
-        num_warps=4)
+        BT=bt, HP=hp, BSP=max(16, triton.next_power_of_2(block_size)),
+        DP=max(16, triton.next_power_of_2(dim)), num_warps=8)
     top, sel = scores.topk(min(topk_blocks, nb), dim=-1)
     out[..., : sel.shape[-1]] = sel.masked_fill(top == float("-inf"), -1).to(torch.int32)
     return out
@@ -193,9 +224,9 @@ def _aot_specs():
     # MiniMax-M3: 4 index heads and KV heads, D = Di = 128, blocks of 128, G = 16, 16 blocks.
     dtype = "bf16"
     scores = {"q_ptr": f"*{dtype}", "k_ptr": f"*{dtype}", "cu_q_ptr": "*i32", "cu_k_ptr": "*i32",
-              "out_ptr": "*fp32", **{a: "i32" for a in ("N", "H", "D", "BLOCK", "NB", "LOCAL",
+              "out_ptr": "*fp32", **{a: "i32" for a in ("T", "N", "H", "D", "BLOCK", "NB", "LOCAL",
                                                       "stride_qt", "stride_qh", "stride_k")},
-              **{a: "constexpr" for a in ("STEPS", "BSP", "HP", "DP")}}
+              **{a: "constexpr" for a in ("STEPS", "BT", "HP", "BSP", "DP")}}
     attn = {"q_ptr": f"*{dtype}", "k_ptr": f"*{dtype}", "v_ptr": f"*{dtype}", "sel_ptr": "*i32",
             "cu_q_ptr": "*i32", "cu_k_ptr": "*i32", "o_ptr": f"*{dtype}",
             **{a: "i32" for a in ("N", "HKV", "G", "D", "BLOCK", "NSEL")}, "scale": "fp32",
@@ -203,7 +234,7 @@ def _aot_specs():
                                   "stride_sh", "stride_ot", "stride_oh")},
             **{a: "constexpr" for a in ("STEPS", "GP", "DP", "BSP", "NSP", "EXACT")}}
     return [AotSpec(f"block_sparse_prefill_scores[{dtype},m3]", _prefill_scores_kernel, scores,
-                    {"STEPS": 3, "BSP": 128, "HP": 16, "DP": 128}, {"num_warps": 4}),
+                    {"STEPS": 3, "BT": 16, "HP": 4, "BSP": 128, "DP": 128}, {"num_warps": 8}),
             AotSpec(f"block_sparse_prefill_attn[{dtype},m3]", _prefill_attn_kernel, attn,
                     {"STEPS": 3, "GP": 16, "DP": 128, "BSP": 128, "NSP": 16, "EXACT": False},
                     {"num_warps": 8})]
