@@ -86,9 +86,13 @@ def _prefill_scores_kernel(q_ptr, k_ptr, cu_q_ptr, cu_k_ptr, out_ptr, T, N, H, D
         r = tl.arange(0, BT * HP)
         tok = t_first + r // HP
         head = r % HP
-        _rows_block_scores(q_ptr, k_ptr, out_ptr, tok, head, (tok <= t_last) & (head < H), q0, k0,
-                           q_len, k_len, b, H, D, BLOCK, NB, LOCAL, stride_qt, stride_qh, stride_k,
-                           BSP, DP)
+        rmask = (tok <= t_last) & (head < H)
+        if b * BLOCK <= k_len - q_len + (t_last - q0):
+            _rows_block_scores(q_ptr, k_ptr, out_ptr, tok, head, rmask, q0, k0, q_len, k_len, b,
+                               H, D, BLOCK, NB, LOCAL, stride_qt, stride_qh, stride_k, BSP, DP)
+        else:   # a block after every token of the tile (causal: about half of them): no loads
+            tl.store(out_ptr + (tok.to(tl.int64) * H + head) * NB + b,
+                     tl.full([BT * HP], float("-inf"), tl.float32), mask=rmask)
     else:
         # A tile across sequences (at most N - 1 of them): token by token, heads padded to 16.
         hh = tl.arange(0, 16)
