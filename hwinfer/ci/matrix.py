@@ -9,6 +9,8 @@ Each cell (op x lane column) gets the best status the evidence supports:
 * ``validated on hardware``: the conformance suite passed on a real device of that column;
 * ``validated on hardware, fewer cases``: so, but that run had fewer case x dtype items for the
   op than its contract has now (cases added since: those never ran on the hardware);
+* ``validated on hardware, not its default impl``: only impls the backend would not choose first
+  on that arch passed there (a newer, higher-priority kernel has not run on the hardware);
 * ``compiled and interpreted`` / ``interpreted`` / ``compiled``: Triton kernels checked without
   the hardware (TRITON_INTERPRET=1 on the host, AOT compile for the arch);
 * ``reference (by choice)``: the backend deliberately runs the reference for this op;
@@ -57,9 +59,11 @@ LANE_OF = {"cpu": "cpu", "nvidia sm_90": "nvidia-sm90", "nvidia sm_100": "nvidia
 
 FAILING, VALIDATED = "failing", "validated on hardware"
 VALIDATED_FEWER = "validated on hardware, fewer cases"
+VALIDATED_OTHER = "validated on hardware, not its default impl"
 COMPILED_INTERPRETED, INTERPRETED, COMPILED = "compiled and interpreted", "interpreted", "compiled"
 REFERENCE, NOT_RUN, MISSING = "reference (by choice)", "not run", "missing impl"
-MARK = {FAILING: "❌", VALIDATED: "✅", VALIDATED_FEWER: "☑️", COMPILED_INTERPRETED: "🟡", INTERPRETED: "🟡",
+MARK = {FAILING: "❌", VALIDATED: "✅", VALIDATED_FEWER: "☑️", VALIDATED_OTHER: "🔶",
+        COMPILED_INTERPRETED: "🟡", INTERPRETED: "🟡",
         COMPILED: "🟡", REFERENCE: "🔵", NOT_RUN: "⚪", MISSING: "—"}
 
 
@@ -85,6 +89,21 @@ def _items_run(rows: list[dict[str, str]], impl: str) -> int:
     return sum(most.values())
 
 
+def _default_impl(impls: list, col: Column) -> str | None:
+    """The impl the backend chooses first for a device of the column's arch (selection's order:
+    priority, then backend and name; predicates checked on a stand-in device), or None when that
+    is the reference or the arch has no stand-in."""
+    from hwinfer.backend.device import fake_device
+
+    try:
+        dev = fake_device(col.arch or col.backend)
+    except KeyError:
+        return None
+    ok = sorted((i for i in impls if i.when.why_not(dev) is None),
+                key=lambda i: (-i.priority, i.backend, i.name))
+    return None if not ok or ok[0].is_reference else ok[0].name
+
+
 def cell(op: str, col: Column, rows: list[dict[str, str]], impls: list,
          items: int | None = None) -> tuple[str, list[str]]:
     """(status, impl names behind it) for one op in one column; ``items``: the op's case x dtype
@@ -98,6 +117,9 @@ def cell(op: str, col: Column, rows: list[dict[str, str]], impls: list,
         return FAILING, failed
     hw = sorted({r["impl"] for r in conf if r["unit"] == "passed" and results.on_hardware(r["device"])})
     if hw:
+        default = _default_impl(impls, col)
+        if default is not None and default not in hw:
+            return VALIDATED_OTHER, hw
         on_hw = [r for r in mine if results.on_hardware(r["device"])]
         if items is not None and all(0 < _items_run(on_hw, i) < items for i in hw):
             return VALIDATED_FEWER, hw
@@ -149,14 +171,16 @@ def render(rows: list[dict[str, str]], ops: list[str], tables: dict[str, dict[st
         "`ci/README.md`) and the backends' impl tables. Do not edit by hand.",
         "",
         "Legend: " + "; ".join(f"{MARK[s]} {s}" for s in
-                               (VALIDATED, VALIDATED_FEWER, COMPILED_INTERPRETED, REFERENCE, NOT_RUN,
-                                MISSING, FAILING)),
+                               (VALIDATED, VALIDATED_FEWER, VALIDATED_OTHER, COMPILED_INTERPRETED,
+                                REFERENCE, NOT_RUN, MISSING, FAILING)),
         "",
         "Only a lane that ran on the hardware can validate. Interpreted means the Triton kernel ran",
         "under `TRITON_INTERPRET=1` on the host CPU against the reference; compiled means it built",
         "ahead of time for that arch. Nothing mocked or run on a fake device counts. \"Fewer",
         "cases\": the hardware run had fewer case x dtype items than the op's contract has now;",
-        "the commit and date of each lane's rows are under Sources.",
+        "\"not its default impl\": the impls named passed on the hardware, the one the backend",
+        "chooses first there has not run on it. The commit and date of each lane's rows are under",
+        "Sources.",
         "",
         "| op | " + " | ".join(c.title for c in columns) + " |",
         "| --- | " + " | ".join("---" for _ in columns) + " |",
@@ -169,17 +193,19 @@ def render(rows: list[dict[str, str]], ops: list[str], tables: dict[str, dict[st
             cells.append(f"{MARK[status]} {status}{names}")
         lines.append(f"| {op} | " + " | ".join(cells) + " |")
     lines += ["", "## Per lane", "", "| lane | backend status | " +
-              " | ".join(s for s in (VALIDATED, VALIDATED_FEWER, COMPILED_INTERPRETED, INTERPRETED,
-                                     COMPILED, REFERENCE, NOT_RUN, MISSING, FAILING)) + " |",
-              "| --- | --- |" + " --- |" * 9]
+              " | ".join(s for s in (VALIDATED, VALIDATED_FEWER, VALIDATED_OTHER,
+                                     COMPILED_INTERPRETED, INTERPRETED, COMPILED, REFERENCE,
+                                     NOT_RUN, MISSING, FAILING)) + " |",
+              "| --- | --- |" + " --- |" * 10]
     for col in columns:
         counts: dict[str, int] = defaultdict(int)
         for op in ops:
             counts[grid[(op, col.title)][0]] += 1
         status = hardware_status.get(col.backend, "not installed")
         lines.append(f"| {LANE_OF.get(col.title, col.title)} | {status} | " + " | ".join(
-            str(counts[s]) for s in (VALIDATED, VALIDATED_FEWER, COMPILED_INTERPRETED, INTERPRETED,
-                                     COMPILED, REFERENCE, NOT_RUN, MISSING, FAILING)) + " |")
+            str(counts[s]) for s in (VALIDATED, VALIDATED_FEWER, VALIDATED_OTHER,
+                                     COMPILED_INTERPRETED, INTERPRETED, COMPILED, REFERENCE,
+                                     NOT_RUN, MISSING, FAILING)) + " |")
     lines += ["", "## Sources", "", "| backend | arch | device | commit | date | rows |",
               "| --- | --- | --- | --- | --- | --- |"]
     lines += _sources(rows) or ["| (no results yet) | | | | | |"]

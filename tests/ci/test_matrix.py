@@ -25,7 +25,8 @@ def _r(op, impl, backend, arch, device, metric="conformance", unit="passed", val
 
 
 def _impl(op, name, ref=False):
-    return Impl(op, name, "m:f", is_reference=ref)
+    # Triton kernels come first where they are listed, as in the real tables.
+    return Impl(op, name, "m:f", is_reference=ref, priority=10 if name == "triton" else 5)
 
 
 TABLES = {
@@ -149,3 +150,14 @@ def test_a_hardware_run_with_fewer_cases_than_the_contract_now_says_so():
     assert grid[("gdn_recurrent", "nvidia sm_90")] == (matrix.VALIDATED_FEWER, ["triton"])
     # without the contract's counts (or without per-case rows) nothing is downgraded
     assert build(rows, OPS, TABLES, COLS)[("gdn_recurrent", "nvidia sm_90")][0] == VALIDATED
+
+
+def test_a_cell_whose_default_impl_never_ran_on_the_hardware_says_so():
+    rows = [_r("rms_norm", "torch", "nvidia", "sm_90", H200),
+            _r("rms_norm", "triton", "nvidia", "sm_90", results.INTERPRETER)]
+    grid = build(rows, OPS, TABLES, COLS)
+    # the torch impl passed on the H200, the Triton kernel the backend picks first did not run
+    assert grid[("rms_norm", "nvidia sm_90")] == (matrix.VALIDATED_OTHER, ["torch"])
+    rows.append(_r("rms_norm", "triton", "nvidia", "sm_90", H200))
+    assert build(rows, OPS, TABLES, COLS)[("rms_norm", "nvidia sm_90")] == (
+        VALIDATED, ["torch", "triton"])
