@@ -151,6 +151,23 @@ def gdn_gate(a: torch.Tensor, A_log: torch.Tensor, dt_bias: torch.Tensor) -> tor
     return -A_log.float().exp() * _softplus(a.float() + dt_bias.float())
 
 
+def check_kda_gate(f: torch.Tensor, A_log: torch.Tensor, dt_bias: torch.Tensor,
+                   lower_bound: float | None) -> tuple[int, int]:
+    """Validate :func:`kda_gate`'s arguments; returns (H, Dk)."""
+    if f.dim() < 2 or not f.is_floating_point():
+        raise ValueError(f"kda_gate: f must be a float tensor [..., H, Dk], got {f.dtype} "
+                         f"{list(f.shape)}")
+    h, dk = f.shape[-2], f.shape[-1]
+    if tuple(A_log.shape) not in ((h,), (1, 1, h, 1)):
+        raise ValueError(f"kda_gate: A_log must be [{h}] or [1, 1, {h}, 1], got "
+                         f"{list(A_log.shape)}")
+    if tuple(dt_bias.shape) not in ((h * dk,), (h, dk)):
+        raise ValueError(f"kda_gate: dt_bias must be [{h * dk}] (H*Dk), got {list(dt_bias.shape)}")
+    if lower_bound is not None and not lower_bound < 0:
+        raise ValueError(f"kda_gate: lower_bound must be negative (e.g. -5.0), got {lower_bound}")
+    return h, dk
+
+
 def kda_gate(f: torch.Tensor, A_log: torch.Tensor, dt_bias: torch.Tensor, *,
              lower_bound: float | None = None) -> torch.Tensor:
     """KDA per-channel decay gate (MODELS.md §4.2; §4.5 and §5 for the lower-bounded form).
@@ -170,17 +187,7 @@ def kda_gate(f: torch.Tensor, A_log: torch.Tensor, dt_bias: torch.Tensor, *,
 
     Returns g [..., H, Dk] fp32, the log-decay for ``kda_recurrent`` / ``kda_chunked``.
     """
-    if f.dim() < 2 or not f.is_floating_point():
-        raise ValueError(f"kda_gate: f must be a float tensor [..., H, Dk], got {f.dtype} "
-                         f"{list(f.shape)}")
-    h, dk = f.shape[-2], f.shape[-1]
-    if tuple(A_log.shape) not in ((h,), (1, 1, h, 1)):
-        raise ValueError(f"kda_gate: A_log must be [{h}] or [1, 1, {h}, 1], got "
-                         f"{list(A_log.shape)}")
-    if tuple(dt_bias.shape) not in ((h * dk,), (h, dk)):
-        raise ValueError(f"kda_gate: dt_bias must be [{h * dk}] (H*Dk), got {list(dt_bias.shape)}")
-    if lower_bound is not None and not lower_bound < 0:
-        raise ValueError(f"kda_gate: lower_bound must be negative (e.g. -5.0), got {lower_bound}")
+    h, dk = check_kda_gate(f, A_log, dt_bias, lower_bound)
     x = f.float() + dt_bias.float().reshape(h, dk)
     a = A_log.float().reshape(h, 1).exp()
     if lower_bound is None:

@@ -31,6 +31,19 @@ def paged_rows(block_table: torch.Tensor, seq_lens: torch.Tensor, *, block_size:
     Uses: ``ForwardBatch.entry_rows`` / ``pick_rows`` in decode: DeepSeek-V4's compressed entries
     (ratio 4 and 128), GLM-5 / HY4 indexer keys and MiniMax-M3's block-sparse keys (ratio 1).
     """
+    check_paged_rows(block_table, seq_lens, block_size, ratio, width)
+    counts = seq_lens.to(block_table.device).long() // ratio
+    w = torch.arange(width, device=block_table.device)
+    valid = w[None] < counts[:, None]
+    pos = torch.where(valid, w[None] * ratio, 0)
+    block = block_table.long().gather(1, pos // block_size) if width else pos
+    rows = block * (block_size // ratio) + (pos % block_size) // ratio
+    return torch.where(valid, rows, -1)
+
+
+def check_paged_rows(block_table: torch.Tensor, seq_lens: torch.Tensor, block_size: int,
+                     ratio: int, width: int) -> None:
+    """Validate :func:`paged_rows`'s arguments (shapes and options; no value is read)."""
     if block_table.dim() != 2 or block_table.is_floating_point():
         raise ValueError(f"paged_rows: block_table must be an integer [N, max_blocks] tensor, got "
                          f"{block_table.dtype} {list(block_table.shape)}")
@@ -40,13 +53,6 @@ def paged_rows(block_table: torch.Tensor, seq_lens: torch.Tensor, *, block_size:
     if ratio < 1 or block_size < 1 or block_size % ratio or width < 0:
         raise ValueError(f"paged_rows: need ratio >= 1 dividing block_size and width >= 0, got "
                          f"ratio={ratio}, block_size={block_size}, width={width}")
-    counts = seq_lens.to(block_table.device).long() // ratio
-    w = torch.arange(width, device=block_table.device)
-    valid = w[None] < counts[:, None]
-    pos = torch.where(valid, w[None] * ratio, 0)
-    block = block_table.long().gather(1, pos // block_size) if width else pos
-    rows = block * (block_size // ratio) + (pos % block_size) // ratio
-    return torch.where(valid, rows, -1)
 
 
 def _case(lens: list[int], max_blocks: int, block_size: int, ratio: int, width: int):

@@ -15,6 +15,7 @@ import triton
 import triton.language as tl
 
 from hwinfer.kernels.triton.pdl import launch_kwargs, pdl_enter, pdl_ok
+from hwinfer.ops.linear_attention import check_kda_gate
 
 
 @triton.jit
@@ -32,6 +33,15 @@ def _gdn_gate_kernel(a_ptr, alog_ptr, dt_ptr, g_ptr, n, stride_a, H, BLOCK: tl.c
     tl.store(g_ptr + offs, -tl.exp(alog) * soft, mask=mask)
 
 
+def _rows_and_out(x: torch.Tensor, width: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """x as rows [R, width] with unit column stride (row-strided views taken as they are) and
+    the fp32 gate output [R, width] the kernels write."""
+    x2 = x.reshape(-1, width)
+    if x2.stride(-1) != 1:
+        x2 = x2.contiguous()
+    return x2, torch.empty(x2.shape, dtype=torch.float32, device=x.device)
+
+
 def gdn_gate(a: torch.Tensor, A_log: torch.Tensor, dt_bias: torch.Tensor) -> torch.Tensor:
     """a [..., Hv] -> g [..., Hv] fp32 (see the module docstring)."""
     if a.dim() < 1 or not a.is_floating_point():
@@ -40,10 +50,7 @@ def gdn_gate(a: torch.Tensor, A_log: torch.Tensor, dt_bias: torch.Tensor) -> tor
     if tuple(A_log.shape) != (hv,) or tuple(dt_bias.shape) != (hv,):
         raise ValueError(f"gdn_gate: A_log and dt_bias must be [{hv}] (Hv), got "
                          f"{list(A_log.shape)} and {list(dt_bias.shape)}")
-    a2 = a.reshape(-1, hv)
-    if a2.stride(-1) != 1:
-        a2 = a2.contiguous()
-    g = torch.empty(a2.shape, dtype=torch.float32, device=a.device)
+    a2, g = _rows_and_out(a, hv)
     n = g.numel()
     if n:
         block = 256
@@ -75,20 +82,8 @@ def kda_gate(f: torch.Tensor, A_log: torch.Tensor, dt_bias: torch.Tensor, *,
     """f [..., H, Dk] (rows may be strided) -> g [..., H, Dk] fp32 in one launch (contract:
     :func:`hwinfer.ops.linear_attention.kda_gate`; the torch expression is five to six
     elementwise kernels, in every KDA layer's prefill)."""
-    if f.dim() < 2 or not f.is_floating_point():
-        raise ValueError(f"kda_gate: f must be a float tensor [..., H, Dk], got {f.dtype} "
-                         f"{list(f.shape)}")
-    h, dk = f.shape[-2], f.shape[-1]
-    if tuple(A_log.shape) not in ((h,), (1, 1, h, 1)):
-        raise ValueError(f"kda_gate: A_log must be [{h}] or [1, 1, {h}, 1], got {list(A_log.shape)}")
-    if tuple(dt_bias.shape) not in ((h * dk,), (h, dk)):
-        raise ValueError(f"kda_gate: dt_bias must be [{h * dk}] (H*Dk), got {list(dt_bias.shape)}")
-    if lower_bound is not None and not lower_bound < 0:
-        raise ValueError(f"kda_gate: lower_bound must be negative (e.g. -5.0), got {lower_bound}")
-    f2 = f.reshape(-1, h * dk)
-    if f2.stride(-1) != 1:
-        f2 = f2.contiguous()
-    g = torch.empty(f2.shape, dtype=torch.float32, device=f.device)
+    h, dk = check_kda_gate(f, A_log, dt_bias, lower_bound)
+    f2, g = _rows_and_out(f, h * dk)
     n = g.numel()
     if n:
         block = 1024

@@ -211,10 +211,10 @@ def run_experts(x, weights, ids, w13, w2, s13, s2, *, wfmt: int, block=(1, 1),
     dot_bf16 = x.dtype == torch.bfloat16 and not interpret
     # GEMM2's fp32 activation meets the weights through the bf16 split when bf16 holds the
     # weights exactly (bf16 experts; FP8 / FP4 codes), else through exact fp32 FMAs.
-    exact_w = wfmt != DENSE or (w13.dtype == torch.bfloat16 and w2.dtype == torch.bfloat16)
-    split_x = split_x and x.dtype == torch.float32 and exact_w and not interpret
-    split_ok = (dot_bf16 or split_x) and exact_w
-    dot2 = DOT_SPLIT if split_ok else DOT_IEEE
+    w13_exact = wfmt != DENSE or w13.dtype == torch.bfloat16
+    w2_exact = wfmt != DENSE or w2.dtype == torch.bfloat16
+    split_x = split_x and x.dtype == torch.float32 and w13_exact and not interpret
+    dot2 = DOT_SPLIT if (dot_bf16 or split_x) and w2_exact else DOT_IEEE
     dot1 = DOT_BF16 if dot_bf16 else DOT_SPLIT if split_x else DOT_IEEE
     x = x.contiguous()
     ids = ids.contiguous()
@@ -323,9 +323,9 @@ def latent_moe(x, weights, ids, down_proj, w13, w2, up_proj, norm_weight=None, *
     act = _act(activation, limit, swiglu_alpha, situ_beta, situ_linear_beta)
     lat = check_latent(x, down_proj, up_proj, norm_weight, w13_scale, w2_scale)
     half = x.dtype in (torch.bfloat16, torch.float16) and not INTERPRET
-    exact = (DOT_BF16 if x.dtype == torch.bfloat16 and down_proj.dtype == torch.bfloat16
-             and half else DOT_IEEE)
-    z = _mm(x, down_proj, torch.float32, exact)
+    z_dot = (DOT_BF16 if half and x.dtype == torch.bfloat16 and down_proj.dtype == torch.bfloat16
+             else DOT_IEEE)
+    z = _mm(x, down_proj, torch.float32, z_dot)
     nw = None if norm_weight is None else norm_weight.float().contiguous()
     common = dict(norm_weight=nw, eps=eps, split_x=half, out_dtype=torch.float32, **act)
     if w13_scale is None:

@@ -8,6 +8,7 @@ import triton
 import triton.language as tl
 
 from hwinfer.kernels.triton.pdl import launch_kwargs, pdl_enter, pdl_ok
+from hwinfer.ops.paging import check_paged_rows
 
 
 @triton.jit
@@ -28,12 +29,7 @@ def paged_rows(block_table: torch.Tensor, seq_lens: torch.Tensor, *, block_size:
                ratio: int = 1, width: int) -> torch.Tensor:
     """block_table [N, max_blocks], seq_lens [N] -> [N, width] int64 rows, -1 past each
     request's complete entries (see the contract)."""
-    if block_table.dim() != 2 or tuple(seq_lens.shape) != (block_table.shape[0],):
-        raise ValueError(f"paged_rows (triton): need block_table [N, max_blocks] and seq_lens [N], "
-                         f"got {list(block_table.shape)} and {list(seq_lens.shape)}")
-    if ratio < 1 or block_size < 1 or block_size % ratio or width < 0:
-        raise ValueError(f"paged_rows (triton): need ratio >= 1 dividing block_size and width >= 0, "
-                         f"got ratio={ratio}, block_size={block_size}, width={width}")
+    check_paged_rows(block_table, seq_lens, block_size, ratio, width)
     n = block_table.shape[0]
     out = torch.empty(n, width, dtype=torch.int64, device=block_table.device)
     if n == 0 or width == 0:
