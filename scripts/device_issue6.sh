@@ -80,6 +80,11 @@
 #   bash scripts/device_issue6.sh s15c      # strict chunked conformance, Qwen3.5 card tests,
 #                                         # pageable host copies in prefill, Qwen3.5 with GDN's
 #                                         # new WY defaults and strided q / k / v
+#   bash scripts/device_issue6.sh s17a      # s16a's card tests and syncs (the strict suites
+#                                         # run in the sm_90 lane: s17lane)
+#   bash scripts/device_issue6.sh s17lane   # bash ci/lane.sh nvidia-sm90, quick benchmarks,
+#                                         # rows into $OUT/results
+#   bash scripts/device_issue6.sh s17b      # Triton varlen attention vs SDPA, Qwen3.5 and K3 steps
 #   bash scripts/device_issue6.sh s16a      # (prepared) the sixteenth session's work, not on a
 #                                         # card yet: strict conformance of its ops, card tests
 #                                         # of the models it touches, prefill syncs
@@ -772,6 +777,40 @@ elif [ "$phase" = s15c ]; then
   timeout 130 python3 scripts/bench_model.py --preset qwen3.5-0.8b --batch 1,32 --prompt 1024 --new 16 \
     --no-eager --no-hf --csv "$out/model.csv" > "$out/bench_model_qwen.txt" 2>&1
   grep "^{\|Error" "$out/bench_model_qwen.txt" | cut -c1-330 | tail -3
+elif [ "$phase" = s17a ]; then
+  # s16a without its strict suites (the lane runs them all): card tests of the models the
+  # sixteenth and seventeenth sessions touched (Triton varlen attention now runs every dense
+  # prefill on the card), prefill syncs, K3's decode syncs.
+  HWINFER_TEST_DEVICE=cuda timeout 300 python3 -m pytest tests/models tests/engine/test_graphs.py \
+    tests/engine/test_batch.py -q -p no:cacheprovider \
+    -k "qwen or kimi or minimax or deepseek or glm or hy or gemma or overlap or batch" -rf --tb=short \
+    > "$out/tests.txt" 2>&1
+  grep -E "^FAILED|passed|failed" "$out/tests.txt" | cut -c1-300 | tail -10
+  timeout 120 python3 scripts/find_syncs.py qwen3_5 kimi_linear kimi_k3 minimax_m3 deepseek_v4 --prefill \
+    > "$out/syncs_prefill.txt" 2>&1
+  echo "== find_syncs --prefill rc=$?"; grep -v "Warn\|warn" "$out/syncs_prefill.txt" | cut -c1-260 | head -30
+  timeout 60 python3 scripts/find_syncs.py kimi_k3 > "$out/syncs_decode_k3.txt" 2>&1
+  echo "== find_syncs kimi_k3 (decode) rc=$?"; grep -v "Warn\|warn" "$out/syncs_decode_k3.txt" | cut -c1-260 | head -12
+elif [ "$phase" = s17lane ]; then
+  # The sm_90 lane (every op's strict conformance on the card, then the op benchmarks, quick
+  # shapes, 300 s of them), its CSV and logs under $OUT.
+  HWINFER_COMMIT=${HWINFER_COMMIT:-$(cat "$out/commit.txt" 2>/dev/null || echo unknown)} \
+    LANE_BUDGET_S=330 LANE_QUICK=1 BENCH_TIMEOUT_S=100 HWINFER_RESULTS_DIR="$out/results" \
+    HWINFER_LOG_DIR="$out/lane" timeout 580 bash ci/lane.sh nvidia-sm90 > "$out/lane.txt" 2>&1
+  echo "== lane rc=$?"; grep -E "^==|^!!|passed|failed" "$out/lane.txt" | cut -c1-200 | tail -40
+elif [ "$phase" = s17b ]; then
+  # Triton varlen prefill attention against one SDPA call per sequence (new this session), then
+  # s16b's Qwen3.5-0.8B and Kimi-K3 steps (prefill through the new attention kernel).
+  timeout 100 python3 scripts/bench_attention.py > "$out/bench_attention.csv" 2> "$out/bench_attention.err"
+  echo "== bench_attention rc=$?"; grep -v "Warn\|warn" "$out/bench_attention.err" | tail -30
+  timeout 130 python3 scripts/bench_model.py --preset qwen3.5-0.8b --batch 1,32 --prompt 1024 --new 16 \
+    --no-eager --no-hf --profile --profile-prompt 1024 --csv "$out/model.csv" > "$out/bench_model_qwen.txt" 2>&1
+  grep "^{\|Error\|# profile" "$out/bench_model_qwen.txt" | cut -c1-330 | tail -6
+  for preset in kimi-k3 kimi-linear-48b-a3b; do
+    timeout 170 python3 scripts/bench_model.py --preset $preset --layers 4 --batch 1,32 \
+      --prompt 1024 --new 16 --no-eager --no-hf --csv "$out/model.csv" > "$out/bench_model_$preset.txt" 2>&1
+    echo "== $preset rc=$?"; grep "^{\|Error" "$out/bench_model_$preset.txt" | cut -c1-330 | tail -3
+  done
 elif [ "$phase" = s16a ]; then
   # Everything written since the fifteenth session's device time, none of it on a card yet:
   # q / k / v as token-strided views, the conv and the chunked delta rule on the cache's state

@@ -62,6 +62,11 @@ IMPLS = [
          when=family("cdna3", "cdna4", "rdna3", "rdna4"), priority=10,
          check="hwinfer.kernels.triton.sparse_mla:sparse_mla_decode_supported",
          requires=("triton",), interpretable=True),
+    # Varlen prefill attention on the device's sequence bounds (sinks and V = K included).
+    Impl("attention", "triton", "hwinfer.kernels.triton.attention:attention",
+         when=family("cdna3", "cdna4", "rdna3", "rdna4"), priority=10,
+         check="hwinfer.kernels.triton.attention:attention_supported",
+         requires=("triton",), interpretable=True),
     Impl("paged_attention", "triton", "hwinfer.kernels.triton.paged_attention:paged_attention",
          when=family("cdna3", "cdna4", "rdna3", "rdna4"), priority=10,
          check="hwinfer.kernels.triton.paged_attention:paged_attention_supported",

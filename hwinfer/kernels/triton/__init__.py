@@ -38,3 +38,17 @@ def compiled_report(kernel) -> list[str]:
                          f"shared {getattr(meta, 'shared', '?')} {str(key)[-120:]}")
     return lines
 
+
+
+def to_device(t, device):
+    """``t`` on ``device`` without waiting for the device: a host tensor (the sequence bounds
+    the engine keeps on the CPU for the torch impls) goes through pinned memory and an
+    asynchronous copy, as the engine's own uploads (a pageable copy may wait on the stream)."""
+    import torch
+
+    device = torch.device(device)
+    if t.device == device or (device.type == t.device.type and device.index is None):
+        return t
+    if t.device.type == "cpu" and device.type == "cuda":
+        return t.pin_memory().to(device, non_blocking=True)
+    return t.to(device)

@@ -25,7 +25,7 @@ import torch
 import triton
 import triton.language as tl
 
-from hwinfer.kernels.triton import INTERPRET
+from hwinfer.kernels.triton import INTERPRET, to_device
 from hwinfer.kernels.triton.block_sparse import attend_block
 from hwinfer.ops.block_sparse import check_attention_args, check_indexer_args
 
@@ -178,7 +178,7 @@ def block_sparse_indexer(q: torch.Tensor, k: torch.Tensor, cu_seqlens_q: torch.T
     hp = triton.next_power_of_2(heads)
     bt = max(1, 64 // hp)            # 64 rows a product (M3: 16 tokens x 4 heads)
     _prefill_scores_kernel[(triton.cdiv(t_len, bt), nb)](
-        q, k, cu_seqlens_q.to(q.device), cu_seqlens_k.to(q.device), scores, t_len, n, heads, dim,
+        q, k, to_device(cu_seqlens_q, q.device), to_device(cu_seqlens_k, q.device), scores, t_len, n, heads, dim,
         block_size, nb, local_blocks, q.stride(0), q.stride(1), k.stride(0), STEPS=_steps(n),
         BT=bt, HP=hp, BSP=max(16, triton.next_power_of_2(block_size)),
         DP=max(16, triton.next_power_of_2(dim)), num_warps=8)
@@ -204,7 +204,7 @@ def block_sparse_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     g = hq // hkv
     exact = q.dtype == torch.float32 or INTERPRET   # the interpreter multiplies 16-bit floats wrongly
     _prefill_attn_kernel[(t_len, hkv)](
-        q, k, v, sel, cu_seqlens_q.to(q.device), cu_seqlens_k.to(q.device), out, n, hkv, g, d,
+        q, k, v, sel, to_device(cu_seqlens_q, q.device), to_device(cu_seqlens_k, q.device), out, n, hkv, g, d,
         block_size, n_sel, float(scale), q.stride(0), q.stride(1), k.stride(0), k.stride(1),
         sel.stride(0), sel.stride(1), out.stride(0), out.stride(1), STEPS=_steps(n),
         GP=max(16, triton.next_power_of_2(g)), DP=max(16, triton.next_power_of_2(d)),

@@ -26,6 +26,8 @@ PORTABLE_TRITON_KERNELS: tuple[tuple[str, str, str | None], ...] = (
     ("add_rms_norm_linear", "hwinfer.kernels.triton.gemv_norm:add_rms_norm_linear", None),
     ("add_rms_norm_linear_conv", "hwinfer.kernels.triton.gemv_norm:add_rms_norm_linear_conv", None),
     ("rms_norm_gated_linear", "hwinfer.kernels.triton.gemv_norm:rms_norm_gated_linear", None),
+    ("attention", "hwinfer.kernels.triton.attention:attention",
+     "hwinfer.kernels.triton.attention:attention_supported"),
     ("paged_attention", "hwinfer.kernels.triton.paged_attention:paged_attention",
      "hwinfer.kernels.triton.paged_attention:paged_attention_supported"),
     ("causal_conv1d", "hwinfer.kernels.triton.conv:causal_conv1d",

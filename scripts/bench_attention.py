@@ -1,0 +1,104 @@
+"""Time the varlen prefill `attention` op on the GPU: Triton against the torch impl (one SDPA
+call per sequence, flash / efficient backends) and the bf16 tensor-core roofline.
+
+Shapes (bf16, real head counts and dims of the models that call the op in prefill):
+  qwen3.5   Hq 8,  Hkv 2, D 256, sigmoid gate (Qwen3.5-0.8B full-attention layers)
+  gemma4    Hq 8,  Hkv 4, D 256, sliding window 512
+  kimi-mla  Hq 32, Hkv 32, Dk 192, Dv 128 (Kimi-Linear MLA, non-absorbed)
+  dsv4-swa  Hq 64, Hkv 1, D 512, V = K, window 128, sinks (DeepSeek-V4 sliding layers)
+each at 1 x 1,024, 1 x 8,192 and 32 sequences of 512 .. 1,536 tokens (mean 1,024).
+FLOPs per call = 2 * (Dk + Dv) * Hq * (query, key) pairs visible under the mask; roofline 780
+TFLOP/s (device/H200.md). Error: max |Triton - torch| where the torch impl runs (on CUDA it
+refuses sinks; the conformance suite checks those cases against the reference).
+
+stdout: CSV `op,impl,shape,us,tflops,unit,pct_of_peak`; stderr: a readable table.
+
+    python3 scripts/bench_attention.py [--quick]
+"""
+from __future__ import annotations
+
+import sys
+
+import torch
+import triton.testing
+
+from hwinfer.kernels.torch.attention import attention as torch_attention
+from hwinfer.kernels.torch.attention import check_attention_impl
+from hwinfer.kernels.triton.attention import attention as triton_attention
+
+PEAK_TFLOPS = 780.0
+MODELS = {  # name: (Hq, Hkv, Dk, Dv or None for V = K, window, sinks, gate)
+    "qwen3.5": (8, 2, 256, 256, None, False, True),
+    "gemma4": (8, 4, 256, 256, 512, False, False),
+    "kimi-mla": (32, 32, 192, 128, None, False, False),
+    "dsv4-swa": (64, 1, 512, None, 128, True, False),
+}
+
+
+def lengths(kind: str) -> list[int]:
+    if kind == "1x1024":
+        return [1024]
+    if kind == "1x8192":
+        return [8192]
+    gen = torch.Generator().manual_seed(0)
+    return torch.randint(512, 1537, (32,), generator=gen).tolist()
+
+
+def visible_pairs(lens: list[int], window: int | None) -> int:
+    total = 0
+    for n in lens:
+        if window is None:
+            total += n * (n + 1) // 2
+        else:
+            w = min(window, n)
+            total += w * (w + 1) // 2 + (n - w) * w
+    return total
+
+
+def bench(model: str, kind: str) -> None:
+    hq, hkv, dk, dv, window, sinks, gate = MODELS[model]
+    lens = lengths(kind)
+    t = sum(lens)
+    dev, dt = "cuda", torch.bfloat16
+    cu = torch.tensor([0] + torch.tensor(lens).cumsum(0).tolist(), dtype=torch.int32)
+    args = dict(q=torch.randn(t, hq, dk, device=dev, dtype=dt),
+                k=torch.randn(t, hkv, dk, device=dev, dtype=dt),
+                v=None if dv is None else torch.randn(t, hkv, dv, device=dev, dtype=dt),
+                cu_seqlens_q=cu, cu_seqlens_k=cu, scale=dk ** -0.5, window=window,
+                sinks=torch.randn(hq, device=dev) if sinks else None,
+                gate=torch.randn(t, hq, dv or dk, device=dev, dtype=dt) if gate else None)
+    flops = 2 * (dk + (dv or dk)) * hq * visible_pairs(lens, window)
+    shape = f"{model}:{kind}"
+    out = triton_attention(**args)
+    impls = [("triton", lambda: triton_attention(**args))]
+    if check_attention_impl(**args) is None:
+        impls.append(("torch_sdpa", lambda: torch_attention(**args)))
+    err = None
+    if len(impls) > 1:
+        err = (out.float() - impls[1][1]().float()).abs().max().item()
+    for name, fn in impls:
+        try:
+            ms = triton.testing.do_bench(fn, warmup=10, rep=100)
+        except Exception as exc:  # noqa: BLE001 (an OOM or a failed tiling: reported, not fatal)
+            print(f"{shape:<22} {name:<12} failed: {type(exc).__name__}: {str(exc)[:100]}", file=sys.stderr)
+            continue
+        tf = flops / ms / 1e9
+        print(f"attention,{name},{shape},{ms * 1e3:.1f},{tf:.1f},TFLOP/s,{100 * tf / PEAK_TFLOPS:.1f}",
+              flush=True)
+        diff = "" if err is None else f"  max|triton - torch| {err:.2e}"
+        print(f"{shape:<22} {name:<12} {ms * 1e3:10.1f} us {tf:8.1f} TFLOP/s "
+              f"({100 * tf / PEAK_TFLOPS:5.1f}%){diff}", file=sys.stderr, flush=True)
+
+
+def main() -> None:
+    quick = "--quick" in sys.argv
+    print("op,impl,shape,us,tflops,unit,pct_of_peak")
+    kinds = ["1x1024", "32xvar"] if quick else ["1x1024", "1x8192", "32xvar"]
+    for model in MODELS:
+        for kind in kinds:
+            bench(model, kind)
+            torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    main()
