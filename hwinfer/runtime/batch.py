@@ -174,16 +174,19 @@ class ForwardBatch:
     def cu_seqlens_host(self) -> torch.Tensor:
         """[N+1] int32 on the CPU: ``cu_seqlens`` from the host lengths. For ops that read the
         sequence bounds on the host (the torch ``attention``): a device copy would cost a sync.
-        Built once per forward."""
-        return self.shared(("cu_seqlens_host",), lambda: torch.tensor(
-            list(accumulate(self.new_lens, initial=0)), dtype=torch.int32))
+        Pinned on CUDA, so an impl that wants the bounds on the device (the Triton ones) uploads
+        them without waiting. Built once per forward."""
+        return self.shared(("cu_seqlens_host",), lambda: self._host_bounds(self.new_lens))
 
     @property
     def cu_seqlens_k_host(self) -> torch.Tensor:
         """[N+1] int32 on the CPU: ``cu_seqlens_k`` (cached + new lengths) from the host lists;
         once per forward."""
-        return self.shared(("cu_seqlens_k_host",), lambda: torch.tensor(
-            list(accumulate(self.seq_lens_host, initial=0)), dtype=torch.int32))
+        return self.shared(("cu_seqlens_k_host",), lambda: self._host_bounds(self.seq_lens_host))
+
+    def _host_bounds(self, lengths: list[int]) -> torch.Tensor:
+        bounds = torch.tensor(list(accumulate(lengths, initial=0)), dtype=torch.int32)
+        return bounds.pin_memory() if self.input_ids.device.type == "cuda" else bounds
 
     @property
     def seq_lens_host(self) -> list[int]:
