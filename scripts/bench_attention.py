@@ -11,7 +11,7 @@ FLOPs per call = 2 * (Dk + Dv) * Hq * (query, key) pairs visible under the mask;
 TFLOP/s (device/H200.md). Error: max |Triton - torch| where the torch impl runs (on CUDA it
 refuses sinks; the conformance suite checks those cases against the reference).
 
-stdout: CSV `op,impl,shape,us,tflops,unit,pct_of_peak`; stderr: a readable table.
+stdout: CSV `op,impl,shape,us,gbps_or_tflops,unit,pct_of_peak`; stderr: a readable table.
 
     python3 scripts/bench_attention.py [--quick]
 """
@@ -92,7 +92,7 @@ def bench(model: str, kind: str) -> None:
 
 def main() -> None:
     quick = "--quick" in sys.argv
-    print("op,impl,shape,us,tflops,unit,pct_of_peak")
+    print("op,impl,shape,us,gbps_or_tflops,unit,pct_of_peak")
     kinds = ["1x1024", "32xvar"] if quick else ["1x1024", "1x8192", "32xvar"]
     for model in MODELS:
         for kind in kinds:
