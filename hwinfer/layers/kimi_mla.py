@@ -95,7 +95,7 @@ class KimiMLA(nn.Module):
         k_rot = latent[:, None, self.kv_lora:].expand(t, self.heads, self.rope)
         k = torch.cat([k_nope, k_rot], dim=-1)
         cu = batch.cu_seqlens_host   # bounds the attention op reads on the host
-        return self.ops.attention(q, k, v.contiguous(), cu, cu, scale=self.scale)
+        return self.ops.attention(q, k, v, cu, cu, scale=self.scale)   # v: a strided view
 
     def _absorbed(self, q: torch.Tensor, latent: torch.Tensor, batch: ForwardBatch,
                   cache: dict) -> torch.Tensor:
