@@ -87,11 +87,13 @@ def _now() -> float:
     return time.perf_counter()
 
 
-def bench_hwinfer(model, batch: int, prompt: int, new: int, graphs: bool) -> dict:
+def bench_hwinfer(model, batch: int, prompt: int, new: int, graphs: bool,
+                  prefill_graphs: bool = False) -> dict:
     bs = model.cache_block_size()
+    prefill_graphs = prefill_graphs and graphs and getattr(model, "graph_prefill", False)
     engine = Engine(model, max_num_seqs=batch, max_num_batched_tokens=batch * prompt,
                     num_blocks=batch * -(-(prompt + new + 8) // bs) + 1, cuda_graphs=graphs,
-                    graph_max_len=prompt + new + 8)
+                    graph_max_len=prompt + new + 8, prefill_graphs=prefill_graphs)
     params = SamplingParams(max_tokens=new + 1, temperature=0, ignore_eos=True)
     # Warm-up round at the timed shapes: Triton compiles one variant per integer specialisation
     # (==1, %16), so a shorter warm-up prompt would leave compiles inside the timed prefill
@@ -112,9 +114,13 @@ def bench_hwinfer(model, batch: int, prompt: int, new: int, graphs: bool) -> dic
     for _ in range(new):
         engine.step()
     t2 = _now()
-    row = {"impl": "hwinfer+graphs" if graphs else "hwinfer eager", "batch": batch,
+    impl = "hwinfer+graphs" if graphs else "hwinfer eager"
+    row = {"impl": impl + ("+prefill graphs" if prefill_graphs else ""), "batch": batch,
            "prefill_tok_s": batch * prompt / (t1 - t0), "decode_tok_s": batch * new / (t2 - t1),
            "ms_per_step": 1e3 * (t2 - t1) / new}
+    if engine.prefill_graphs is not None:
+        row["prefill_graphs_disabled"] = engine.prefill_graphs.disabled
+        row["prefill_replays"] = engine.prefill_graphs.replays
     if engine.graphs is not None:
         row["graphs_disabled"] = engine.graphs.disabled
         row["capture_s"] = capture_s
@@ -247,6 +253,8 @@ def main() -> None:
     ap.add_argument("--hf-only", action="store_true",
                     help="transformers alone (our model not built: all the memory is its own)")
     ap.add_argument("--no-eager", action="store_true")
+    ap.add_argument("--prefill-graphs", action="store_true",
+                    help="at batch 1 also time the engine with prefill CUDA graphs (a second row)")
     ap.add_argument("--profile", action="store_true", help="kernel breakdown of prefill and decode steps")
     ap.add_argument("--profile-prompt", type=int, default=256, help="prompt length when profiling")
     ap.add_argument("--impl", default="", help="op=impl overrides, comma-separated")
@@ -290,6 +298,8 @@ def main() -> None:
             modes = [False]  # its decode reads host-side batch values: no graphs (yet)
         for graphs in modes:
             rows.append(bench_hwinfer(model, batch, args.prompt, args.new, graphs))
+            if graphs and args.prefill_graphs and batch == 1 and getattr(model, "graph_prefill", False):
+                rows.append(bench_hwinfer(model, batch, args.prompt, args.new, graphs, prefill_graphs=True))
         if not args.no_hf:
             try:
                 rows.append(bench_transformers(config_dir, batch, args.prompt, args.new, args.device))

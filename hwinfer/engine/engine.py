@@ -14,6 +14,7 @@ import torch
 
 from hwinfer.engine.graphs import DecodeGraphs
 from hwinfer.engine.pool import CachePool, keeps_state, plan
+from hwinfer.engine.prefill_graphs import PrefillGraphs
 from hwinfer.engine.prefix_cache import PrefixCache
 from hwinfer.engine.request import Request, RequestOutput, SamplingParams, Status, TokenLogprob
 from hwinfer.engine.scheduler import Scheduler
@@ -32,7 +33,8 @@ class Engine:
                  block_size: int | None = None, enable_prefix_caching: bool = False,
                  prefix_chunk_tokens: int | None = None, prefix_checkpoints: int | None = None,
                  num_speculative_tokens: int = 0, cuda_graphs: bool | None = None,
-                 graph_max_len: int | None = None, overlap: bool = True) -> None:
+                 graph_max_len: int | None = None, overlap: bool = True,
+                 prefill_graphs: bool = False) -> None:
         """``cuda_graphs``: replay decode steps from CUDA graphs (:mod:`hwinfer.engine.graphs`);
         None = on for CUDA devices when the model declares a sync-free decode (``graph_decode``)
         and there is no speculation. True elsewhere runs the same fixed-size path eagerly.
@@ -40,7 +42,9 @@ class Engine:
         max_position_embeddings, at most 32,768); longer ones decode eagerly. ``overlap``: run
         consecutive graph decode steps overlapped with the host's work between them (the next
         step's input token taken from the device; finished requests are reported one step
-        later)."""
+        later). ``prefill_graphs``: replay a step that prefills one new request from CUDA graphs
+        in token buckets (:mod:`hwinfer.engine.prefill_graphs`; the model must declare
+        ``graph_prefill``); off by default until it has run on a card."""
         self.model = model
         bs = block_size or model.cache_block_size()
         # Speculative decoding: the pool also holds the MTP layer's cache and spare ring rows.
@@ -59,11 +63,18 @@ class Engine:
                              f"forward (graph_decode): its decode reads host-side batch values")
         if cuda_graphs and num_speculative_tokens:
             raise ValueError("cuda_graphs with speculative decoding is not supported yet")
+        if prefill_graphs and not getattr(model, "graph_prefill", False):
+            raise ValueError(f"prefill_graphs: {type(model).__name__} does not declare a graph-safe "
+                             f"prefill forward (graph_prefill)")
+        if prefill_graphs and num_speculative_tokens:
+            raise ValueError("prefill_graphs with speculative decoding is not supported yet")
         self.pool = CachePool(cache_model, num_blocks=num_blocks, num_slots=max_num_seqs, block_size=bs,
                               checkpoint_slots=checkpoints if keeps_state(model) else 0,
-                              padding=bool(cuda_graphs))
+                              padding=bool(cuda_graphs or prefill_graphs))
         self.graphs = DecodeGraphs(model, self.pool, max_batch=max_num_seqs,
                                    max_len=graph_max_len) if cuda_graphs else None
+        self.prefill_graphs = PrefillGraphs(model, self.pool, max_tokens=max_num_batched_tokens
+                                            ) if prefill_graphs else None
         self.prefix = None
         if enable_prefix_caching:
             # Stateful models checkpoint their state per chunk: keep chunks coarse by default.
@@ -145,6 +156,8 @@ class Engine:
             reqs = [r for r, _ in scheduled]
             if not scheduled:
                 return finished
+        if logits is None and self.prefill_graphs is not None and self.prefill_graphs.fits(scheduled):
+            logits = self.prefill_graphs.run(*scheduled[0])   # None: just disabled, run eagerly
         if logits is None:
             logits = self._forward(scheduled)
         for r, n in scheduled:

@@ -121,6 +121,8 @@ class GlmMoeDsaForCausalLM(CausalLM):
     # Decode reads no host value of the batch but its length bound: the DSA indexer scores the
     # key store in place through fixed-width rows (hwinfer.engine.graphs).
     graph_decode = True
+    # A one-request prefill reads no host lengths either (hwinfer.engine.prefill_graphs).
+    graph_prefill = True
 
     def __init__(self, config: dict[str, Any], ops: OpTable, dtype: torch.dtype) -> None:
         super().__init__()

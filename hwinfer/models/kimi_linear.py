@@ -185,6 +185,8 @@ def add_layer_entries(layout: Layout, layer: KimiDecoderLayer, prefix: str, ours
 class KimiLinearForCausalLM(CausalLM):
     # Sync-free decode forward without host values baked into shapes (hwinfer.engine.graphs).
     graph_decode = True
+    # A one-request prefill reads no host lengths either (hwinfer.engine.prefill_graphs).
+    graph_prefill = True
 
     def __init__(self, config: dict[str, Any], ops: OpTable, dtype: torch.dtype) -> None:
         super().__init__()

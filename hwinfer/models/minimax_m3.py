@@ -77,6 +77,8 @@ class MiniMaxM3ForCausalLM(CausalLM):
     # Decode reads no host-side batch value (sparse layers: ``block_sparse_decode`` over the
     # batch's fixed-width entry rows; full layers: paged attention), so CUDA graphs replay it.
     graph_decode = True
+    # A one-request prefill reads no host lengths either (hwinfer.engine.prefill_graphs).
+    graph_prefill = True
 
     def __init__(self, config: dict[str, Any], ops: OpTable, dtype: torch.dtype) -> None:
         super().__init__()

@@ -171,6 +171,8 @@ class Qwen3_5ForCausalLM(CausalLM):
     # The decode forward neither syncs with the host nor bakes batch values into shapes
     # (hwinfer.engine.graphs), given sync-free impls of its ops.
     graph_decode = True
+    # A one-request prefill reads no host lengths either (hwinfer.engine.prefill_graphs).
+    graph_prefill = True
 
     def __init__(self, config: dict[str, Any], ops: OpTable, dtype: torch.dtype) -> None:
         super().__init__()

@@ -96,8 +96,10 @@ class ForwardBatch:
 
     @property
     def is_decode(self) -> bool:
-        """Every request adds exactly one token after a cached prefix."""
-        return all(n == 1 for n in self.new_lens) and all(c > 0 for c in self.context_lens_host)
+        """Every request adds exactly one token after a cached prefix (the prefix is checked
+        first: a graph-captured prefill's new-token counts cannot be read, see
+        :mod:`hwinfer.engine.prefill_graphs`)."""
+        return all(c > 0 for c in self.context_lens_host) and all(n == 1 for n in self.new_lens)
 
     @property
     def has_prefix(self) -> bool:
