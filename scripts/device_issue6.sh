@@ -781,10 +781,10 @@ elif [ "$phase" = s17a ]; then
   # s16a without its strict suites (the lane runs them all): card tests of the models the
   # sixteenth and seventeenth sessions touched (Triton varlen attention now runs every dense
   # prefill on the card), prefill syncs, K3's decode syncs.
-  HWINFER_TEST_DEVICE=cuda timeout 300 python3 -m pytest tests/models tests/engine/test_graphs.py \
-    tests/engine/test_batch.py -q -p no:cacheprovider \
-    -k "qwen or kimi or minimax or deepseek or glm or hy or gemma or overlap or batch" -rf --tb=short \
-    > "$out/tests.txt" 2>&1
+  HWINFER_TEST_DEVICE=cuda timeout 330 python3 -m pytest tests/engine/test_prefill_graphs.py tests/models \
+    tests/engine/test_graphs.py tests/engine/test_batch.py -q -p no:cacheprovider \
+    -k "prefill_graphs or qwen or kimi or minimax or deepseek or glm or hy or gemma or overlap or batch" \
+    -rf --tb=short > "$out/tests.txt" 2>&1
   grep -E "^FAILED|passed|failed" "$out/tests.txt" | cut -c1-300 | tail -10
   timeout 120 python3 scripts/find_syncs.py qwen3_5 kimi_linear kimi_k3 minimax_m3 deepseek_v4 --prefill \
     > "$out/syncs_prefill.txt" 2>&1
