@@ -800,14 +800,14 @@ elif [ "$phase" = s17lane ]; then
   echo "== lane rc=$?"; grep -E "^==|^!!|passed|failed" "$out/lane.txt" | cut -c1-200 | tail -40
 elif [ "$phase" = s17b ]; then
   # Triton varlen prefill attention against one SDPA call per sequence (new this session), then
-  # s16b's Qwen3.5-0.8B and Kimi-K3 steps (prefill through the new attention kernel).
+  # s16b's Qwen3.5-0.8B (with prefill graphs at b=1, new) and Kimi-K3 / Kimi-Linear steps.
   timeout 100 python3 scripts/bench_attention.py > "$out/bench_attention.csv" 2> "$out/bench_attention.err"
   echo "== bench_attention rc=$?"; grep -v "Warn\|warn" "$out/bench_attention.err" | tail -30
   timeout 130 python3 scripts/bench_model.py --preset qwen3.5-0.8b --batch 1,32 --prompt 1024 --new 16 \
-    --no-eager --no-hf --profile --profile-prompt 1024 --csv "$out/model.csv" > "$out/bench_model_qwen.txt" 2>&1
-  grep "^{\|Error\|# profile" "$out/bench_model_qwen.txt" | cut -c1-330 | tail -6
+    --no-eager --no-hf --prefill-graphs --csv "$out/model.csv" > "$out/bench_model_qwen.txt" 2>&1
+  grep "^{\|Error" "$out/bench_model_qwen.txt" | cut -c1-400 | tail -4
   for preset in kimi-k3 kimi-linear-48b-a3b; do
-    timeout 170 python3 scripts/bench_model.py --preset $preset --layers 4 --batch 1,32 \
+    timeout 150 python3 scripts/bench_model.py --preset $preset --layers 4 --batch 1,32 \
       --prompt 1024 --new 16 --no-eager --no-hf --csv "$out/model.csv" > "$out/bench_model_$preset.txt" 2>&1
     echo "== $preset rc=$?"; grep "^{\|Error" "$out/bench_model_$preset.txt" | cut -c1-330 | tail -3
   done
