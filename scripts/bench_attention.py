@@ -13,7 +13,10 @@ refuses sinks; the conformance suite checks those cases against the reference).
 
 stdout: CSV `op,impl,shape,us,gbps_or_tflops,unit,pct_of_peak`; stderr: a readable table.
 
-    python3 scripts/bench_attention.py [--quick]
+    python3 scripts/bench_attention.py [--quick] [--sweep]
+
+``--sweep`` also times the Triton kernel at other tile shapes (BM, BN, warps) per head dim, as
+rows "triton BMxBN wW" (the module's TILES table is the default).
 """
 from __future__ import annotations
 
@@ -21,6 +24,8 @@ import sys
 
 import torch
 import triton.testing
+
+import hwinfer.kernels.triton.attention as triton_module
 
 from hwinfer.kernels.torch.attention import attention as torch_attention
 from hwinfer.kernels.torch.attention import check_attention_impl
@@ -55,7 +60,12 @@ def visible_pairs(lens: list[int], window: int | None) -> int:
     return total
 
 
-def bench(model: str, kind: str) -> None:
+SWEEP = {128: [(128, 64, 8), (64, 64, 4), (128, 32, 4)],
+         256: [(64, 64, 8), (128, 32, 8), (64, 32, 4)],
+         512: [(16, 32, 4), (32, 16, 8), (64, 32, 8)]}
+
+
+def bench(model: str, kind: str, sweep: bool = False) -> None:
     hq, hkv, dk, dv, window, sinks, gate = MODELS[model]
     lens = lengths(kind)
     t = sum(lens)
@@ -73,30 +83,41 @@ def bench(model: str, kind: str) -> None:
     impls = [("triton", lambda: triton_attention(**args))]
     if check_attention_impl(**args) is None:
         impls.append(("torch_sdpa", lambda: torch_attention(**args)))
-    err = None
-    if len(impls) > 1:
-        err = (out.float() - impls[1][1]().float()).abs().max().item()
+    if sweep:
+        key = max(64, triton.next_power_of_2(dk), triton.next_power_of_2(dv or dk))
+        for tiles in SWEEP.get(key, []):
+            def variant(tiles=tiles, key=key):
+                saved = triton_module.TILES[key]
+                triton_module.TILES[key] = tiles
+                try:
+                    return triton_attention(**args)
+                finally:
+                    triton_module.TILES[key] = saved
+            impls.append((f"triton {tiles[0]}x{tiles[1]} w{tiles[2]}", variant))
+    # Each impl's max |difference| from the torch impl where it runs, else from the default
+    # Triton kernel (the conformance suite checks that one against the reference).
+    base = impls[1][1]() if len(impls) > 1 and impls[1][0] == "torch_sdpa" else out
     for name, fn in impls:
         try:
+            err = (fn().float() - base.float()).abs().max().item()
             ms = triton.testing.do_bench(fn, warmup=10, rep=100)
         except Exception as exc:  # noqa: BLE001 (an OOM or a failed tiling: reported, not fatal)
-            print(f"{shape:<22} {name:<12} failed: {type(exc).__name__}: {str(exc)[:100]}", file=sys.stderr)
+            print(f"{shape:<22} {name:<18} failed: {type(exc).__name__}: {str(exc)[:100]}", file=sys.stderr)
             continue
         tf = flops / ms / 1e9
         print(f"attention,{name},{shape},{ms * 1e3:.1f},{tf:.1f},TFLOP/s,{100 * tf / PEAK_TFLOPS:.1f}",
               flush=True)
-        diff = "" if err is None else f"  max|triton - torch| {err:.2e}"
-        print(f"{shape:<22} {name:<12} {ms * 1e3:10.1f} us {tf:8.1f} TFLOP/s "
-              f"({100 * tf / PEAK_TFLOPS:5.1f}%){diff}", file=sys.stderr, flush=True)
+        print(f"{shape:<22} {name:<18} {ms * 1e3:10.1f} us {tf:8.1f} TFLOP/s "
+              f"({100 * tf / PEAK_TFLOPS:5.1f}%)  max|diff| {err:.2e}", file=sys.stderr, flush=True)
 
 
 def main() -> None:
-    quick = "--quick" in sys.argv
+    quick, sweep = "--quick" in sys.argv, "--sweep" in sys.argv
     print("op,impl,shape,us,gbps_or_tflops,unit,pct_of_peak")
     kinds = ["1x1024", "32xvar"] if quick else ["1x1024", "1x8192", "32xvar"]
     for model in MODELS:
         for kind in kinds:
-            bench(model, kind)
+            bench(model, kind, sweep)
             torch.cuda.empty_cache()
 
 
