@@ -49,15 +49,23 @@ def bucket_sizes(max_tokens: int, smallest: int = 128) -> list[int]:
     return sizes + [max_tokens]
 
 
-class UnfixedLengths(list):
+class UnfixedLengths:
     """The new-token counts of a graph-captured prefill: how many sequences there are is fixed
-    (``len``), their lengths change between replays, so reading them raises."""
+    (``len``), their lengths change between replays, so reading them raises (not a list
+    subclass: C code such as ``torch.tensor`` reads a list's items without ``__getitem__``)."""
+
+    def __init__(self, count: int) -> None:
+        self._count = count
+
+    def __len__(self) -> int:
+        return self._count
 
     def _refuse(self, *_):
         raise RuntimeError("a graph-captured prefill cannot read the host's new-token counts "
                            "(they change between replays)")
 
-    __iter__ = __getitem__ = __reversed__ = _refuse
+    __iter__ = __getitem__ = __reversed__ = __eq__ = _refuse
+    __hash__ = None
 
 
 class PrefillGraphs:
@@ -145,7 +153,7 @@ class PrefillGraphs:
         cu, lens = self._ints[:3], self._ints[3:5]
         table = self._ints[5:].view(2, self.width)
         batch = ForwardBatch(ids, pos, cu, lens, self.pool.cache, slots, table,
-                             new_lens=UnfixedLengths([0, 0]), context_lens_host=[0, 0],
+                             new_lens=UnfixedLengths(2), context_lens_host=[0, 0],
                              token_requests=seq, max_seq_len=size)
         # What ForwardBatch would build from the host lengths, from the static buffers instead.
         batch.scratch[("token_rows", 1)] = rows

@@ -88,11 +88,13 @@ def test_models_reading_host_lengths(tmp_path_factory):
 
 
 def test_unfixed_lengths_and_buckets():
-    lengths = UnfixedLengths([0, 0])
+    lengths = UnfixedLengths(2)
     assert len(lengths) == 2
-    for read in (list, lambda x: x[0], sum, lambda x: [n for n in x]):
+    for read in (list, lambda x: x[0], sum, lambda x: [n for n in x], lambda x: x == [0, 0]):
         with pytest.raises(RuntimeError, match="new-token counts"):
             read(lengths)
+    with pytest.raises(ValueError):   # not a sequence torch can read silently
+        torch.tensor(lengths)
     assert bucket_sizes(256) == [128, 256]
     assert bucket_sizes(1000) == [128, 256, 512, 1000]
     assert bucket_sizes(64) == [64]
