@@ -84,7 +84,9 @@
 #                                         # run in the sm_90 lane: s17lane)
 #   bash scripts/device_issue6.sh s17lane   # bash ci/lane.sh nvidia-sm90, quick benchmarks,
 #                                         # rows into $OUT/results
-#   bash scripts/device_issue6.sh s17b      # Triton varlen attention vs SDPA, Qwen3.5 and K3 steps
+#   bash scripts/device_issue6.sh s17b      # strict suites of the new ops, Triton varlen attention
+#                                         # vs SDPA, Qwen3.5 with prefill graphs
+#   bash scripts/device_issue6.sh s17c      # Kimi-K3 and Kimi-Linear steps
 #   bash scripts/device_issue6.sh s16a      # (prepared) the sixteenth session's work, not on a
 #                                         # card yet: strict conformance of its ops, card tests
 #                                         # of the models it touches, prefill syncs
@@ -799,17 +801,21 @@ elif [ "$phase" = s17lane ]; then
     HWINFER_LOG_DIR="$out/lane" timeout 580 bash ci/lane.sh nvidia-sm90 > "$out/lane.txt" 2>&1
   echo "== lane rc=$?"; grep -E "^==|^!!|passed|failed" "$out/lane.txt" | cut -c1-200 | tail -40
 elif [ "$phase" = s17b ]; then
-  # Triton varlen prefill attention against one SDPA call per sequence (new this session), then
-  # s16b's Qwen3.5-0.8B (with prefill graphs at b=1, new) and Kimi-K3 / Kimi-Linear steps.
-  timeout 170 python3 scripts/bench_attention.py --sweep > "$out/bench_attention.csv" 2> "$out/bench_attention.err"
+  # Strict conformance of the ops written since the last card run (Triton varlen attention, the
+  # sixteenth session's prefill ops), the attention kernel against one SDPA call per sequence,
+  # Qwen3.5-0.8B with prefill graphs at b=1 (new) and b=32.
+  strict 120 "test_impl_matches_reference and triton and (attention or gdn_chunked or kda_chunked or causal_conv1d or latent_moe or moe_experts or block_sparse or kda_gate or paged_rows)"
+  timeout 150 python3 scripts/bench_attention.py --sweep > "$out/bench_attention.csv" 2> "$out/bench_attention.err"
   echo "== bench_attention rc=$?"; grep -v "Warn\|warn" "$out/bench_attention.err" | tail -70
-  timeout 130 python3 scripts/bench_model.py --preset qwen3.5-0.8b --batch 1,32 --prompt 1024 --new 16 \
+  timeout 150 python3 scripts/bench_model.py --preset qwen3.5-0.8b --batch 1,32 --prompt 1024 --new 16 \
     --no-eager --no-hf --prefill-graphs --csv "$out/model.csv" > "$out/bench_model_qwen.txt" 2>&1
   grep "^{\|Error" "$out/bench_model_qwen.txt" | cut -c1-400 | tail -4
-  for preset in kimi-k3; do
-    timeout 150 python3 scripts/bench_model.py --preset $preset --layers 4 --batch 1,32 \
-      --prompt 1024 --new 16 --no-eager --no-hf --csv "$out/model.csv" > "$out/bench_model_$preset.txt" 2>&1
-    echo "== $preset rc=$?"; grep "^{\|Error" "$out/bench_model_$preset.txt" | cut -c1-330 | tail -3
+elif [ "$phase" = s17c ]; then
+  # Kimi-K3 and Kimi-Linear 4 real-size layers (K3's latent MoE through the Triton impl).
+  for preset in kimi-k3 kimi-linear-48b-a3b; do
+    timeout 200 python3 scripts/bench_model.py --preset $preset --layers 4 --batch 1,32 --prompt 1024 \
+      --new 16 --no-eager --no-hf --prefill-graphs --csv "$out/model.csv" > "$out/bench_model_$preset.txt" 2>&1
+    echo "== $preset rc=$?"; grep "^{\|Error" "$out/bench_model_$preset.txt" | cut -c1-400 | tail -4
   done
 elif [ "$phase" = s16a ]; then
   # Everything written since the fifteenth session's device time, none of it on a card yet:
