@@ -47,6 +47,37 @@ def _where(err: BaseException) -> str:
     return " <- ".join(f"{Path(f.filename).name}:{f.lineno} {f.name}" for f in reversed(frames[-3:]))
 
 
+class NotCapturable(RuntimeError):
+    """A step's forward cannot be replayed from a graph; the message says why and where."""
+
+
+def capture(forward, mempool, what: str):
+    """Warm ``forward`` up twice on a side stream (compiling its kernels; the second run under
+    torch's sync debug mode "error", so a host sync raises), then capture it into a CUDA graph
+    allocating from ``mempool``. Returns (graph, forward's static output); raises
+    :class:`NotCapturable` naming ``what`` and the cause."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    previous = torch.cuda.get_sync_debug_mode()
+    try:
+        with torch.cuda.stream(stream):
+            forward()
+            torch.cuda.set_sync_debug_mode("error")
+            forward()
+    except RuntimeError as err:
+        raise NotCapturable(f"the {what} syncs with or reads the host ({err}) at {_where(err)}") from err
+    finally:
+        torch.cuda.set_sync_debug_mode(previous)
+        torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    try:
+        with torch.cuda.graph(graph, pool=mempool):
+            out = forward()
+    except RuntimeError as err:
+        raise NotCapturable(f"capturing the {what} failed ({err})") from err
+    return graph, out
+
+
 def capture_sizes(max_batch: int) -> list[int]:
     """Batch sizes to capture: 1, 2, 4, 8, then every 8 up to 64, every 32 after, and max_batch."""
     sizes = [s for s in (1, 2, 4) if s < max_batch]
@@ -220,32 +251,14 @@ class DecodeGraphs:
             self._forward(size)
             self.graphs[size] = (None, None)
             return True
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        previous = torch.cuda.get_sync_debug_mode()
-        try:
-            with torch.cuda.stream(stream):
-                self._forward(size)
-                torch.cuda.set_sync_debug_mode("error")
-                self._forward(size)
-        except RuntimeError as err:
-            self.disabled = f"the decode forward syncs with the host ({err}) at {_where(err)}"
-            log.warning("CUDA graphs off: %s", self.disabled)
-            return False
-        finally:
-            torch.cuda.set_sync_debug_mode(previous)
-            torch.cuda.current_stream().wait_stream(stream)
         if self._mempool is None:
             self._mempool = torch.cuda.graph_pool_handle()
-        graph = torch.cuda.CUDAGraph()
         try:
-            with torch.cuda.graph(graph, pool=self._mempool):
-                logits = self._forward(size)
-        except RuntimeError as err:
-            self.disabled = f"capturing the decode forward failed ({err})"
+            self.graphs[size] = capture(lambda: self._forward(size), self._mempool, "decode forward")
+        except NotCapturable as err:
+            self.disabled = str(err)
             log.warning("CUDA graphs off: %s", self.disabled)
             return False
-        self.graphs[size] = (graph, logits)
         return True
 
     def capture_all(self) -> None:

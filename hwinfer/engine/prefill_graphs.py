@@ -32,7 +32,7 @@ import logging
 
 import torch
 
-from hwinfer.engine.graphs import _where
+from hwinfer.engine.graphs import NotCapturable, _where, capture
 from hwinfer.engine.pool import CachePool
 from hwinfer.engine.request import Request
 from hwinfer.runtime.batch import ForwardBatch
@@ -180,28 +180,12 @@ class PrefillGraphs:
                 return self._disable(f"the prefill forward reads host values ({err}) at {_where(err)}")
             self.graphs[size] = (None, None)
             return True
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        previous = torch.cuda.get_sync_debug_mode()
-        try:
-            with torch.cuda.stream(stream):
-                self._forward(size)
-                torch.cuda.set_sync_debug_mode("error")
-                self._forward(size)
-        except RuntimeError as err:
-            return self._disable(f"the prefill forward syncs or reads host values ({err}) at {_where(err)}")
-        finally:
-            torch.cuda.set_sync_debug_mode(previous)
-            torch.cuda.current_stream().wait_stream(stream)
         if self._mempool is None:
             self._mempool = torch.cuda.graph_pool_handle()
-        graph = torch.cuda.CUDAGraph()
         try:
-            with torch.cuda.graph(graph, pool=self._mempool):
-                logits = self._forward(size)
-        except RuntimeError as err:
-            return self._disable(f"capturing the prefill forward failed ({err})")
-        self.graphs[size] = (graph, logits)
+            self.graphs[size] = capture(lambda: self._forward(size), self._mempool, "prefill forward")
+        except NotCapturable as err:
+            return self._disable(str(err))
         return True
 
     def _disable(self, reason: str) -> bool:
