@@ -60,9 +60,9 @@ def visible_pairs(lens: list[int], window: int | None) -> int:
     return total
 
 
-SWEEP = {128: [(128, 64, 8), (64, 64, 4), (128, 32, 4)],
-         256: [(64, 64, 8), (128, 32, 8), (64, 32, 4)],
-         512: [(16, 32, 4), (32, 16, 8), (64, 32, 8)]}
+SWEEP = {128: [(128, 64, 8, None), (64, 64, 4, None), (128, 32, 4, None)],
+         256: [(64, 64, 8, None), (64, 32, 8, None), (64, 32, 4, None)],
+         512: [(16, 32, 4, None), (32, 32, 8, None), (32, 16, 8, None)]}
 
 
 def bench(model: str, kind: str, sweep: bool = False) -> None:
@@ -87,12 +87,13 @@ def bench(model: str, kind: str, sweep: bool = False) -> None:
         key = max(64, triton.next_power_of_2(dk), triton.next_power_of_2(dv or dk))
         for tiles in SWEEP.get(key, []):
             def variant(tiles=tiles, key=key):
-                saved = triton_module.TILES[key]
-                triton_module.TILES[key] = tiles
+                table = triton_module.TILES["cuda", 2]   # bf16 operands on NVIDIA
+                saved = table[key]
+                table[key] = tiles
                 try:
                     return triton_attention(**args)
                 finally:
-                    triton_module.TILES[key] = saved
+                    table[key] = saved
             impls.append((f"triton {tiles[0]}x{tiles[1]} w{tiles[2]}", variant))
     # Each impl's max |difference| from the torch impl where it runs, else from the default
     # Triton kernel (the conformance suite checks that one against the reference).

@@ -5,7 +5,7 @@ import pytest
 
 pytest.importorskip("triton")
 
-from hwinfer.kernels.triton.aot import TARGETS, all_specs, compile_spec  # noqa: E402
+from hwinfer.kernels.triton.aot import SHARED_BYTES, TARGETS, all_specs, compile_spec  # noqa: E402
 
 SPECS = all_specs()
 
@@ -24,3 +24,5 @@ def test_compiles(spec, target, tmp_path, monkeypatch):
     info = compile_spec(spec, target)
     assert info["magic"] == b"\x7fELF", f"{info['binary']} is not an ELF object"
     assert info["bytes"] > 1000
+    if spec.check_shared:   # a launch that would fail with "out of resource: shared memory"
+        assert info["shared"] <= SHARED_BYTES[target], (info["shared"], SHARED_BYTES[target])

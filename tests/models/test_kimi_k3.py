@@ -305,5 +305,9 @@ def test_mxfp4_checkpoint_equals_dequantized_checkpoint(tmp_path):
     (d_dir / "config.json").write_text(json.dumps(cfg))
     dense = load_model(d_dir, device=oracle.DEVICE, dtype=oracle.DTYPE)
     ids = oracle.random_ids(packed.config["vocab_size"], 2, 40)
-    assert oracle.rel_err(packed(ids), dense(ids)) <= 1e-6
+    # Exact on the CPU (both run the torch impls in fp32). On a GPU the packed experts run the
+    # Triton FP4 GEMM, which takes fp32 activations as bf16 hi + lo parts (~16 mantissa bits):
+    # the H200 measured 3.3e-6 (2026-12-05), so the bound there is 2e-5.
+    bound = 1e-6 if oracle.DEVICE == "cpu" else 2e-5
+    assert oracle.rel_err(packed(ids), dense(ids)) <= bound
     assert oracle.rel_err(packed(ids[0]), Reference(d_dir).logits(ids[0])) <= oracle.LOGIT_RTOL

@@ -32,6 +32,14 @@ class AotSpec:
     constexprs: dict[str, Any]
     options: dict[str, Any] = field(default_factory=lambda: {"num_warps": 4})
     targets: tuple[str, ...] | None = None  # None: every target (PDL variants: NVIDIA only)
+    # Whether the compile must fit the target's shared memory (SHARED_BYTES): set for the specs
+    # that are the launch configurations of their target (a spec compiled for every target with
+    # one vendor's tiles would not fit the other's LDS, and need not).
+    check_shared: bool = False
+
+
+# Shared memory (LDS) a program may use: Hopper / Blackwell 227 KB, MI300 64 KB, MI355 160 KB.
+SHARED_BYTES = {"sm_90": 232448, "sm_100": 232448, "gfx942": 65536, "gfx950": 163840}
 
 
 def all_specs() -> list[AotSpec]:

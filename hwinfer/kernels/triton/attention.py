@@ -166,16 +166,33 @@ def _steps(n: int) -> int:
     return max(1, (max(n, 1) - 1).bit_length())
 
 
-# Tile shapes and warps by padded head dim (tuning constants; the card's numbers are in
-# docs/kernels.md). The interpreter runs 16 x 16 tiles, so the small conformance cases cross
-# tile edges and reach all three key loops.
-TILES = {64: (64, 64, 4), 128: (64, 64, 4), 256: (64, 32, 8), 512: (32, 32, 8)}
+# (BM, BN, warps, stages or None for Triton's default) by the padded head dim, per vendor and
+# operand width (tuning constants). ("cuda", 2): 16-bit operands, the H200 sweep's best
+# (`scripts/bench_attention.py --sweep`, 2026-12-05, docs/kernels.md: 128 x 32 at 8 warps took
+# Qwen3.5's 1 x 8k call from 1,685 to 868 us, 64 x 32 V4's 512-wide one from 2,242 to 1,535).
+# ("cuda", 4): fp32 operands (exact dots) in tiles whose staged loads fit Hopper's 227 KB of
+# shared memory (172-205 KB by the sm_90 compile; 128 x 32 at head dim 256 needs 246 KB and
+# failed on the card). "hip": never run on AMD hardware, sized for MI300's 64 KB of LDS (<= 52
+# KB by the sm_90 compile's count); fp32 at head dims over 256 does not fit it (see
+# attention_supported: the torch impl runs those).
+TILES = {
+    ("cuda", 2): {64: (64, 64, 4, None), 128: (64, 64, 4, None), 256: (128, 32, 8, None),
+                  512: (64, 32, 8, None)},
+    ("cuda", 4): {64: (64, 64, 4, None), 128: (64, 64, 4, None), 256: (64, 32, 8, None),
+                  512: (32, 16, 8, None)},
+    ("hip", 2): {64: (64, 64, 4, None), 128: (64, 64, 4, None), 256: (64, 32, 8, None),
+                 512: (16, 32, 4, None)},
+    ("hip", 4): {64: (32, 32, 4, 1), 128: (32, 32, 4, 1), 256: (32, 16, 4, 1)},
+}
 
 
-def _tiles(dkp: int, dvp: int) -> tuple[int, int, int]:
+def _tiles(dkp: int, dvp: int, width: int) -> tuple[int, int, int, int | None] | None:
+    """The tile of a call (None: no tile fits). The interpreter runs 16 x 16 tiles, so the
+    small conformance cases cross tile edges and reach all three key loops."""
     if INTERPRET:
-        return 16, 16, 4
-    return TILES[max(64, dkp, dvp)]
+        return 16, 16, 4, None
+    vendor = "hip" if torch.version.hip else "cuda"
+    return TILES[vendor, min(width, 4)].get(max(64, dkp, dvp))
 
 
 def _check_bounds(cu_q: torch.Tensor, cu_k: torch.Tensor) -> int:
@@ -224,7 +241,11 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor | None, cu_seqle
     native = q.dtype in (torch.bfloat16, torch.float16) and k.dtype == q.dtype == v.dtype
     exact = not native or INTERPRET      # the interpreter multiplies 16-bit floats wrongly
     dkp, dvp = max(16, triton.next_power_of_2(dk)), max(16, triton.next_power_of_2(dv))
-    bm, bn, warps = _tiles(dkp, dvp)
+    tile = _tiles(dkp, dvp, 2 if native else 4)
+    if tile is None:
+        raise ValueError(f"attention (triton): no tile for head dims {dk} / {dv} with "
+                         f"{q.dtype} operands on this device")
+    bm, bn, warps, stages = tile
     cu_q, cu_k = to_device(cu_seqlens_q, q.device), to_device(cu_seqlens_k, q.device)
     gate_arg = gate if gate is not None else q
     _varlen_attn_kernel[(t_len // bm + n, hq)](
@@ -234,25 +255,32 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor | None, cu_seqle
         gate_arg.stride(0), gate_arg.stride(1), out.stride(0), out.stride(1),
         STEPS=_steps(n), BM=bm, BN=bn, DKP=dkp, DVP=dvp, CAUSAL=bool(causal),
         HAS_WINDOW=window is not None, HAS_SINKS=sinks is not None, HAS_GATE=gate is not None,
-        SHARED_KV=shared, EXACT=exact, num_warps=warps)
+        SHARED_KV=shared, EXACT=exact, num_warps=warps, **({} if stages is None else {"num_stages": stages}))
     return out
 
 
 def attention_supported(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor | None = None,
                         *args, **_: object) -> str | None:
     """Per-call check: one program holds a [BM, Dk] query tile and a [BM, Dv] fp32 accumulator
-    (head dims up to 512: DeepSeek-V4's latent head)."""
-    dv = (v if v is not None else k).shape[-1] if k.dim() == 3 else 0
-    if q.dim() != 3 or q.shape[-1] > 512 or dv > 512:
+    (head dims up to 512: DeepSeek-V4's latent head) in a tile that fits the device (TILES)."""
+    if q.dim() != 3 or k.dim() != 3 or (v is not None and v.dim() != 3):
+        return "q, k, v must be [T, H, D]"
+    dv = (v if v is not None else k).shape[-1]
+    if q.shape[-1] > 512 or dv > 512:
         return f"head dims up to 512 (q {tuple(q.shape)}, v head dim {dv})"
+    native = q.dtype in (torch.bfloat16, torch.float16) and k.dtype == q.dtype and \
+        (v is None or v.dtype == q.dtype)
+    dkp, dvp = max(16, triton.next_power_of_2(q.shape[-1])), max(16, triton.next_power_of_2(dv))
+    if _tiles(dkp, dvp, 2 if native else 4) is None:
+        return f"no tile for head dims {q.shape[-1]} / {dv} with {q.dtype} operands on this device"
     return None
 
 
 def _aot_specs():
     from hwinfer.kernels.triton.aot import AotSpec
 
-    def spec(label, dtype, dkp, dvp, causal, window, sinks, gate, shared):
-        bm, bn, warps = TILES[max(64, dkp, dvp)]
+    def spec(label, dtype, dkp, dvp, causal, window, sinks, gate, shared, vendor="cuda"):
+        bm, bn, warps, stages = TILES[vendor, 4 if dtype == "fp32" else 2][max(64, dkp, dvp)]
         sig = {**{p: f"*{dtype}" for p in ("q_ptr", "k_ptr", "v_ptr", "gate_ptr")},
                "sinks_ptr": "*fp32", "cu_q_ptr": "*i32", "cu_k_ptr": "*i32", "o_ptr": f"*{dtype}",
                **{a: "i32" for a in ("N", "G", "DK", "DV", "W")}, "qk_scale": "fp32",
@@ -260,10 +288,13 @@ def _aot_specs():
                                      "stride_vh", "stride_gt", "stride_gh", "stride_ot", "stride_oh")},
                **{a: "constexpr" for a in ("STEPS", "BM", "BN", "DKP", "DVP", "CAUSAL", "HAS_WINDOW",
                                            "HAS_SINKS", "HAS_GATE", "SHARED_KV", "EXACT")}}
-        return AotSpec(f"varlen_attention[{dtype},{label}]", _varlen_attn_kernel, sig,
+        return AotSpec(f"varlen_attention[{dtype},{label},{vendor}]", _varlen_attn_kernel, sig,
                        {"STEPS": 5, "BM": bm, "BN": bn, "DKP": dkp, "DVP": dvp, "CAUSAL": causal,
                         "HAS_WINDOW": window, "HAS_SINKS": sinks, "HAS_GATE": gate,
-                        "SHARED_KV": shared, "EXACT": False}, {"num_warps": warps})
+                        "SHARED_KV": shared, "EXACT": dtype == "fp32"},
+                       {"num_warps": warps, **({} if stages is None else {"num_stages": stages})},
+                       targets=("gfx942", "gfx950") if vendor == "hip" else ("sm_90", "sm_100"),
+                       check_shared=True)
 
     return [spec("qwen3.5_gated_256", "bf16", 256, 256, True, False, False, True, False),
             spec("gemma4_sliding_256", "bf16", 256, 256, True, True, False, False, False),
@@ -271,7 +302,15 @@ def _aot_specs():
             spec("hy4_sinks_gate_256", "bf16", 256, 256, True, False, True, True, False),
             spec("kimi_mla_192_128", "bf16", 256, 128, True, False, False, False, False),
             spec("minimax_gqa_128", "fp16", 128, 128, True, False, False, False, False),
-            spec("vision_noncausal_64", "bf16", 64, 64, False, False, False, False, False)]
+            spec("vision_noncausal_64", "bf16", 64, 64, False, False, False, False, False),
+            spec("kimi_mla_192_128", "fp32", 256, 128, True, False, False, False, False),
+            spec("dsv4_swa_sinks_512", "fp32", 512, 512, True, True, True, False, True)] + [
+        spec(label, dtype, dkp, dvp, *flags, vendor="hip")
+        for label, dtype, dkp, dvp, flags in (
+            ("qwen3.5_gated_256", "bf16", 256, 256, (True, False, False, True, False)),
+            ("dsv4_swa_sinks_512", "bf16", 512, 512, (True, True, True, False, True)),
+            ("minimax_gqa_128", "fp16", 128, 128, (True, False, False, False, False)),
+            ("kimi_mla_192_128", "fp32", 256, 128, (True, False, False, False, False)))]
 
 
 AOT_SPECS = _aot_specs()
