@@ -88,9 +88,12 @@ def _now() -> float:
 
 
 def bench_hwinfer(model, batch: int, prompt: int, new: int, graphs: bool,
-                  prefill_graphs: bool = False) -> dict:
+                  prefill_graphs: bool | None = None) -> dict:
+    """``prefill_graphs``: the engine's option (None: its default, on for CUDA models that
+    declare a graph-safe prefill when ``graphs`` is on)."""
     bs = model.cache_block_size()
-    prefill_graphs = prefill_graphs and graphs and getattr(model, "graph_prefill", False)
+    if not graphs:
+        prefill_graphs = False
     engine = Engine(model, max_num_seqs=batch, max_num_batched_tokens=batch * prompt,
                     num_blocks=batch * -(-(prompt + new + 8) // bs) + 1, cuda_graphs=graphs,
                     graph_max_len=prompt + new + 8, prefill_graphs=prefill_graphs)
@@ -115,7 +118,7 @@ def bench_hwinfer(model, batch: int, prompt: int, new: int, graphs: bool,
         engine.step()
     t2 = _now()
     impl = "hwinfer+graphs" if graphs else "hwinfer eager"
-    row = {"impl": impl + ("+prefill graphs" if prefill_graphs else ""), "batch": batch,
+    row = {"impl": impl + ("+prefill graphs" if engine.prefill_graphs is not None else ""), "batch": batch,
            "prefill_tok_s": batch * prompt / (t1 - t0), "decode_tok_s": batch * new / (t2 - t1),
            "ms_per_step": 1e3 * (t2 - t1) / new}
     if engine.prefill_graphs is not None:
@@ -253,8 +256,8 @@ def main() -> None:
     ap.add_argument("--hf-only", action="store_true",
                     help="transformers alone (our model not built: all the memory is its own)")
     ap.add_argument("--no-eager", action="store_true")
-    ap.add_argument("--prefill-graphs", action="store_true",
-                    help="at batch 1 also time the engine with prefill CUDA graphs (a second row)")
+    ap.add_argument("--without-prefill-graphs", action="store_true",
+                    help="at batch 1 also time the engine without its prefill CUDA graphs (a second row)")
     ap.add_argument("--profile", action="store_true", help="kernel breakdown of prefill and decode steps")
     ap.add_argument("--profile-prompt", type=int, default=256, help="prompt length when profiling")
     ap.add_argument("--impl", default="", help="op=impl overrides, comma-separated")
@@ -298,8 +301,8 @@ def main() -> None:
             modes = [False]  # its decode reads host-side batch values: no graphs (yet)
         for graphs in modes:
             rows.append(bench_hwinfer(model, batch, args.prompt, args.new, graphs))
-            if graphs and args.prefill_graphs and batch == 1 and getattr(model, "graph_prefill", False):
-                rows.append(bench_hwinfer(model, batch, args.prompt, args.new, graphs, prefill_graphs=True))
+            if graphs and args.without_prefill_graphs and batch == 1 and getattr(model, "graph_prefill", False):
+                rows.append(bench_hwinfer(model, batch, args.prompt, args.new, graphs, prefill_graphs=False))
         if not args.no_hf:
             try:
                 rows.append(bench_transformers(config_dir, batch, args.prompt, args.new, args.device))

@@ -808,13 +808,13 @@ elif [ "$phase" = s17b ]; then
   timeout 150 python3 scripts/bench_attention.py --sweep > "$out/bench_attention.csv" 2> "$out/bench_attention.err"
   echo "== bench_attention rc=$?"; grep -v "Warn\|warn" "$out/bench_attention.err" | tail -70
   timeout 150 python3 scripts/bench_model.py --preset qwen3.5-0.8b --batch 1,32 --prompt 1024 --new 16 \
-    --no-eager --no-hf --prefill-graphs --csv "$out/model.csv" > "$out/bench_model_qwen.txt" 2>&1
+    --no-eager --no-hf --without-prefill-graphs --csv "$out/model.csv" > "$out/bench_model_qwen.txt" 2>&1
   grep "^{\|Error" "$out/bench_model_qwen.txt" | cut -c1-400 | tail -4
 elif [ "$phase" = s17c ]; then
   # Kimi-K3 and Kimi-Linear 4 real-size layers (K3's latent MoE through the Triton impl).
   for preset in kimi-k3 kimi-linear-48b-a3b; do
     timeout 200 python3 scripts/bench_model.py --preset $preset --layers 4 --batch 1,32 --prompt 1024 \
-      --new 16 --no-eager --no-hf --prefill-graphs --csv "$out/model.csv" > "$out/bench_model_$preset.txt" 2>&1
+      --new 16 --no-eager --no-hf --without-prefill-graphs --csv "$out/model.csv" > "$out/bench_model_$preset.txt" 2>&1
     echo "== $preset rc=$?"; grep "^{\|Error" "$out/bench_model_$preset.txt" | cut -c1-400 | tail -4
   done
 elif [ "$phase" = s16a ]; then

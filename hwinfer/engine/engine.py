@@ -34,7 +34,7 @@ class Engine:
                  prefix_chunk_tokens: int | None = None, prefix_checkpoints: int | None = None,
                  num_speculative_tokens: int = 0, cuda_graphs: bool | None = None,
                  graph_max_len: int | None = None, overlap: bool = True,
-                 prefill_graphs: bool = False) -> None:
+                 prefill_graphs: bool | None = None) -> None:
         """``cuda_graphs``: replay decode steps from CUDA graphs (:mod:`hwinfer.engine.graphs`);
         None = on for CUDA devices when the model declares a sync-free decode (``graph_decode``)
         and there is no speculation. True elsewhere runs the same fixed-size path eagerly.
@@ -43,8 +43,9 @@ class Engine:
         consecutive graph decode steps overlapped with the host's work between them (the next
         step's input token taken from the device; finished requests are reported one step
         later). ``prefill_graphs``: replay a step that prefills one new request from CUDA graphs
-        in token buckets (:mod:`hwinfer.engine.prefill_graphs`; the model must declare
-        ``graph_prefill``); off by default until it has run on a card."""
+        in token buckets (:mod:`hwinfer.engine.prefill_graphs`); None = on for CUDA devices when
+        the model declares a graph-safe prefill (``graph_prefill``) and there is no
+        speculation."""
         self.model = model
         bs = block_size or model.cache_block_size()
         # Speculative decoding: the pool also holds the MTP layer's cache and spare ring rows.
@@ -63,6 +64,9 @@ class Engine:
                              f"forward (graph_decode): its decode reads host-side batch values")
         if cuda_graphs and num_speculative_tokens:
             raise ValueError("cuda_graphs with speculative decoding is not supported yet")
+        if prefill_graphs is None:
+            prefill_graphs = (model.device.type == "cuda" and getattr(model, "graph_prefill", False)
+                              and not num_speculative_tokens)
         if prefill_graphs and not getattr(model, "graph_prefill", False):
             raise ValueError(f"prefill_graphs: {type(model).__name__} does not declare a graph-safe "
                              f"prefill forward (graph_prefill)")
