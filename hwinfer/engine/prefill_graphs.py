@@ -92,8 +92,13 @@ class PrefillGraphs:
         # sequence (0 the request, 1 padding), cache row, then [slot, padding slot, the row
         # whose logits are taken]; ``_ints``: bounds [0, L, T], lengths [L, T - L], the block
         # table's two rows (the request's blocks, the padding block).
-        self._longs_host = torch.empty(4 * size + 3, dtype=torch.int64, pin_memory=self.capture)
-        self._ints_host = torch.empty(5 + 2 * self.width, dtype=torch.int32, pin_memory=self.capture)
+        # Two pinned staging sets, alternating: a step's asynchronous copy may still be queued
+        # when the host writes the next step's inputs (a step that samples nothing reads
+        # nothing back, so nothing waits for it).
+        self._staging = [(torch.empty(4 * size + 3, dtype=torch.int64, pin_memory=self.capture),
+                          torch.empty(5 + 2 * self.width, dtype=torch.int32, pin_memory=self.capture))
+                         for _ in range(2)]
+        self._flip = 0
         self._longs = torch.zeros(4 * size + 3, dtype=torch.int64, device=device)
         self._ints = torch.zeros(5 + 2 * self.width, dtype=torch.int32, device=device)
         self.graphs: dict[int, tuple[torch.cuda.CUDAGraph | None, torch.Tensor | None]] = {}
@@ -129,7 +134,8 @@ class PrefillGraphs:
         """The static inputs of a step: the request's ``n`` tokens ``ids`` (slot, cache blocks),
         then ``size - n`` padding tokens in the padding slot and block."""
         bs, pad, top = self.pool.block_size, self.pool.pad_block, self.sizes[-1]
-        longs, ints = self._longs_host, self._ints_host
+        longs, ints = self._staging[self._flip]
+        self._flip ^= 1
         pos = torch.arange(size)
         pos[n:] -= n
         table = torch.tensor(blocks, dtype=torch.int64)
