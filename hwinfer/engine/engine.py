@@ -27,6 +27,22 @@ DEFAULT_CPU_BUDGET = 1 << 30
 CPU_CACHE_BYTES = 64 << 20
 
 
+def _graph_option(model, wanted: bool | None, option: str, flag: str, phase: str,
+                  speculative: int, why: str = "") -> bool:
+    """Resolve ``cuda_graphs`` / ``prefill_graphs``: None = on for CUDA devices when the model
+    declares a graph-safe ``phase`` forward (``flag``) and there is no speculation; an explicit
+    request the model or speculation cannot honour is refused."""
+    declared = getattr(model, flag, False)
+    if wanted is None:
+        return model.device.type == "cuda" and declared and not speculative
+    if wanted and not declared:
+        raise ValueError(f"{option}: {type(model).__name__} does not declare a graph-safe {phase} "
+                         f"forward ({flag}){why}")
+    if wanted and speculative:
+        raise ValueError(f"{option} with speculative decoding is not supported yet")
+    return wanted
+
+
 class Engine:
     def __init__(self, model, *, max_num_seqs: int = 16, max_num_batched_tokens: int = 512,
                  cache_bytes: int | None = None, num_blocks: int | None = None,
@@ -56,22 +72,10 @@ class Engine:
         checkpoints = 0
         if enable_prefix_caching:
             checkpoints = prefix_checkpoints if prefix_checkpoints is not None else 2 * max_num_seqs
-        if cuda_graphs is None:
-            cuda_graphs = (model.device.type == "cuda" and getattr(model, "graph_decode", False)
-                           and not num_speculative_tokens)
-        if cuda_graphs and not getattr(model, "graph_decode", False):
-            raise ValueError(f"cuda_graphs: {type(model).__name__} does not declare a graph-safe decode "
-                             f"forward (graph_decode): its decode reads host-side batch values")
-        if cuda_graphs and num_speculative_tokens:
-            raise ValueError("cuda_graphs with speculative decoding is not supported yet")
-        if prefill_graphs is None:
-            prefill_graphs = (model.device.type == "cuda" and getattr(model, "graph_prefill", False)
-                              and not num_speculative_tokens)
-        if prefill_graphs and not getattr(model, "graph_prefill", False):
-            raise ValueError(f"prefill_graphs: {type(model).__name__} does not declare a graph-safe "
-                             f"prefill forward (graph_prefill)")
-        if prefill_graphs and num_speculative_tokens:
-            raise ValueError("prefill_graphs with speculative decoding is not supported yet")
+        cuda_graphs = _graph_option(model, cuda_graphs, "cuda_graphs", "graph_decode", "decode",
+                                    num_speculative_tokens, ": its decode reads host-side batch values")
+        prefill_graphs = _graph_option(model, prefill_graphs, "prefill_graphs", "graph_prefill",
+                                       "prefill", num_speculative_tokens)
         self.pool = CachePool(cache_model, num_blocks=num_blocks, num_slots=max_num_seqs, block_size=bs,
                               checkpoint_slots=checkpoints if keeps_state(model) else 0,
                               padding=bool(cuda_graphs or prefill_graphs))
