@@ -84,6 +84,7 @@
 #                                         # run in the sm_90 lane: s17lane)
 #   bash scripts/device_issue6.sh s17lane   # bash ci/lane.sh nvidia-sm90, quick benchmarks,
 #                                         # rows into $OUT/results
+#   bash scripts/device_issue6.sh s18a      # the decode GEMVs' L2 prefetch: Qwen3.5 steps, card tests
 #   bash scripts/device_issue6.sh s17b      # strict suites of the new ops, Triton varlen attention
 #                                         # vs SDPA, Qwen3.5 with prefill graphs
 #   bash scripts/device_issue6.sh s17c      # Kimi-K3 and Kimi-Linear steps
@@ -793,6 +794,20 @@ elif [ "$phase" = s17a ]; then
   echo "== find_syncs --prefill rc=$?"; grep -v "Warn\|warn" "$out/syncs_prefill.txt" | cut -c1-260 | head -30
   timeout 60 python3 scripts/find_syncs.py kimi_k3 > "$out/syncs_decode_k3.txt" 2>&1
   echo "== find_syncs kimi_k3 (decode) rc=$?"; grep -v "Warn\|warn" "$out/syncs_decode_k3.txt" | cut -c1-260 | head -12
+elif [ "$phase" = s18a ]; then
+  # The L2 prefetch of the next product's weights from the decode GEMVs (new, off by default):
+  # Qwen3.5-0.8B b=1 decode steps with it at distance 1 and 2 against the default, three paired
+  # rounds; then the Qwen3.5 / graph tests on the card with it on (tokens equal eager).
+  L=hwinfer.kernels.triton.l2:ENABLED=True
+  timeout 330 python3 scripts/bench_ablation.py --batch 1 --prompt 1024 --new 32 --groups none \
+    --repeat 3 --variant "l2@$L" --variant "l2d2@$L;hwinfer.kernels.weight_order:DISTANCE=2" \
+    --variant "l2d3@$L;hwinfer.kernels.weight_order:DISTANCE=3" --regs > "$out/ablation.jsonl" 2> "$out/ablation.err"
+  echo "== ablation rc=$?"; grep -v '"regs"\|gemv\|kernel' "$out/ablation.jsonl" | cut -c1-260
+  grep -i "gemv" "$out/ablation.jsonl" | cut -c1-200 | head -12; grep -i "error" "$out/ablation.err" | tail -3
+  HWINFER_L2_PREFETCH=1 HWINFER_TEST_DEVICE=cuda timeout 150 python3 -m pytest tests/engine/test_graphs.py \
+    tests/engine/test_prefill_graphs.py -q -p no:cacheprovider -k "qwen or overlap or prefill_graphs" -rf \
+    --tb=short > "$out/tests_l2.txt" 2>&1
+  grep -E "^FAILED|passed|failed" "$out/tests_l2.txt" | cut -c1-300 | tail -8
 elif [ "$phase" = s17lane ]; then
   # The sm_90 lane (every op's strict conformance on the card, then the op benchmarks, quick
   # shapes, 300 s of them), its CSV and logs under $OUT.
