@@ -799,15 +799,22 @@ elif [ "$phase" = s18a ]; then
   # Qwen3.5-0.8B b=1 decode steps with it at distance 1 and 2 against the default, three paired
   # rounds; then the Qwen3.5 / graph tests on the card with it on (tokens equal eager).
   L=hwinfer.kernels.triton.l2:ENABLED=True
-  timeout 330 python3 scripts/bench_ablation.py --batch 1 --prompt 1024 --new 32 --groups none \
+  timeout 380 python3 scripts/bench_ablation.py --batch 1 --prompt 1024 --new 32 --groups none \
     --repeat 3 --variant "l2@$L" --variant "l2d2@$L;hwinfer.kernels.weight_order:DISTANCE=2" \
-    --variant "l2d3@$L;hwinfer.kernels.weight_order:DISTANCE=3" --regs > "$out/ablation.jsonl" 2> "$out/ablation.err"
+    --variant "bulk@$L;hwinfer.kernels.triton.l2:MODE='bulk'" --regs > "$out/ablation.jsonl" 2> "$out/ablation.err"
   echo "== ablation rc=$?"; grep -v '"regs"\|gemv\|kernel' "$out/ablation.jsonl" | cut -c1-260
   grep -i "gemv" "$out/ablation.jsonl" | cut -c1-200 | head -12; grep -i "error" "$out/ablation.err" | tail -3
   HWINFER_L2_PREFETCH=1 HWINFER_TEST_DEVICE=cuda timeout 150 python3 -m pytest tests/engine/test_graphs.py \
     tests/engine/test_prefill_graphs.py -q -p no:cacheprovider -k "qwen or overlap or prefill_graphs" -rf \
     --tb=short > "$out/tests_l2.txt" 2>&1
   grep -E "^FAILED|passed|failed" "$out/tests_l2.txt" | cut -c1-300 | tail -8
+elif [ "$phase" = s18b ]; then
+  # s18a's prefetch in Kimi-Linear's decode step (4 real-size layers, b=1; its MoE experts do
+  # not prefetch, its dense and attention projections do).
+  L=hwinfer.kernels.triton.l2:ENABLED=True
+  timeout 200 python3 scripts/bench_ablation.py --preset kimi-linear-48b-a3b --layers 4 --batch 1 \
+    --prompt 1024 --new 32 --groups none --repeat 2 --variant "l2@$L" > "$out/ablation_kimi.jsonl" 2> "$out/ablation_kimi.err"
+  echo "== ablation kimi rc=$?"; cut -c1-260 "$out/ablation_kimi.jsonl"; grep -i "error" "$out/ablation_kimi.err" | tail -3
 elif [ "$phase" = s17lane ]; then
   # The sm_90 lane (every op's strict conformance on the card, then the op benchmarks, quick
   # shapes, 300 s of them), its CSV and logs under $OUT.

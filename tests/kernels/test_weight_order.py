@@ -64,18 +64,22 @@ def test_target_is_off_on_the_cpu(monkeypatch):
     monkeypatch.setattr(l2, "ENABLED", True)
     a, b = _weights(2)
     with weight_order.applied([a, b]):
-        assert l2.target(a) == (a, 0, False)       # no PTX prefetch off an NVIDIA GPU
+        assert l2.target(a) == (a, 0, 0)       # no PTX prefetch off an NVIDIA GPU
 
 
-@pytest.mark.parametrize("name", ["gemv_rows[bf16,K1024,pdl,l2]", "add_norm_gemv[bf16,conv,pdl,l2]",
-                                  "gated_norm_gemv[bf16,16x128,pdl,l2]"])
-def test_prefetch_reaches_the_machine_code(name, tmp_path, monkeypatch):
+@pytest.mark.parametrize("name,instruction", [
+    ("gemv_rows[bf16,K1024,pdl,l2]", "prefetch.global.L2"),
+    ("gemv_rows[bf16,K1024,pdl,l2bulk]", "cp.async.bulk.prefetch.L2.global"),
+    ("add_norm_gemv[bf16,conv,pdl,l2]", "prefetch.global.L2"),
+    ("add_norm_gemv[bf16,gated,pdl,l2bulk]", "cp.async.bulk.prefetch.L2.global"),
+    ("gated_norm_gemv[bf16,16x128,pdl,l2]", "prefetch.global.L2")])
+def test_prefetch_reaches_the_machine_code(name, instruction, tmp_path, monkeypatch):
     pytest.importorskip("triton")
     from hwinfer.kernels.triton.aot import all_specs, compile_spec
 
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
     specs = {s.name: s for s in all_specs()}
     ptx = compile_spec(specs[name], "sm_90")["ptx"]
-    assert "prefetch.global.L2" in ptx
-    off = compile_spec(specs[name.replace(",l2]", "]")], "sm_90")["ptx"]
-    assert "prefetch.global.L2" not in off
+    assert instruction in ptx
+    plain = name.replace(",l2bulk]", "]").replace(",l2]", "]")
+    assert "prefetch" not in compile_spec(specs[plain], "sm_90")["ptx"]

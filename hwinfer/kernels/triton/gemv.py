@@ -379,9 +379,9 @@ def _aot_specs():
         # PDL and the L2 prefetch (PF, inline PTX): NVIDIA sm_90+ only.
         for k, pdl, persist, pf in ((1024, False, False, False), (1024, True, False, False),
                                     (4096, True, False, False), (1024, True, True, False),
-                                    (1024, True, False, True)):
+                                    (1024, True, False, 1), (1024, True, False, 2)):
             name = (f"gemv_rows[{dtype},K{k}{',pdl' if pdl else ''}{',persist' if persist else ''}"
-                    f"{',l2' if pf else ''}]")
+                    f"{('', ',l2', ',l2bulk')[pf]}]")
             specs.append(AotSpec(name, _gemv_rows_kernel, rows,
                                  {"BLOCK_N": rows_block_n(1 << 20, k), "KP": k, "MAX_M": MAX_ROWS,
                                   "HAS_BIAS": False, "PDL": pdl, "PERSIST": persist, "PF": pf},

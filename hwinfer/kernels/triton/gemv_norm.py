@@ -323,9 +323,10 @@ def _aot_specs():
         # pointers) to 54, as the card reported (scripts/kernel_regs.py, docs/kernels.md).
         # PF: the L2 prefetch (inline PTX, NVIDIA only, with PDL).
         for kind, pdl, pf in (("gated", False, False), ("gated", True, False), ("plain", True, False),
-                              ("conv", False, False), ("conv", True, False), ("conv", True, True),
-                              ("gated", True, True)):
-            specs.append(AotSpec(f"add_norm_gemv[{dtype},{kind}{',pdl' if pdl else ''}{',l2' if pf else ''}]",
+                              ("conv", False, False), ("conv", True, False), ("conv", True, 1),
+                              ("gated", True, 1), ("gated", True, 2)):
+            specs.append(AotSpec(f"add_norm_gemv[{dtype},{kind}{',pdl' if pdl else ''}"
+                                 f"{('', ',l2', ',l2bulk')[pf]}]",
                                  _add_norm_gemv_kernel, fused,
                                  {"BLOCK_N": 8, "KP": 1024,
                                   "MAX_M": MAX_ROWS, "HAS_NORM_W": True, "GATED": kind == "gated",
@@ -338,8 +339,9 @@ def _aot_specs():
                  "HP": "constexpr", "DP": "constexpr", "MAX_M": "constexpr",
                  "HAS_NORM_W": "constexpr", "SILU": "constexpr", "PDL": "constexpr",
                  "PF": "constexpr"}
-        for pdl, pf in ((False, False), (True, False), (True, True)):   # Qwen3.5's GDN output: 16 x 128
-            specs.append(AotSpec(f"gated_norm_gemv[{dtype},16x128{',pdl' if pdl else ''}{',l2' if pf else ''}]",
+        for pdl, pf in ((False, 0), (True, 0), (True, 1)):   # Qwen3.5's GDN output: 16 x 128
+            specs.append(AotSpec(f"gated_norm_gemv[{dtype},16x128{',pdl' if pdl else ''}"
+                                 f"{('', ',l2', ',l2bulk')[pf]}]",
                                  _gated_norm_gemv_kernel, gated,
                                  {"BLOCK_N": 4, "HP": 16, "DP": 128, "MAX_M": MAX_ROWS,
                                   "HAS_NORM_W": True, "SILU": True, "PDL": pdl, "PF": pf},
