@@ -815,6 +815,11 @@ elif [ "$phase" = s18b ]; then
   timeout 200 python3 scripts/bench_ablation.py --preset kimi-linear-48b-a3b --layers 4 --batch 1 \
     --prompt 1024 --new 32 --groups none --repeat 2 --variant "l2@$L" > "$out/ablation_kimi.jsonl" 2> "$out/ablation_kimi.err"
   echo "== ablation kimi rc=$?"; cut -c1-260 "$out/ablation_kimi.jsonl"; grep -i "error" "$out/ablation_kimi.err" | tail -3
+  # Kimi-K3's slow prefill (2,814 tok/s b=1 in s17): the kernels of one 1 x 1,024 step.
+  timeout 200 python3 scripts/bench_model.py --preset kimi-k3 --layers 4 --batch 1 --prompt 1024 --new 8 \
+    --no-eager --no-hf --profile --profile-prompt 1024 --csv "$out/model.csv" > "$out/bench_model_k3.txt" 2>&1
+  echo "== k3 rc=$?"; grep "^{\|Error" "$out/bench_model_k3.txt" | cut -c1-300 | tail -3
+  grep -A 28 "# profile prefill" "$out/bench_model_k3.txt" | cut -c1-160 | head -30
 elif [ "$phase" = s17lane ]; then
   # The sm_90 lane (every op's strict conformance on the card, then the op benchmarks, quick
   # shapes, 300 s of them), its CSV and logs under $OUT.

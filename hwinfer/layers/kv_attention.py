@@ -102,13 +102,14 @@ def _ring_attention(ops: OpTable, batch: ForwardBatch, cache: dict, q: torch.Ten
         prefix_k = cache["k"].flatten(0, 1).index_select(0, rows)
         prefix_v = None if v_cache is None else v_cache.flatten(0, 1).index_select(0, rows)
     if store:
-        # Only the last ``rows_per`` new tokens of a request survive in its ring: write just those
-        # (several positions on one row in one index_copy_ would race).
+        # Only the last ``rows_per`` new tokens of a request survive in its ring: every token's
+        # row gets the value of the last token landing on it (ForwardBatch.ring_sources), so the
+        # rows written several times in one index_copy_ are written with one value.
         rows, k_new, v_new = batch.ring_rows(rows_per), k, v
         if not batch.is_decode:  # decode: one token per request, always kept
-            last = batch.tail_tokens(rows_per)
-            rows, k_new = rows.index_select(0, last), k.index_select(0, last)
-            v_new = None if v is None else v.index_select(0, last)
+            src = batch.ring_sources(rows_per)
+            k_new = k.index_select(0, src)
+            v_new = None if v is None else v.index_select(0, src)
         cache["k"].flatten(0, 1).index_copy_(0, rows, k_new.to(cache["k"].dtype))
         if v_new is not None and v_cache is not None:
             v_cache.flatten(0, 1).index_copy_(0, rows, v_new.to(v_cache.dtype))

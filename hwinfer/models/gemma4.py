@@ -106,6 +106,9 @@ def rope_args(cfg: dict[str, Any], kind: str) -> tuple[float, dict[str, Any] | N
 class Gemma4ForCausalLM(CausalLM):
     # Sync-free decode forward without host values baked into shapes (hwinfer.engine.graphs).
     graph_decode = True
+    # A one-request prefill reads no host lengths either: the sliding layers' ring store takes
+    # every token, each row with its surviving value (ForwardBatch.ring_sources).
+    graph_prefill = True
 
     def __init__(self, config: dict[str, Any], ops: OpTable, dtype: torch.dtype) -> None:
         super().__init__()

@@ -217,6 +217,20 @@ class ForwardBatch:
             return packed_spans([e - k for e, k in zip(cu[1:], kept)], kept, self.input_ids.device)[1]
         return self.shared(("tail_tokens", keep), build)
 
+    def ring_sources(self, keep: int) -> torch.Tensor:
+        """[T] int64: for every packed token, the packed index of its request's last token that
+        lands on the same row of a ring of ``keep`` rows (itself when no later token does). A
+        store of ``rows[t] <- x[ring_sources[t]]`` over all T tokens writes each row only with
+        the value that survives, so its repeated rows race harmlessly (equal values), and it has
+        the shape of the step: from the device bounds, without the host's new-token counts,
+        which a graph-captured prefill cannot read. Once per forward and ``keep``."""
+        def build() -> torch.Tensor:
+            tokens = self.input_ids.shape[0]
+            t = torch.arange(tokens, device=self.input_ids.device)
+            end = self.cu_seqlens[1:].long()[self.request_of_token()]   # exclusive ends
+            return t + keep * torch.div(end - 1 - t, keep, rounding_mode="floor")
+        return self.shared(("ring_sources", keep), build)
+
     @property
     def seq_len_bound(self) -> int:
         """An upper bound of every request's cached + new length, known on the host."""

@@ -1,4 +1,4 @@
-"""ForwardBatch's host-built index helpers (packed_spans, tail_tokens, request_of_token,
+"""ForwardBatch's index helpers (packed_spans, tail_tokens, ring_sources, request_of_token,
 context_rows, the host cu_seqlens) against plain Python loops on random batches: they replace
 device reads (masks, repeat_interleave without a size, blocking copies) in every prefill."""
 from __future__ import annotations
@@ -55,6 +55,16 @@ def test_batch_index_helpers_match_loops():
             seq = [c + m for c, m in zip(ctx, new)]
             want = [t for t, (r, p) in enumerate(zip(requests, b.positions.tolist())) if p >= seq[r] - keep]
             assert b.tail_tokens(keep).tolist() == want
+            # ring_sources: each token's row takes the value of its request's last token on
+            # that row (same position modulo keep): a kept token is its own source
+            if not b.is_decode:
+                pos = b.positions.tolist()
+                last = {}
+                for t, (r, p) in enumerate(zip(requests, pos)):
+                    last[(r, p % keep)] = t
+                src = b.ring_sources(keep).tolist()
+                assert src == [last[(r, p % keep)] for r, p in zip(requests, pos)]
+                assert [t for t in range(len(src)) if src[t] == t] == want
         rows = [int(b.block_table[i, p // 4]) * 4 + p % 4
                 for i, (c, m) in enumerate(zip(ctx, new)) for p in range(c + m)]
         assert b.context_rows().tolist() == rows

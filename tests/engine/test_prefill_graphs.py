@@ -16,7 +16,7 @@ from hwinfer.engine.prefill_graphs import UnfixedLengths, bucket_sizes
 from hwinfer.testing.checkpoints import write_checkpoint
 from tests.models.oracle import DEVICE, DTYPE
 
-GRAPH_SAFE = ["qwen3_5", "kimi_linear", "glm_moe_dsa", "hy_v4", "minimax_m3"]
+GRAPH_SAFE = ["qwen3_5", "kimi_linear", "glm_moe_dsa", "hy_v4", "minimax_m3", "gemma4"]
 GREEDY = SamplingParams(max_tokens=4, temperature=0, ignore_eos=True)
 SAMPLED = SamplingParams(max_tokens=4, temperature=0.8, top_p=0.9, seed=5, ignore_eos=True)
 
@@ -70,7 +70,7 @@ def test_batched_and_continued_steps_stay_eager(model):
 
 
 def test_models_reading_host_lengths(tmp_path_factory):
-    model = _model("gemma4", tmp_path_factory)   # its sliding-window rings size by host lengths
+    model = _model("deepseek_v4", tmp_path_factory)   # its step info is built from host lengths
     with pytest.raises(ValueError, match="graph_prefill"):
         Engine(model, prefill_graphs=True)
     # Declared graph-safe by mistake: the warm-up reads the lengths, graphs go off with the
