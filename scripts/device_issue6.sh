@@ -820,6 +820,13 @@ elif [ "$phase" = s18b ]; then
     --no-eager --no-hf --profile --profile-prompt 1024 --csv "$out/model.csv" > "$out/bench_model_k3.txt" 2>&1
   echo "== k3 rc=$?"; grep "^{\|Error" "$out/bench_model_k3.txt" | cut -c1-300 | tail -3
   grep -A 28 "# profile prefill" "$out/bench_model_k3.txt" | cut -c1-160 | head -30
+  # Gemma 4 prefill in CUDA graphs (new: ring store without host lengths), 6 real-size layers,
+  # b=1, with and without.
+  for flag in "" "--without-prefill-graphs"; do
+    timeout 100 python3 scripts/bench_model.py --preset gemma-4-12b --layers 6 --batch 1 --prompt 1024 \
+      --new 16 --no-eager --no-hf $flag --csv "$out/model.csv" > "$out/bench_model_gemma$flag.txt" 2>&1
+    echo "== gemma4 $flag rc=$?"; grep "^{\|Error" "$out/bench_model_gemma$flag.txt" | cut -c1-400 | tail -2
+  done
 elif [ "$phase" = s17lane ]; then
   # The sm_90 lane (every op's strict conformance on the card, then the op benchmarks, quick
   # shapes, 300 s of them), its CSV and logs under $OUT.
