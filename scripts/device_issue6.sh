@@ -796,12 +796,15 @@ elif [ "$phase" = s17a ]; then
   echo "== find_syncs kimi_k3 (decode) rc=$?"; grep -v "Warn\|warn" "$out/syncs_decode_k3.txt" | cut -c1-260 | head -12
 elif [ "$phase" = s18a ]; then
   # The L2 prefetch of the next product's weights from the decode GEMVs (new, off by default):
-  # Qwen3.5-0.8B b=1 decode steps with it at distance 1 and 2 against the default, three paired
-  # rounds; then the Qwen3.5 / graph tests on the card with it on (tokens equal eager).
+  # Qwen3.5-0.8B b=1 decode steps with it (distance 1 / 2, per-line / bulk, the GEMVs' own loads
+  # marked evict-first or not) against the default, three paired rounds; then the Qwen3.5,
+  # graph and prefill-graph tests on the card with it on (tokens equal eager).
   L=hwinfer.kernels.triton.l2:ENABLED=True
-  timeout 380 python3 scripts/bench_ablation.py --batch 1 --prompt 1024 --new 32 --groups none \
+  timeout 400 python3 scripts/bench_ablation.py --batch 1 --prompt 1024 --new 32 --groups none \
     --repeat 3 --variant "l2@$L" --variant "l2d2@$L;hwinfer.kernels.weight_order:DISTANCE=2" \
-    --variant "bulk@$L;hwinfer.kernels.triton.l2:MODE='bulk'" --regs > "$out/ablation.jsonl" 2> "$out/ablation.err"
+    --variant "bulk@$L;hwinfer.kernels.triton.l2:MODE='bulk'" \
+    --variant "l2ev@$L;hwinfer.kernels.triton.l2:WEIGHT_EVICT='evict_first'" \
+    --variant "ev@hwinfer.kernels.triton.l2:WEIGHT_EVICT='evict_first'" --regs > "$out/ablation.jsonl" 2> "$out/ablation.err"
   echo "== ablation rc=$?"; grep -v '"regs"\|gemv\|kernel' "$out/ablation.jsonl" | cut -c1-260
   grep -i "gemv" "$out/ablation.jsonl" | cut -c1-200 | head -12; grep -i "error" "$out/ablation.err" | tail -3
   HWINFER_L2_PREFETCH=1 HWINFER_TEST_DEVICE=cuda timeout 150 python3 -m pytest tests/engine/test_graphs.py \

@@ -120,7 +120,7 @@ def _rows_dot_store(w, x_ptr, b_ptr, y_ptr, rn, rk, M, N, K, stride_xm, stride_y
 def _gemv_rows_kernel(x_ptr, w_ptr, b_ptr, y_ptr, pf_ptr, pf_bytes, M, N, K, stride_xm, stride_wn,
                       stride_ym, TILES, BLOCK_N: tl.constexpr, KP: tl.constexpr,
                       MAX_M: tl.constexpr, HAS_BIAS: tl.constexpr, PDL: tl.constexpr,
-                      PERSIST: tl.constexpr, PF: tl.constexpr):
+                      PERSIST: tl.constexpr, PF: tl.constexpr, EVICT: tl.constexpr):
     # Each program holds BLOCK_N whole rows of W ([BLOCK_N, KP] in registers, KP = K rounded up
     # to a power of two). With PDL the loads of W (never written by the step) are issued before
     # waiting on the previous kernel, so they stream while it finishes; x is read after.
@@ -132,7 +132,7 @@ def _gemv_rows_kernel(x_ptr, w_ptr, b_ptr, y_ptr, pf_ptr, pf_bytes, M, N, K, str
     rk = tl.arange(0, KP)
     kmask = rk < K
     w = tl.load(w_ptr + rn.to(tl.int64)[:, None] * stride_wn + rk[None, :],
-                mask=(rn < N)[:, None] & kmask[None, :], other=0.0)
+                mask=(rn < N)[:, None] & kmask[None, :], other=0.0, eviction_policy=EVICT)
     l2_prefetch(pf_ptr, pf_bytes, PF)
     pdl_enter(PDL)
     if PERSIST:
@@ -197,7 +197,8 @@ def gemv_rows(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None =
         x2, weight, bias if bias is not None else y, y, pf, pf_bytes, m, n, k, x2.stride(0),
         weight.stride(0), y.stride(0), tiles, BLOCK_N=block_n,
         KP=triton.next_power_of_2(max(k, 16)), MAX_M=MAX_ROWS, HAS_BIAS=bias is not None,
-        PDL=pdl, PERSIST=grid < tiles, PF=pf_on, num_warps=num_warps, **extra)
+        PDL=pdl, PERSIST=grid < tiles, PF=pf_on, EVICT=l2.WEIGHT_EVICT, num_warps=num_warps,
+        **extra)
     return y.reshape(*x.shape[:-1], n)
 
 
@@ -375,7 +376,7 @@ def _aot_specs():
                 "pf_ptr": f"*{dtype}", "pf_bytes": "i32", "M": "i32", "N": "i32", "K": "i32", "stride_xm": "i32", "stride_wn": "i32",
                 "stride_ym": "i32", "TILES": "i32", "BLOCK_N": "constexpr", "KP": "constexpr",
                 "MAX_M": "constexpr", "HAS_BIAS": "constexpr", "PDL": "constexpr",
-                "PERSIST": "constexpr", "PF": "constexpr"}
+                "PERSIST": "constexpr", "PF": "constexpr", "EVICT": "constexpr"}
         # PDL and the L2 prefetch (PF, inline PTX): NVIDIA sm_90+ only.
         for k, pdl, persist, pf in ((1024, False, False, False), (1024, True, False, False),
                                     (4096, True, False, False), (1024, True, True, False),
@@ -384,7 +385,8 @@ def _aot_specs():
                     f"{('', ',l2', ',l2bulk')[pf]}]")
             specs.append(AotSpec(name, _gemv_rows_kernel, rows,
                                  {"BLOCK_N": rows_block_n(1 << 20, k), "KP": k, "MAX_M": MAX_ROWS,
-                                  "HAS_BIAS": False, "PDL": pdl, "PERSIST": persist, "PF": pf},
+                                  "HAS_BIAS": False, "PDL": pdl, "PERSIST": persist, "PF": pf,
+                                  "EVICT": "evict_first" if pf else ""},
                                  {"num_warps": 8}, ("sm_90", "sm_100") if pdl else None))
         sig = {"ws_ptr": "*fp32", "b_ptr": f"*{dtype}", "y_ptr": f"*{dtype}", "M": "i32", "N": "i32",
                "stride_ym": "i32", "SPLIT": "i32", "BLOCK": "constexpr", "HAS_BIAS": "constexpr"}

@@ -51,7 +51,7 @@ def _add_norm_gemv_kernel(x_ptr, r_ptr, nw_ptr, w_ptr, y_ptr, s_ptr, cw_ptr, cs_
                           BLOCK_N: tl.constexpr, KP: tl.constexpr, MAX_M: tl.constexpr,
                           HAS_NORM_W: tl.constexpr, GATED: tl.constexpr, SILU: tl.constexpr,
                           CONV: tl.constexpr, CW: tl.constexpr, PDL: tl.constexpr,
-                          PF: tl.constexpr):
+                          PF: tl.constexpr, EVICT: tl.constexpr):
     # The whole-row GEMV with add_rms_norm as its prologue (every program recomputes the norm of
     # the few rows of x: K values each, cheaper than a kernel boundary) and, GATED, gated_act as
     # its epilogue: output column n takes gate row n and up row n + N of W. The roundings follow
@@ -66,9 +66,9 @@ def _add_norm_gemv_kernel(x_ptr, r_ptr, nw_ptr, w_ptr, y_ptr, s_ptr, cw_ptr, cs_
     kmask = rk < K
     wmask = nmask[:, None] & kmask[None, :]
     rows = w_ptr + rn.to(tl.int64)[:, None] * stride_wn + rk[None, :]
-    w = tl.load(rows, mask=wmask, other=0.0)
+    w = tl.load(rows, mask=wmask, other=0.0, eviction_policy=EVICT)
     if GATED:
-        wu = tl.load(rows + N * stride_wn, mask=wmask, other=0.0)
+        wu = tl.load(rows + N * stride_wn, mask=wmask, other=0.0, eviction_policy=EVICT)
     if CONV:
         cmask = rn < C
         mr = tl.arange(0, MAX_M)
@@ -191,7 +191,8 @@ def _launch_add_norm_gemv(x2, r2, norm_weight, weight, eps, weight_offset, activ
         BLOCK_N=block_n, KP=triton.next_power_of_2(max(k, 16)), MAX_M=MAX_ROWS,
         HAS_NORM_W=norm_weight is not None, GATED=activation is not None,
         SILU=activation == "silu", CONV=conv is not None,
-        CW=cw.shape[1] if conv is not None else 1, PDL=pdl, PF=pf_on, num_warps=warps,
+        CW=cw.shape[1] if conv is not None else 1, PDL=pdl, PF=pf_on, EVICT=l2.WEIGHT_EVICT,
+        num_warps=warps,
         **({"launch_pdl": True} if pdl else {}))
     return y, s
 
@@ -227,7 +228,7 @@ def _gated_norm_gemv_kernel(x_ptr, z_ptr, nw_ptr, w_ptr, y_ptr, pf_ptr, pf_bytes
                             stride_xt, stride_xh, stride_zt, stride_zh, stride_wn, stride_ym, eps,
                             BLOCK_N: tl.constexpr, HP: tl.constexpr, DP: tl.constexpr,
                             MAX_M: tl.constexpr, HAS_NORM_W: tl.constexpr, SILU: tl.constexpr,
-                            PDL: tl.constexpr, PF: tl.constexpr):
+                            PDL: tl.constexpr, PF: tl.constexpr, EVICT: tl.constexpr):
     # The whole-row GEMV with rms_norm_gated as its prologue: row t of x and of the gate as
     # [H, D] tiles, each head normalised over its D channels, gated, rounded to x's dtype, then
     # flattened h * D + d in the order of W's columns.
@@ -237,7 +238,7 @@ def _gated_norm_gemv_kernel(x_ptr, z_ptr, nw_ptr, w_ptr, y_ptr, pf_ptr, pf_bytes
     kmask = (rk // DP < H) & (rk % DP < D)
     nmask = rn < N
     w = tl.load(w_ptr + rn.to(tl.int64)[:, None] * stride_wn + col[None, :],
-                mask=nmask[:, None] & kmask[None, :], other=0.0)
+                mask=nmask[:, None] & kmask[None, :], other=0.0, eviction_policy=EVICT)
     l2_prefetch(pf_ptr, pf_bytes, PF)   # the next product's weights into L2 (.l2)
     pdl_enter(PDL)
     hh = tl.arange(0, HP)[:, None]
@@ -298,7 +299,7 @@ def rms_norm_gated_linear(x: torch.Tensor, gate: torch.Tensor, norm_weight: torc
         heads, d,
         x.stride(0), x.stride(1), gate.stride(0), gate.stride(1), weight.stride(0), y.stride(0), eps,
         BLOCK_N=block_n, HP=hp, DP=dp, MAX_M=MAX_ROWS, HAS_NORM_W=norm_weight is not None,
-        SILU=activation == "silu", PDL=pdl, PF=pf_on, num_warps=warps,
+        SILU=activation == "silu", PDL=pdl, PF=pf_on, EVICT=l2.WEIGHT_EVICT, num_warps=warps,
         **({"launch_pdl": True} if pdl else {}))
     return y
 
@@ -314,7 +315,7 @@ def _aot_specs():
                  "stride_sm": "i32", "eps": "fp32", "offset": "fp32", "BLOCK_N": "constexpr",
                  "KP": "constexpr", "MAX_M": "constexpr", "HAS_NORM_W": "constexpr",
                  "GATED": "constexpr", "SILU": "constexpr", "CONV": "constexpr", "CW": "constexpr",
-                 "PDL": "constexpr", "PF": "constexpr", "pf_ptr": f"*{dtype}", "pf_bytes": "i32",
+                 "PDL": "constexpr", "PF": "constexpr", "EVICT": "constexpr", "pf_ptr": f"*{dtype}", "pf_bytes": "i32",
                  "cw_ptr": f"*{dtype}", "cs_ptr": f"*{dtype}", "slot_ptr": "*i64",
                  "C": "i32", **{f"stride_{n}": "i32" for n in ("cwc", "cwk", "csn", "csc", "csk")}}
         # Qwen3.5's MLP (K 1024, gated) and its GDN input projection with the conv epilogue.
@@ -330,7 +331,8 @@ def _aot_specs():
                                  _add_norm_gemv_kernel, fused,
                                  {"BLOCK_N": 8, "KP": 1024,
                                   "MAX_M": MAX_ROWS, "HAS_NORM_W": True, "GATED": kind == "gated",
-                                  "SILU": True, "CONV": kind == "conv", "CW": 4, "PDL": pdl, "PF": pf},
+                                  "SILU": True, "CONV": kind == "conv", "CW": 4, "PDL": pdl, "PF": pf,
+                                  "EVICT": "evict_first" if pf else ""},
                                  {"num_warps": 8}, ("sm_90", "sm_100") if pdl else None))
         gated = {"x_ptr": f"*{dtype}", "z_ptr": f"*{dtype}", "nw_ptr": "*fp32", "w_ptr": f"*{dtype}",
                  "y_ptr": f"*{dtype}", "pf_ptr": f"*{dtype}", "pf_bytes": "i32", "M": "i32", "N": "i32", "H": "i32", "D": "i32",
@@ -338,13 +340,14 @@ def _aot_specs():
                  "stride_wn": "i32", "stride_ym": "i32", "eps": "fp32", "BLOCK_N": "constexpr",
                  "HP": "constexpr", "DP": "constexpr", "MAX_M": "constexpr",
                  "HAS_NORM_W": "constexpr", "SILU": "constexpr", "PDL": "constexpr",
-                 "PF": "constexpr"}
+                 "PF": "constexpr", "EVICT": "constexpr"}
         for pdl, pf in ((False, 0), (True, 0), (True, 1)):   # Qwen3.5's GDN output: 16 x 128
             specs.append(AotSpec(f"gated_norm_gemv[{dtype},16x128{',pdl' if pdl else ''}"
                                  f"{('', ',l2', ',l2bulk')[pf]}]",
                                  _gated_norm_gemv_kernel, gated,
                                  {"BLOCK_N": 4, "HP": 16, "DP": 128, "MAX_M": MAX_ROWS,
-                                  "HAS_NORM_W": True, "SILU": True, "PDL": pdl, "PF": pf},
+                                  "HAS_NORM_W": True, "SILU": True, "PDL": pdl, "PF": pf,
+                                  "EVICT": "evict_first" if pf else ""},
                                  {"num_warps": 8}, ("sm_90", "sm_100") if pdl else None))
     return specs
 

@@ -28,6 +28,9 @@ ENABLED = os.environ.get("HWINFER_L2_PREFETCH", "0") != "0"
 # "line": one ``prefetch.global.L2`` per 128-byte line (sm_80+); "bulk": one
 # ``cp.async.bulk.prefetch.L2`` per 1 KB (the copy engine of sm_90+ fetches it). Timed on the card.
 MODE = "line"
+# The decode GEMVs' own weight loads: "" (no hint) or "evict_first" (an L2 hint that the line is
+# read once: the prefetched lines of the next product, and the activations, stay). Timed on the card.
+WEIGHT_EVICT = ""
 
 
 @functools.lru_cache(maxsize=None)
