@@ -15,22 +15,26 @@ kernels with the addresses baked in at capture, so nothing is consulted afterwar
 these two contexts :func:`note` does nothing and returns None: eager steps never prefetch.
 
 Prefetching changes no value (it moves bytes into a cache), so a wrong or stale order costs
-speed only; the addresses are those of live weights, the model's own parameters.
+speed only. The order holds weak references: a weight made per call (a cast, freed after its
+product) is gone by the capture and drops out, so every address a captured GEMV prefetches is
+that of a weight alive for as long as the model.
 """
 from __future__ import annotations
 
 import contextlib
+import weakref
 
 import torch
 
 DISTANCE = 1   # how many products ahead a GEMV prefetches
-_recording: list[torch.Tensor] | None = None
+_recording: list[weakref.ref] | None = None
 _plan: dict[int, torch.Tensor] | None = None
 
 
 @contextlib.contextmanager
 def recording():
-    """Collect the weights :func:`note` reports, in order; yields the list being filled."""
+    """Collect the weights :func:`note` reports, in order; yields the list being filled (weak
+    references, for :func:`applied`)."""
     global _recording
     previous, _recording = _recording, []
     try:
@@ -40,12 +44,14 @@ def recording():
 
 
 @contextlib.contextmanager
-def applied(order: list[torch.Tensor], distance: int | None = None):
+def applied(recorded: list, distance: int | None = None):
     """While inside, :func:`note` (weight ``order[i]``) returns ``order[i + distance]`` (wrapping
-    past the end: the last product of a step prefetches the next step's first). The first
+    past the end: the last product of a step prefetches the next step's first), ``order`` being
+    the ``recorded`` weights (tensors or weak references; dead ones dropped). The first
     occurrence of a weight read twice in a step decides its successor."""
     global _plan
     distance = DISTANCE if distance is None else distance
+    order = [w for w in (r() if isinstance(r, weakref.ref) else r for r in recorded) if w is not None]
     plan: dict[int, torch.Tensor] = {}
     if order and distance > 0:
         for i, w in enumerate(order):
@@ -62,7 +68,7 @@ def note(weight: torch.Tensor) -> torch.Tensor | None:
     while :func:`recording`, and the weight to prefetch (or None) returned while :func:`applied`.
     """
     if _recording is not None:
-        _recording.append(weight)
+        _recording.append(weakref.ref(weight))
         return None
     if _plan:
         nxt = _plan.get(weight.data_ptr())

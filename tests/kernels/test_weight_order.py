@@ -20,7 +20,7 @@ def test_recording_then_applied_gives_each_weight_its_successor():
     with weight_order.recording() as order:
         for w in (a, b, c):
             assert weight_order.note(w) is None
-    assert [w.data_ptr() for w in order] == [a.data_ptr(), b.data_ptr(), c.data_ptr()]
+    assert [r() for r in order] == [a, b, c]
     with weight_order.applied(order):
         assert weight_order.note(a) is b
         assert weight_order.note(b) is c
@@ -46,8 +46,20 @@ def test_nested_contexts_restore():
     with weight_order.applied([a, b]):
         with weight_order.recording() as inner:
             assert weight_order.note(a) is None    # recording wins inside
-        assert inner == [a]
+        assert [r() for r in inner] == [a]
         assert weight_order.note(a) is b
+
+
+def test_weights_gone_before_the_capture_drop_out():
+    """A weight made per call (a cast) is freed after its product: the plan skips it, so no
+    captured GEMV prefetches memory that no longer holds a weight."""
+    a, c = _weights(2)
+    with weight_order.recording() as order:
+        weight_order.note(a)
+        weight_order.note(torch.empty(4, 8))   # a temporary, freed at once
+        weight_order.note(c)
+    with weight_order.applied(order):
+        assert weight_order.note(a) is c and weight_order.note(c) is a
 
 
 def test_span_bytes_of_strided_rows():
