@@ -813,11 +813,24 @@ elif [ "$phase" = s18a ]; then
   grep -E "^FAILED|passed|failed" "$out/tests_l2.txt" | cut -c1-300 | tail -8
 elif [ "$phase" = s18b ]; then
   # s18a's prefetch in Kimi-Linear's decode step (4 real-size layers, b=1; its MoE experts do
-  # not prefetch, its dense and attention projections do).
+  # not prefetch, its dense and attention projections do), KDA's factored diagonal blocks,
+  # Kimi-K3's prefill profile, Gemma 4's prefill with graphs.
   L=hwinfer.kernels.triton.l2:ENABLED=True
   timeout 200 python3 scripts/bench_ablation.py --preset kimi-linear-48b-a3b --layers 4 --batch 1 \
     --prompt 1024 --new 32 --groups none --repeat 2 --variant "l2@$L" > "$out/ablation_kimi.jsonl" 2> "$out/ablation_kimi.err"
   echo "== ablation kimi rc=$?"; cut -c1-260 "$out/ablation_kimi.jsonl"; grep -i "error" "$out/ablation_kimi.err" | tail -3
+  # KDA's factored diagonal blocks (KDA_DIAG_SPAN, new, off by default): per kernel against the
+  # row loop, fla beside them; then the strict chunked conformance with it on.
+  timeout 150 python3 scripts/bench_delta_chunk.py --kinds kda --shapes 1x16384 --no-torch \
+    --no-variants --breakdown --variant "span16@$D:KDA_DIAG_SPAN=16.0" --variant "span30@$D:KDA_DIAG_SPAN=30.0" \
+    > "$out/bench_delta_chunk_kda.csv" 2> "$out/bench_delta_chunk_kda.err"
+  echo "== bench_delta_chunk kda rc=$?"; grep -v "Warn\|warn\|^# hwinfer\|at::native\|anonymous\|Memcpy" \
+    "$out/bench_delta_chunk_kda.err" | grep "triton\|fla\|_kernel\|^kda" | cut -c1-150 | head -30
+  timeout 90 python3 -c "import sys, pytest, $D as t; t.KDA_DIAG_SPAN = 16.0; \
+sys.exit(pytest.main(['tests/conformance', '--backend', 'nvidia', '--strict', '-q', \
+'-p', 'no:cacheprovider', '-k', 'test_impl_matches_reference and triton and kda_chunked']))" \
+    > "$out/conformance_span.txt" 2>&1
+  grep -E "passed|failed|FAILED" "$out/conformance_span.txt" | tail -4
   # Kimi-K3's slow prefill (2,814 tok/s b=1 in s17): the kernels of one 1 x 1,024 step.
   timeout 200 python3 scripts/bench_model.py --preset kimi-k3 --layers 4 --batch 1 --prompt 1024 --new 8 \
     --no-eager --no-hf --profile --profile-prompt 1024 --csv "$out/model.csv" > "$out/bench_model_k3.txt" 2>&1

@@ -7,7 +7,8 @@ above; strong decay below) and the WY stage both in key-channel blocks (``block_
 default; as two kernels, ``WY_SPLIT``, and as one), and the WY stage whole (``block_k=0``), the output stage in key-channel blocks (``block_k_out``),
 the output stage's bf16 products (``dots="bf16"``), the split bf16 products of the state stage
 (``STATE_DOTS``) and of GDN's q S0 (``OUT_QS``), GDN's diagonal blocks solved together or one by
-one (``GDN_SOLVE``), GDN's k k^T from the raw keys (``GDN_RAW_K``). Checked
+one (``GDN_SOLVE``), GDN's k k^T from the raw keys (``GDN_RAW_K``), KDA's factored diagonal
+blocks (``KDA_DIAG_SPAN``). Checked
 against the token-loop
 reference and the fused recurrent Triton kernel. ``TRITON_INTERPRET`` is read when a kernel is decorated: a fresh interpreter process.
 """
@@ -79,6 +80,18 @@ for g in (-0.02 * torch.rand(B, T, H, D), -torch.rand(B, T, H, D), -100 * torch.
     for wy in WYS:
         o1, s1 = split(tc.gdn_chunked, wy)(q, k, v, g[..., 0], beta, s0)
         assert rel(o1, o2) < 2e-6 and rel(s1, s2) < 2e-6, ("gdn", wy, rel(o1, o2), rel(s1, s2))
+    # KDA_DIAG_SPAN: tiles whose decay stays within e^{+-16} take the factored diagonal blocks
+    # (weak and ordinary decay here: not bit-equal to the row loop, so that path ran), the
+    # strong-decay tiles the row loop; within the same bound of the token loop either way.
+    loop, _ = tc.kda_chunked(q, k, v, g, beta, s0)
+    tc.KDA_DIAG_SPAN = 16.0
+    try:
+        of, sf = tc.kda_chunked(q, k, v, g, beta, s0)
+    finally:
+        tc.KDA_DIAG_SPAN = 0.0
+    ok_, sk_ = ref.kda_recurrent(q, k, v, g, beta, s0)
+    assert rel(of, ok_) < 2e-6 and rel(sf, sk_) < 2e-6, ("span", rel(of, ok_), rel(sf, sk_))
+    assert torch.equal(loop, of) == bool(g.min() < -50), "the factored form ran where it should not"
 # dots="bf16": the output stage's operands rounded to bf16 (emulated in fp32 here); the state
 # recurrence untouched, the output moved by bf16 rounding only.
 o1, s1 = tc.gdn_chunked(q, k, v, g[..., 0], beta, s0, dots="bf16")
