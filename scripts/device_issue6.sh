@@ -85,6 +85,8 @@
 #   bash scripts/device_issue6.sh s17lane   # bash ci/lane.sh nvidia-sm90, quick benchmarks,
 #                                         # rows into $OUT/results
 #   bash scripts/device_issue6.sh s18a      # the decode GEMVs' L2 prefetch: Qwen3.5 steps, card tests
+#   bash scripts/device_issue6.sh s18b      # the prefetch in Kimi-Linear's step, KDA's factored diagonal
+#   bash scripts/device_issue6.sh s18c      # Kimi-K3's prefill profile, Gemma 4 prefill with graphs
 #   bash scripts/device_issue6.sh s17b      # strict suites of the new ops, Triton varlen attention
 #                                         # vs SDPA, Qwen3.5 with prefill graphs
 #   bash scripts/device_issue6.sh s17c      # Kimi-K3 and Kimi-Linear steps
@@ -813,8 +815,7 @@ elif [ "$phase" = s18a ]; then
   grep -E "^FAILED|passed|failed" "$out/tests_l2.txt" | cut -c1-300 | tail -8
 elif [ "$phase" = s18b ]; then
   # s18a's prefetch in Kimi-Linear's decode step (4 real-size layers, b=1; its MoE experts do
-  # not prefetch, its dense and attention projections do), KDA's factored diagonal blocks,
-  # Kimi-K3's prefill profile, Gemma 4's prefill with graphs.
+  # not prefetch, its dense and attention projections do), KDA's factored diagonal blocks.
   L=hwinfer.kernels.triton.l2:ENABLED=True
   timeout 200 python3 scripts/bench_ablation.py --preset kimi-linear-48b-a3b --layers 4 --batch 1 \
     --prompt 1024 --new 32 --groups none --repeat 2 --variant "l2@$L" > "$out/ablation_kimi.jsonl" 2> "$out/ablation_kimi.err"
@@ -831,6 +832,7 @@ sys.exit(pytest.main(['tests/conformance', '--backend', 'nvidia', '--strict', '-
 '-p', 'no:cacheprovider', '-k', 'test_impl_matches_reference and triton and kda_chunked']))" \
     > "$out/conformance_span.txt" 2>&1
   grep -E "passed|failed|FAILED" "$out/conformance_span.txt" | tail -4
+elif [ "$phase" = s18c ]; then
   # Kimi-K3's slow prefill (2,814 tok/s b=1 in s17): the kernels of one 1 x 1,024 step.
   timeout 200 python3 scripts/bench_model.py --preset kimi-k3 --layers 4 --batch 1 --prompt 1024 --new 8 \
     --no-eager --no-hf --profile --profile-prompt 1024 --csv "$out/model.csv" > "$out/bench_model_k3.txt" 2>&1
