@@ -799,7 +799,7 @@ elif [ "$phase" = s17a ]; then
 elif [ "$phase" = s18a ]; then
   # The L2 prefetch of the next product's weights from the decode GEMVs (new, off by default):
   # Qwen3.5-0.8B b=1 decode steps with it (distance 1 / 2, per-line / bulk, the GEMVs' own loads
-  # marked evict-first or not) against the default, three paired rounds; then the Qwen3.5,
+  # marked evict-first or not) against the default, two paired rounds; then the Qwen3.5,
   # graph and prefill-graph tests on the card with it on (tokens equal eager).
   L=hwinfer.kernels.triton.l2:ENABLED=True
   timeout 330 python3 scripts/bench_ablation.py --batch 1 --prompt 1024 --new 32 --groups none \
