@@ -831,6 +831,20 @@ sys.exit(pytest.main(['tests/conformance', '--backend', 'nvidia', '--strict', '-
 '-p', 'no:cacheprovider', '-k', 'test_impl_matches_reference and triton and kda_chunked']))" \
     > "$out/conformance_span.txt" 2>&1
   grep -E "passed|failed|FAILED" "$out/conformance_span.txt" | tail -4
+elif [ "$phase" = s18k ]; then
+  # s18b's KDA part alone (the device time left after s18a): the factored diagonal blocks
+  # against the row loop, per kernel, no fla; then the strict KDA conformance with it on.
+  timeout 200 python3 scripts/bench_delta_chunk.py --kinds kda --shapes 1x16384 --no-torch --no-fla \
+    --no-variants --breakdown --variant "span16@$D:KDA_DIAG_SPAN=16.0" \
+    > "$out/bench_delta_chunk_kda.csv" 2> "$out/bench_delta_chunk_kda.err"
+  echo "== bench_delta_chunk kda rc=$?"; grep -v "Warn\|warn\|^# hwinfer\|at::native\|anonymous\|Memcpy" \
+    "$out/bench_delta_chunk_kda.err" | grep "triton\|_kernel\|^kda" | cut -c1-150 | head -24
+  cat "$out/bench_delta_chunk_kda.csv"
+  timeout 80 python3 -c "import sys, pytest, $D as t; t.KDA_DIAG_SPAN = 16.0; \
+sys.exit(pytest.main(['tests/conformance', '--backend', 'nvidia', '--strict', '-q', \
+'-p', 'no:cacheprovider', '-k', 'test_impl_matches_reference and triton and kda_chunked']))" \
+    > "$out/conformance_span.txt" 2>&1
+  grep -E "passed|failed|FAILED" "$out/conformance_span.txt" | tail -4
 elif [ "$phase" = s18c ]; then
   # Kimi-K3's slow prefill (2,814 tok/s b=1 in s17): the kernels of one 1 x 1,024 step.
   timeout 200 python3 scripts/bench_model.py --preset kimi-k3 --layers 4 --batch 1 --prompt 1024 --new 8 \
