@@ -34,7 +34,6 @@ import torch
 
 from hwinfer.engine.pool import CachePool
 from hwinfer.engine.request import Request
-from hwinfer.kernels import weight_order
 from hwinfer.runtime.batch import ForwardBatch
 
 log = logging.getLogger("hwinfer.engine")
@@ -62,14 +61,9 @@ def capture(forward, mempool, what: str):
     previous = torch.cuda.get_sync_debug_mode()
     try:
         with torch.cuda.stream(stream):
-            # The first run also records the order of the step's weight products, which the
-            # second run (compiling the variants) and the capture hand to the decode GEMVs for
-            # their L2 prefetch (kernels/weight_order.py).
-            with weight_order.recording() as order:
-                forward()
+            forward()
             torch.cuda.set_sync_debug_mode("error")
-            with weight_order.applied(order):
-                forward()
+            forward()
     except RuntimeError as err:
         raise NotCapturable(f"the {what} syncs with or reads the host ({err}) at {_where(err)}") from err
     finally:
@@ -77,7 +71,7 @@ def capture(forward, mempool, what: str):
         torch.cuda.current_stream().wait_stream(stream)
     graph = torch.cuda.CUDAGraph()
     try:
-        with torch.cuda.graph(graph, pool=mempool), weight_order.applied(order):
+        with torch.cuda.graph(graph, pool=mempool):
             out = forward()
     except RuntimeError as err:
         raise NotCapturable(f"capturing the {what} failed ({err})") from err

@@ -67,8 +67,7 @@ def compile_spec(spec: AotSpec, target: str) -> dict[str, Any]:
     blob = compiled.asm[binary]
     meta = compiled.metadata
     return {"binary": binary, "bytes": len(blob), "shared": getattr(meta, "shared", None),
-            "num_warps": getattr(meta, "num_warps", None), "magic": bytes(blob[:4]),
-            "ptx": compiled.asm.get("ptx")}
+            "num_warps": getattr(meta, "num_warps", None), "magic": bytes(blob[:4])}
 
 
 def main(targets: list[str]) -> int:

@@ -34,8 +34,7 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
-from hwinfer.kernels.triton import INTERPRET, l2, num_sms
-from hwinfer.kernels.triton.l2 import l2_prefetch
+from hwinfer.kernels.triton import INTERPRET, num_sms
 from hwinfer.kernels.triton.pdl import pdl_enter, pdl_ok
 
 MAX_ROWS = 4          # decode batches up to this many rows; larger M is a GEMM (vendor BLAS)
@@ -117,23 +116,20 @@ def _rows_dot_store(w, x_ptr, b_ptr, y_ptr, rn, rk, M, N, K, stride_xm, stride_y
 
 
 @triton.jit
-def _gemv_rows_kernel(x_ptr, w_ptr, b_ptr, y_ptr, pf_ptr, pf_bytes, M, N, K, stride_xm, stride_wn,
-                      stride_ym, TILES, BLOCK_N: tl.constexpr, KP: tl.constexpr,
-                      MAX_M: tl.constexpr, HAS_BIAS: tl.constexpr, PDL: tl.constexpr,
-                      PERSIST: tl.constexpr, PF: tl.constexpr, EVICT: tl.constexpr):
+def _gemv_rows_kernel(x_ptr, w_ptr, b_ptr, y_ptr, M, N, K, stride_xm, stride_wn, stride_ym, TILES,
+                      BLOCK_N: tl.constexpr, KP: tl.constexpr, MAX_M: tl.constexpr,
+                      HAS_BIAS: tl.constexpr, PDL: tl.constexpr, PERSIST: tl.constexpr):
     # Each program holds BLOCK_N whole rows of W ([BLOCK_N, KP] in registers, KP = K rounded up
     # to a power of two). With PDL the loads of W (never written by the step) are issued before
     # waiting on the previous kernel, so they stream while it finishes; x is read after.
     # PERSIST: fewer programs than the TILES row tiles (one wave); program p takes tiles p,
     # p + P, ... and issues the next tile's loads before reducing the current one.
-    # PF: then its share of the next product's weights into L2 (:mod:`.l2`).
     pid = tl.program_id(0)
     rn = pid * BLOCK_N + tl.arange(0, BLOCK_N)
     rk = tl.arange(0, KP)
     kmask = rk < K
     w = tl.load(w_ptr + rn.to(tl.int64)[:, None] * stride_wn + rk[None, :],
-                mask=(rn < N)[:, None] & kmask[None, :], other=0.0, eviction_policy=EVICT)
-    l2_prefetch(pf_ptr, pf_bytes, PF)
+                mask=(rn < N)[:, None] & kmask[None, :], other=0.0)
     pdl_enter(PDL)
     if PERSIST:
         progs = tl.num_programs(0)
@@ -192,13 +188,11 @@ def gemv_rows(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None =
     tiles = triton.cdiv(n, block_n)
     per_sm = PERSIST_PER_SM if per_sm is None else per_sm
     grid = min(tiles, per_sm * num_sms(x.device, 4)) if per_sm > 0 else tiles
-    pf, pf_bytes, pf_on = l2.target(weight)
     _gemv_rows_kernel[(grid,)](
-        x2, weight, bias if bias is not None else y, y, pf, pf_bytes, m, n, k, x2.stride(0),
-        weight.stride(0), y.stride(0), tiles, BLOCK_N=block_n,
-        KP=triton.next_power_of_2(max(k, 16)), MAX_M=MAX_ROWS, HAS_BIAS=bias is not None,
-        PDL=pdl, PERSIST=grid < tiles, PF=pf_on, EVICT=l2.WEIGHT_EVICT, num_warps=num_warps,
-        **extra)
+        x2, weight, bias if bias is not None else y, y, m, n, k, x2.stride(0), weight.stride(0),
+        y.stride(0), tiles, BLOCK_N=block_n, KP=triton.next_power_of_2(max(k, 16)),
+        MAX_M=MAX_ROWS, HAS_BIAS=bias is not None, PDL=pdl, PERSIST=grid < tiles,
+        num_warps=num_warps, **extra)
     return y.reshape(*x.shape[:-1], n)
 
 
@@ -373,20 +367,16 @@ def _aot_specs():
                                        "UPCAST": False},
                                  {"num_warps": 4, "num_stages": 3}))
         rows = {"x_ptr": f"*{dtype}", "w_ptr": f"*{dtype}", "b_ptr": f"*{dtype}", "y_ptr": f"*{dtype}",
-                "pf_ptr": f"*{dtype}", "pf_bytes": "i32", "M": "i32", "N": "i32", "K": "i32", "stride_xm": "i32", "stride_wn": "i32",
+                "M": "i32", "N": "i32", "K": "i32", "stride_xm": "i32", "stride_wn": "i32",
                 "stride_ym": "i32", "TILES": "i32", "BLOCK_N": "constexpr", "KP": "constexpr",
                 "MAX_M": "constexpr", "HAS_BIAS": "constexpr", "PDL": "constexpr",
-                "PERSIST": "constexpr", "PF": "constexpr", "EVICT": "constexpr"}
-        # PDL and the L2 prefetch (PF, inline PTX): NVIDIA sm_90+ only.
-        for k, pdl, persist, pf in ((1024, False, False, False), (1024, True, False, False),
-                                    (4096, True, False, False), (1024, True, True, False),
-                                    (1024, True, False, 1), (1024, True, False, 2)):
-            name = (f"gemv_rows[{dtype},K{k}{',pdl' if pdl else ''}{',persist' if persist else ''}"
-                    f"{('', ',l2', ',l2bulk')[pf]}]")
+                "PERSIST": "constexpr"}
+        for k, pdl, persist in ((1024, False, False), (1024, True, False), (4096, True, False),
+                                (1024, True, True)):   # PDL: sm_90+ only
+            name = f"gemv_rows[{dtype},K{k}{',pdl' if pdl else ''}{',persist' if persist else ''}]"
             specs.append(AotSpec(name, _gemv_rows_kernel, rows,
                                  {"BLOCK_N": rows_block_n(1 << 20, k), "KP": k, "MAX_M": MAX_ROWS,
-                                  "HAS_BIAS": False, "PDL": pdl, "PERSIST": persist, "PF": pf,
-                                  "EVICT": "evict_first" if pf else ""},
+                                  "HAS_BIAS": False, "PDL": pdl, "PERSIST": persist},
                                  {"num_warps": 8}, ("sm_90", "sm_100") if pdl else None))
         sig = {"ws_ptr": "*fp32", "b_ptr": f"*{dtype}", "y_ptr": f"*{dtype}", "M": "i32", "N": "i32",
                "stride_ym": "i32", "SPLIT": "i32", "BLOCK": "constexpr", "HAS_BIAS": "constexpr"}

@@ -23,11 +23,10 @@ import torch
 import triton
 import triton.language as tl
 
-from hwinfer.kernels.triton import INTERPRET, l2
+from hwinfer.kernels.triton import INTERPRET
 from hwinfer.kernels.triton.activation import gated_act
 from hwinfer.kernels.triton.conv import causal_conv1d, store_conv_state
 from hwinfer.kernels.triton.gemv import MAX_ROWS, linear, rows_block_n, settled
-from hwinfer.kernels.triton.l2 import l2_prefetch
 from hwinfer.kernels.triton.norm import add_rms_norm, rms_norm_gated
 from hwinfer.kernels.triton.pdl import pdl_enter, pdl_ok
 from hwinfer.ops.dense import (check_norm_linear_conv, compose_add_rms_norm_linear,
@@ -46,12 +45,11 @@ TILING: dict[str, tuple[int, int]] = {"norm": (32 << 10, 8), "gated": (32 << 10,
 
 @triton.jit
 def _add_norm_gemv_kernel(x_ptr, r_ptr, nw_ptr, w_ptr, y_ptr, s_ptr, cw_ptr, cs_ptr, slot_ptr,
-                          pf_ptr, pf_bytes, M, N, K, C, stride_xm, stride_rm, stride_wn, stride_ym, stride_sm,
+                          M, N, K, C, stride_xm, stride_rm, stride_wn, stride_ym, stride_sm,
                           stride_cwc, stride_cwk, stride_csn, stride_csc, stride_csk, eps, offset,
                           BLOCK_N: tl.constexpr, KP: tl.constexpr, MAX_M: tl.constexpr,
                           HAS_NORM_W: tl.constexpr, GATED: tl.constexpr, SILU: tl.constexpr,
-                          CONV: tl.constexpr, CW: tl.constexpr, PDL: tl.constexpr,
-                          PF: tl.constexpr, EVICT: tl.constexpr):
+                          CONV: tl.constexpr, CW: tl.constexpr, PDL: tl.constexpr):
     # The whole-row GEMV with add_rms_norm as its prologue (every program recomputes the norm of
     # the few rows of x: K values each, cheaper than a kernel boundary) and, GATED, gated_act as
     # its epilogue: output column n takes gate row n and up row n + N of W. The roundings follow
@@ -66,9 +64,9 @@ def _add_norm_gemv_kernel(x_ptr, r_ptr, nw_ptr, w_ptr, y_ptr, s_ptr, cw_ptr, cs_
     kmask = rk < K
     wmask = nmask[:, None] & kmask[None, :]
     rows = w_ptr + rn.to(tl.int64)[:, None] * stride_wn + rk[None, :]
-    w = tl.load(rows, mask=wmask, other=0.0, eviction_policy=EVICT)
+    w = tl.load(rows, mask=wmask, other=0.0)
     if GATED:
-        wu = tl.load(rows + N * stride_wn, mask=wmask, other=0.0, eviction_policy=EVICT)
+        wu = tl.load(rows + N * stride_wn, mask=wmask, other=0.0)
     if CONV:
         cmask = rn < C
         mr = tl.arange(0, MAX_M)
@@ -94,7 +92,6 @@ def _add_norm_gemv_kernel(x_ptr, r_ptr, nw_ptr, w_ptr, y_ptr, s_ptr, cw_ptr, cs_
         if CW >= 4:
             p0 = tl.load(sbase + (CW - 4) * stride_csk, mask=smask, other=0.0).to(tl.float32)
             c0 = tl.load(cwp + (CW - 4) * stride_cwk, mask=cmask, other=0.0).to(tl.float32)
-    l2_prefetch(pf_ptr, pf_bytes, PF)   # the next product's weights into L2 (.l2)
     pdl_enter(PDL)
     if HAS_NORM_W:
         nw = tl.load(nw_ptr + rk, mask=kmask, other=0.0).to(tl.float32) + offset
@@ -182,17 +179,15 @@ def _launch_add_norm_gemv(x2, r2, norm_weight, weight, eps, weight_offset, activ
     tile, warps = TILING["conv" if conv is not None else "gated" if activation else "norm"]
     block_n = max(1, rows_block_n(n, k, tile) // (2 if activation else 1))
     pdl = pdl_ok(x2.device) and settled(weight)
-    pf, pf_bytes, pf_on = l2.target(weight)
     _add_norm_gemv_kernel[(triton.cdiv(n, block_n),)](
         x2, r2, norm_weight if norm_weight is not None else x2, weight, y, s, cw, pool, slots,
-        pf, pf_bytes, m, n, k, pool.shape[1] if conv is not None else 0, x2.stride(0), r2.stride(0),
+        m, n, k, pool.shape[1] if conv is not None else 0, x2.stride(0), r2.stride(0),
         weight.stride(0), y.stride(0), s.stride(0), cw.stride(0), cw.stride(1), pool.stride(0),
         pool.stride(1), pool.stride(2), eps, weight_offset,
         BLOCK_N=block_n, KP=triton.next_power_of_2(max(k, 16)), MAX_M=MAX_ROWS,
         HAS_NORM_W=norm_weight is not None, GATED=activation is not None,
         SILU=activation == "silu", CONV=conv is not None,
-        CW=cw.shape[1] if conv is not None else 1, PDL=pdl, PF=pf_on, EVICT=l2.WEIGHT_EVICT,
-        num_warps=warps,
+        CW=cw.shape[1] if conv is not None else 1, PDL=pdl, num_warps=warps,
         **({"launch_pdl": True} if pdl else {}))
     return y, s
 
@@ -224,11 +219,11 @@ def add_rms_norm_linear_conv(x: torch.Tensor, residual: torch.Tensor, norm_weigh
 
 
 @triton.jit
-def _gated_norm_gemv_kernel(x_ptr, z_ptr, nw_ptr, w_ptr, y_ptr, pf_ptr, pf_bytes, M, N, H, D,
-                            stride_xt, stride_xh, stride_zt, stride_zh, stride_wn, stride_ym, eps,
+def _gated_norm_gemv_kernel(x_ptr, z_ptr, nw_ptr, w_ptr, y_ptr, M, N, H, D, stride_xt, stride_xh,
+                            stride_zt, stride_zh, stride_wn, stride_ym, eps,
                             BLOCK_N: tl.constexpr, HP: tl.constexpr, DP: tl.constexpr,
                             MAX_M: tl.constexpr, HAS_NORM_W: tl.constexpr, SILU: tl.constexpr,
-                            PDL: tl.constexpr, PF: tl.constexpr, EVICT: tl.constexpr):
+                            PDL: tl.constexpr):
     # The whole-row GEMV with rms_norm_gated as its prologue: row t of x and of the gate as
     # [H, D] tiles, each head normalised over its D channels, gated, rounded to x's dtype, then
     # flattened h * D + d in the order of W's columns.
@@ -238,8 +233,7 @@ def _gated_norm_gemv_kernel(x_ptr, z_ptr, nw_ptr, w_ptr, y_ptr, pf_ptr, pf_bytes
     kmask = (rk // DP < H) & (rk % DP < D)
     nmask = rn < N
     w = tl.load(w_ptr + rn.to(tl.int64)[:, None] * stride_wn + col[None, :],
-                mask=nmask[:, None] & kmask[None, :], other=0.0, eviction_policy=EVICT)
-    l2_prefetch(pf_ptr, pf_bytes, PF)   # the next product's weights into L2 (.l2)
+                mask=nmask[:, None] & kmask[None, :], other=0.0)
     pdl_enter(PDL)
     hh = tl.arange(0, HP)[:, None]
     dd = tl.arange(0, DP)[None, :]
@@ -293,13 +287,11 @@ def rms_norm_gated_linear(x: torch.Tensor, gate: torch.Tensor, norm_weight: torc
     tile, warps = TILING["gated_norm"]
     block_n = rows_block_n(n, hp * dp, tile)
     pdl = pdl_ok(x.device) and settled(weight)
-    pf, pf_bytes, pf_on = l2.target(weight)
     _gated_norm_gemv_kernel[(triton.cdiv(n, block_n),)](
-        x, gate, norm_weight if norm_weight is not None else x, weight, y, pf, pf_bytes, t, n,
-        heads, d,
+        x, gate, norm_weight if norm_weight is not None else x, weight, y, t, n, heads, d,
         x.stride(0), x.stride(1), gate.stride(0), gate.stride(1), weight.stride(0), y.stride(0), eps,
         BLOCK_N=block_n, HP=hp, DP=dp, MAX_M=MAX_ROWS, HAS_NORM_W=norm_weight is not None,
-        SILU=activation == "silu", PDL=pdl, PF=pf_on, EVICT=l2.WEIGHT_EVICT, num_warps=warps,
+        SILU=activation == "silu", PDL=pdl, num_warps=warps,
         **({"launch_pdl": True} if pdl else {}))
     return y
 
@@ -315,39 +307,31 @@ def _aot_specs():
                  "stride_sm": "i32", "eps": "fp32", "offset": "fp32", "BLOCK_N": "constexpr",
                  "KP": "constexpr", "MAX_M": "constexpr", "HAS_NORM_W": "constexpr",
                  "GATED": "constexpr", "SILU": "constexpr", "CONV": "constexpr", "CW": "constexpr",
-                 "PDL": "constexpr", "PF": "constexpr", "EVICT": "constexpr", "pf_ptr": f"*{dtype}", "pf_bytes": "i32",
-                 "cw_ptr": f"*{dtype}", "cs_ptr": f"*{dtype}", "slot_ptr": "*i64",
+                 "PDL": "constexpr", "cw_ptr": f"*{dtype}", "cs_ptr": f"*{dtype}", "slot_ptr": "*i64",
                  "C": "i32", **{f"stride_{n}": "i32" for n in ("cwc", "cwk", "csn", "csc", "csk")}}
         # Qwen3.5's MLP (K 1024, gated) and its GDN input projection with the conv epilogue.
         # As specs (M a runtime value, no alignment hints) the conv form compiles to 110
         # registers a thread on sm_90; the JIT's batch-1 specialisation (M = 1, aligned
         # pointers) to 54, as the card reported (scripts/kernel_regs.py, docs/kernels.md).
-        # PF: the L2 prefetch (inline PTX, NVIDIA only, with PDL).
-        for kind, pdl, pf in (("gated", False, False), ("gated", True, False), ("plain", True, False),
-                              ("conv", False, False), ("conv", True, False), ("conv", True, 1),
-                              ("gated", True, 1), ("gated", True, 2)):
-            specs.append(AotSpec(f"add_norm_gemv[{dtype},{kind}{',pdl' if pdl else ''}"
-                                 f"{('', ',l2', ',l2bulk')[pf]}]",
+        for kind, pdl in (("gated", False), ("gated", True), ("plain", True), ("conv", False),
+                          ("conv", True)):
+            specs.append(AotSpec(f"add_norm_gemv[{dtype},{kind}{',pdl' if pdl else ''}]",
                                  _add_norm_gemv_kernel, fused,
                                  {"BLOCK_N": 8, "KP": 1024,
                                   "MAX_M": MAX_ROWS, "HAS_NORM_W": True, "GATED": kind == "gated",
-                                  "SILU": True, "CONV": kind == "conv", "CW": 4, "PDL": pdl, "PF": pf,
-                                  "EVICT": "evict_first" if pf else ""},
+                                  "SILU": True, "CONV": kind == "conv", "CW": 4, "PDL": pdl},
                                  {"num_warps": 8}, ("sm_90", "sm_100") if pdl else None))
         gated = {"x_ptr": f"*{dtype}", "z_ptr": f"*{dtype}", "nw_ptr": "*fp32", "w_ptr": f"*{dtype}",
-                 "y_ptr": f"*{dtype}", "pf_ptr": f"*{dtype}", "pf_bytes": "i32", "M": "i32", "N": "i32", "H": "i32", "D": "i32",
+                 "y_ptr": f"*{dtype}", "M": "i32", "N": "i32", "H": "i32", "D": "i32",
                  "stride_xt": "i32", "stride_xh": "i32", "stride_zt": "i32", "stride_zh": "i32",
                  "stride_wn": "i32", "stride_ym": "i32", "eps": "fp32", "BLOCK_N": "constexpr",
                  "HP": "constexpr", "DP": "constexpr", "MAX_M": "constexpr",
-                 "HAS_NORM_W": "constexpr", "SILU": "constexpr", "PDL": "constexpr",
-                 "PF": "constexpr", "EVICT": "constexpr"}
-        for pdl, pf in ((False, 0), (True, 0), (True, 1)):   # Qwen3.5's GDN output: 16 x 128
-            specs.append(AotSpec(f"gated_norm_gemv[{dtype},16x128{',pdl' if pdl else ''}"
-                                 f"{('', ',l2', ',l2bulk')[pf]}]",
+                 "HAS_NORM_W": "constexpr", "SILU": "constexpr", "PDL": "constexpr"}
+        for pdl in (False, True):   # Qwen3.5's GDN output: 16 heads x 128
+            specs.append(AotSpec(f"gated_norm_gemv[{dtype},16x128{',pdl' if pdl else ''}]",
                                  _gated_norm_gemv_kernel, gated,
                                  {"BLOCK_N": 4, "HP": 16, "DP": 128, "MAX_M": MAX_ROWS,
-                                  "HAS_NORM_W": True, "SILU": True, "PDL": pdl, "PF": pf,
-                                  "EVICT": "evict_first" if pf else ""},
+                                  "HAS_NORM_W": True, "SILU": True, "PDL": pdl},
                                  {"num_warps": 8}, ("sm_90", "sm_100") if pdl else None))
     return specs
 
