@@ -84,8 +84,9 @@
 #                                         # run in the sm_90 lane: s17lane)
 #   bash scripts/device_issue6.sh s17lane   # bash ci/lane.sh nvidia-sm90, quick benchmarks,
 #                                         # rows into $OUT/results
-#   bash scripts/device_issue6.sh s18a      # the decode GEMVs' L2 prefetch: Qwen3.5 steps, card tests
-#   bash scripts/device_issue6.sh s18b      # the prefetch in Kimi-Linear's step, KDA's factored diagonal
+#   bash scripts/device_issue6.sh s18a      # (ran at 37654c6, code removed) the decode GEMVs' L2 prefetch
+#   bash scripts/device_issue6.sh s18k      # KDA's factored diagonal blocks against the row loop, strict
+#   bash scripts/device_issue6.sh s18b      # the same with fla beside and a span of 30
 #   bash scripts/device_issue6.sh s18c      # Kimi-K3's prefill profile, Gemma 4 prefill with graphs
 #   bash scripts/device_issue6.sh s17b      # strict suites of the new ops, Triton varlen attention
 #                                         # vs SDPA, Qwen3.5 with prefill graphs
@@ -172,6 +173,14 @@ kda_forms() {  # KDA per kernel (no fla), its WY kernel at 8 warps beside the de
     > "$out/bench_delta_chunk_kda.csv" 2> "$out/bench_delta_chunk_kda.err"
   echo "== bench_delta_chunk kda rc=$?"; grep "triton\|_kernel" "$out/bench_delta_chunk_kda.err" \
     | grep -v "Warn\|warn" | cut -c1-150 | head -24
+}
+
+span_strict() {  # strict KDA chunked conformance with the factored diagonal blocks on, within $1 s
+  timeout "$1" python3 -c "import sys, pytest, $D as t; t.KDA_DIAG_SPAN = 16.0; \
+sys.exit(pytest.main(['tests/conformance', '--backend', 'nvidia', '--strict', '-q', \
+'-p', 'no:cacheprovider', '-k', 'test_impl_matches_reference and triton and kda_chunked']))" \
+    > "$out/conformance_span.txt" 2>&1
+  grep -E "passed|failed|FAILED" "$out/conformance_span.txt" | tail -4
 }
 
 strict_forms() {  # strict chunked conformance with GDN's old WY forms (x1 solve, normalised keys)
@@ -797,6 +806,7 @@ elif [ "$phase" = s17a ]; then
   timeout 60 python3 scripts/find_syncs.py kimi_k3 > "$out/syncs_decode_k3.txt" 2>&1
   echo "== find_syncs kimi_k3 (decode) rc=$?"; grep -v "Warn\|warn" "$out/syncs_decode_k3.txt" | cut -c1-260 | head -12
 elif [ "$phase" = s18a ]; then
+  # (Ran at 37654c6; the prefetch code it toggles was removed after, so it fails on later trees.)
   # The L2 prefetch of the next product's weights from the decode GEMVs (new, off by default):
   # Qwen3.5-0.8B b=1 decode steps with it (distance 1 / 2, per-line / bulk, the GEMVs' own loads
   # marked evict-first or not) against the default, two paired rounds; then the Qwen3.5,
@@ -813,12 +823,6 @@ elif [ "$phase" = s18a ]; then
     --tb=short > "$out/tests_l2.txt" 2>&1
   grep -E "^FAILED|passed|failed" "$out/tests_l2.txt" | cut -c1-300 | tail -8
 elif [ "$phase" = s18b ]; then
-  # s18a's prefetch in Kimi-Linear's decode step (4 real-size layers, b=1; its MoE experts do
-  # not prefetch, its dense and attention projections do), KDA's factored diagonal blocks.
-  L=hwinfer.kernels.triton.l2:ENABLED=True
-  timeout 200 python3 scripts/bench_ablation.py --preset kimi-linear-48b-a3b --layers 4 --batch 1 \
-    --prompt 1024 --new 32 --groups none --repeat 2 --variant "l2@$L" > "$out/ablation_kimi.jsonl" 2> "$out/ablation_kimi.err"
-  echo "== ablation kimi rc=$?"; cut -c1-260 "$out/ablation_kimi.jsonl"; grep -i "error" "$out/ablation_kimi.err" | tail -3
   # KDA's factored diagonal blocks (KDA_DIAG_SPAN, new, off by default): per kernel against the
   # row loop, fla beside them; then the strict chunked conformance with it on.
   timeout 150 python3 scripts/bench_delta_chunk.py --kinds kda --shapes 1x16384 --no-torch \
@@ -826,11 +830,7 @@ elif [ "$phase" = s18b ]; then
     > "$out/bench_delta_chunk_kda.csv" 2> "$out/bench_delta_chunk_kda.err"
   echo "== bench_delta_chunk kda rc=$?"; grep -v "Warn\|warn\|^# hwinfer\|at::native\|anonymous\|Memcpy" \
     "$out/bench_delta_chunk_kda.err" | grep "triton\|fla\|_kernel\|^kda" | cut -c1-150 | head -30
-  timeout 90 python3 -c "import sys, pytest, $D as t; t.KDA_DIAG_SPAN = 16.0; \
-sys.exit(pytest.main(['tests/conformance', '--backend', 'nvidia', '--strict', '-q', \
-'-p', 'no:cacheprovider', '-k', 'test_impl_matches_reference and triton and kda_chunked']))" \
-    > "$out/conformance_span.txt" 2>&1
-  grep -E "passed|failed|FAILED" "$out/conformance_span.txt" | tail -4
+  span_strict 90
 elif [ "$phase" = s18k ]; then
   # s18b's KDA part alone (the device time left after s18a): the factored diagonal blocks
   # against the row loop, per kernel, no fla; then the strict KDA conformance with it on.
@@ -840,11 +840,7 @@ elif [ "$phase" = s18k ]; then
   echo "== bench_delta_chunk kda rc=$?"; grep -v "Warn\|warn\|^# hwinfer\|at::native\|anonymous\|Memcpy" \
     "$out/bench_delta_chunk_kda.err" | grep "triton\|_kernel\|^kda" | cut -c1-150 | head -24
   cat "$out/bench_delta_chunk_kda.csv"
-  timeout 80 python3 -c "import sys, pytest, $D as t; t.KDA_DIAG_SPAN = 16.0; \
-sys.exit(pytest.main(['tests/conformance', '--backend', 'nvidia', '--strict', '-q', \
-'-p', 'no:cacheprovider', '-k', 'test_impl_matches_reference and triton and kda_chunked']))" \
-    > "$out/conformance_span.txt" 2>&1
-  grep -E "passed|failed|FAILED" "$out/conformance_span.txt" | tail -4
+  span_strict 80
 elif [ "$phase" = s18c ]; then
   # Kimi-K3's slow prefill (2,814 tok/s b=1 in s17): the kernels of one 1 x 1,024 step.
   timeout 200 python3 scripts/bench_model.py --preset kimi-k3 --layers 4 --batch 1 --prompt 1024 --new 8 \
