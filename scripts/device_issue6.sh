@@ -85,8 +85,7 @@
 #   bash scripts/device_issue6.sh s17lane   # bash ci/lane.sh nvidia-sm90, quick benchmarks,
 #                                         # rows into $OUT/results
 #   bash scripts/device_issue6.sh s18a      # (ran at 37654c6, code removed) the decode GEMVs' L2 prefetch
-#   bash scripts/device_issue6.sh s18k      # KDA's factored diagonal blocks against the row loop, strict
-#   bash scripts/device_issue6.sh s18b      # the same with fla beside and a span of 30
+#   bash scripts/device_issue6.sh s19a      # KDA's diagonal loop fetching a row ahead, strict; s18c
 #   bash scripts/device_issue6.sh s18c      # Kimi-K3's prefill profile, Gemma 4 prefill with graphs
 #   bash scripts/device_issue6.sh s17b      # strict suites of the new ops, Triton varlen attention
 #                                         # vs SDPA, Qwen3.5 with prefill graphs
@@ -175,12 +174,12 @@ kda_forms() {  # KDA per kernel (no fla), its WY kernel at 8 warps beside the de
     | grep -v "Warn\|warn" | cut -c1-150 | head -24
 }
 
-span_strict() {  # strict KDA chunked conformance with the factored diagonal blocks on, within $1 s
-  timeout "$1" python3 -c "import sys, pytest, $D as t; t.KDA_DIAG_SPAN = 16.0; \
+ahead_strict() {  # strict KDA chunked conformance with the diagonal loop's fetch ahead on, within $1 s
+  timeout "$1" python3 -c "import sys, pytest, $D as t; t.DIAG_AHEAD = True; \
 sys.exit(pytest.main(['tests/conformance', '--backend', 'nvidia', '--strict', '-q', \
 '-p', 'no:cacheprovider', '-k', 'test_impl_matches_reference and triton and kda_chunked']))" \
-    > "$out/conformance_span.txt" 2>&1
-  grep -E "passed|failed|FAILED" "$out/conformance_span.txt" | tail -4
+    > "$out/conformance_ahead.txt" 2>&1
+  grep -E "passed|failed|FAILED" "$out/conformance_ahead.txt" | tail -4
 }
 
 strict_forms() {  # strict chunked conformance with GDN's old WY forms (x1 solve, normalised keys)
@@ -822,25 +821,17 @@ elif [ "$phase" = s18a ]; then
     tests/engine/test_prefill_graphs.py -q -p no:cacheprovider -k "qwen or overlap or prefill_graphs" -rf \
     --tb=short > "$out/tests_l2.txt" 2>&1
   grep -E "^FAILED|passed|failed" "$out/tests_l2.txt" | cut -c1-300 | tail -8
-elif [ "$phase" = s18b ]; then
-  # KDA's factored diagonal blocks (KDA_DIAG_SPAN, new, off by default): per kernel against the
-  # row loop, fla beside them; then the strict chunked conformance with it on.
-  timeout 150 python3 scripts/bench_delta_chunk.py --kinds kda --shapes 1x16384 --no-torch \
-    --no-variants --breakdown --variant "span16@$D:KDA_DIAG_SPAN=16.0" --variant "span30@$D:KDA_DIAG_SPAN=30.0" \
-    > "$out/bench_delta_chunk_kda.csv" 2> "$out/bench_delta_chunk_kda.err"
-  echo "== bench_delta_chunk kda rc=$?"; grep -v "Warn\|warn\|^# hwinfer\|at::native\|anonymous\|Memcpy" \
-    "$out/bench_delta_chunk_kda.err" | grep "triton\|fla\|_kernel\|^kda" | cut -c1-150 | head -30
-  span_strict 90
-elif [ "$phase" = s18k ]; then
-  # s18b's KDA part alone (the device time left after s18a): the factored diagonal blocks
-  # against the row loop, per kernel, no fla; then the strict KDA conformance with it on.
+elif [ "$phase" = s19a ]; then
+  # KDA's diagonal row loop fetching row t+1 during row t (DIAG_AHEAD, new, off by default),
+  # at 2 and 4 warps, against the loop; the strict KDA conformance with it on; then s18c.
   timeout 200 python3 scripts/bench_delta_chunk.py --kinds kda --shapes 1x16384 --no-torch --no-fla \
-    --no-variants --breakdown --variant "span16@$D:KDA_DIAG_SPAN=16.0" \
+    --no-variants --breakdown --variant "ahead@$D:DIAG_AHEAD=True" \
+    --variant "ahead4@$D:DIAG_AHEAD=True;$D:DIAG_WARPS=4" \
     > "$out/bench_delta_chunk_kda.csv" 2> "$out/bench_delta_chunk_kda.err"
   echo "== bench_delta_chunk kda rc=$?"; grep -v "Warn\|warn\|^# hwinfer\|at::native\|anonymous\|Memcpy" \
-    "$out/bench_delta_chunk_kda.err" | grep "triton\|_kernel\|^kda" | cut -c1-150 | head -24
-  cat "$out/bench_delta_chunk_kda.csv"
-  span_strict 80
+    "$out/bench_delta_chunk_kda.err" | grep "_kda_diag\|^kda" | cut -c1-150 | head -24
+  ahead_strict 80
+  bash "$0" s18c
 elif [ "$phase" = s18c ]; then
   # Kimi-K3's slow prefill (2,814 tok/s b=1 in s17): the kernels of one 1 x 1,024 step.
   timeout 200 python3 scripts/bench_model.py --preset kimi-k3 --layers 4 --batch 1 --prompt 1024 --new 8 \

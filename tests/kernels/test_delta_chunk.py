@@ -8,7 +8,7 @@ default; as two kernels, ``WY_SPLIT``, and as one), and the WY stage whole (``bl
 the output stage's bf16 products (``dots="bf16"``), the split bf16 products of the state stage
 (``STATE_DOTS``) and of GDN's q S0 (``OUT_QS``), GDN's diagonal blocks solved together or one by
 one (``GDN_SOLVE``), GDN's k k^T from the raw keys (``GDN_RAW_K``), KDA's factored diagonal
-blocks (``KDA_DIAG_SPAN``). Checked
+blocks' row loop fetching a row ahead (``DIAG_AHEAD``). Checked
 against the token-loop
 reference and the fused recurrent Triton kernel. ``TRITON_INTERPRET`` is read when a kernel is decorated: a fresh interpreter process.
 """
@@ -68,6 +68,7 @@ for per_channel in (False, True):
 # the token loop.
 # The channel-blocked WY stage (block_k=16 of D=32: two blocks) the same, KDA and GDN.
 B, T, H, D = 1, 70, 2, 32
+cu_odd = torch.tensor([0, 1, 18, 35], dtype=torch.int32)   # tiles of 1 row, 1 past 16, 1 past 32
 q, k = torch.randn(B, T, H, D), torch.randn(B, T, H, D)
 v, beta = torch.randn(B, T, H, D), torch.rand(B, T, H)
 s0 = torch.randn(1, H, D, D)
@@ -80,18 +81,20 @@ for g in (-0.02 * torch.rand(B, T, H, D), -torch.rand(B, T, H, D), -100 * torch.
     for wy in WYS:
         o1, s1 = split(tc.gdn_chunked, wy)(q, k, v, g[..., 0], beta, s0)
         assert rel(o1, o2) < 2e-6 and rel(s1, s2) < 2e-6, ("gdn", wy, rel(o1, o2), rel(s1, s2))
-    # KDA_DIAG_SPAN: tiles whose decay stays within e^{+-16} take the factored diagonal blocks
-    # (weak and ordinary decay here: not bit-equal to the row loop, so that path ran), the
-    # strong-decay tiles the row loop; within the same bound of the token loop either way.
-    loop, _ = tc.kda_chunked(q, k, v, g, beta, s0)
-    tc.KDA_DIAG_SPAN = 16.0
+    # DIAG_AHEAD: the diagonal blocks' row loop with row t+1 fetched during row t, the same
+    # arithmetic: bit-equal to the plain loop (varlen tiles above; every decay strength here).
+    loop = tc.kda_chunked(q, k, v, g, beta, s0)
+    tc.DIAG_AHEAD = True
     try:
-        of, sf = tc.kda_chunked(q, k, v, g, beta, s0)
+        ahead = tc.kda_chunked(q, k, v, g, beta, s0)
+        ahead_var = tc.kda_chunked(q[:, :T // 2], k[:, :T // 2], v[:, :T // 2], g[:, :T // 2],
+                                   beta[:, :T // 2], s0.repeat(3, 1, 1, 1), cu_seqlens=cu_odd)
     finally:
-        tc.KDA_DIAG_SPAN = 0.0
-    ok_, sk_ = ref.kda_recurrent(q, k, v, g, beta, s0)
-    assert rel(of, ok_) < 2e-6 and rel(sf, sk_) < 2e-6, ("span", rel(of, ok_), rel(sf, sk_))
-    assert torch.equal(loop, of) == bool(g.min() < -50), "the factored form ran where it should not"
+        tc.DIAG_AHEAD = False
+    assert all(torch.equal(a, b) for a, b in zip(loop, ahead)), "AHEAD changed the arithmetic"
+    plain_var = tc.kda_chunked(q[:, :T // 2], k[:, :T // 2], v[:, :T // 2], g[:, :T // 2],
+                               beta[:, :T // 2], s0.repeat(3, 1, 1, 1), cu_seqlens=cu_odd)
+    assert all(torch.equal(a, b) for a, b in zip(plain_var, ahead_var)), "AHEAD, varlen"
 # dots="bf16": the output stage's operands rounded to bf16 (emulated in fp32 here); the state
 # recurrence untouched, the output moved by bf16 rounding only.
 o1, s1 = tc.gdn_chunked(q, k, v, g[..., 0], beta, s0, dots="bf16")

@@ -135,9 +135,8 @@ SPLIT_LAUNCH = {"gdn": (2, 4, 32), "kda": (4, 4, 32)}
 # binary split of the tile (3,408 us with exact fp32 segment sums, 5,628 with 3xTF32, against
 # 1,183) and every pair at once with decays e^{G_t - G_s} (2,042-2,164 us).
 DIAG_WARPS = 2
-# Tiles whose decays span at most e^{+-KDA_DIAG_SPAN} form the diagonal blocks as two products
-# (delta_chunk_wy._kda_diag_kernel's factored form); 0 keeps the row loop for every tile.
-KDA_DIAG_SPAN = 0.0
+# True: the row loop fetches row t+1 while it works row t (``AHEAD`` of _kda_diag_kernel).
+DIAG_AHEAD = False
 
 
 @triton.jit
@@ -488,7 +487,7 @@ def _run(op: str, q, k, v, g, beta, initial_state, scale, use_qk_l2norm, cu_seql
     xd = torch.empty(B * T, Hv, 16, **f32) if per_channel else u  # KDA's diagonal inverses
     if nc and per_channel:
         _kda_diag_kernel[(4 * nc, Hv)](q, k, g, beta, a, xd, chunks, Hk, Hv, qkr, scale,
-                                       L2NORM_EPS, DK=Dk, USE_L2NORM=l2, SPAN=float(KDA_DIAG_SPAN),
+                                       L2NORM_EPS, DK=Dk, USE_L2NORM=l2, AHEAD=bool(DIAG_AHEAD),
                                        num_warps=DIAG_WARPS)
     if nc and not block_k:
         _wy_kernel[(nc, Hv)](q, k, v, g, beta, w, u, a, kg, ge, chunks, xd, Hk, Hv, qkr, vr,
@@ -628,11 +627,11 @@ def _aot_specs():
                 dg = {"q_ptr": ptr, "k_ptr": ptr, "g_ptr": f32, "b_ptr": f32, "a_ptr": f32,
                       "xd_ptr": f32, "tab_ptr": "*i32", "Hk": "i32", "Hv": "i32",
                       "QKR": "i32", "scale": "fp32", "eps": "fp32", "DK": "constexpr",
-                      "USE_L2NORM": "constexpr", "SPAN": "constexpr"}
-                for span in (0.0, 16.0):   # the row loop only; the factored form beside it
-                    specs.append(AotSpec(f"kda_diag[{dtype},{d}{',span' if span else ''}]",
+                      "USE_L2NORM": "constexpr", "AHEAD": "constexpr"}
+                for ahead in (False, True):   # the row loop; with row t+1 fetched during row t
+                    specs.append(AotSpec(f"kda_diag[{dtype},{d}{',ahead' if ahead else ''}]",
                                          _kda_diag_kernel, dg,
-                                         {"DK": d, "USE_L2NORM": True, "SPAN": span}, {"num_warps": 2}))
+                                         {"DK": d, "USE_L2NORM": True, "AHEAD": ahead}, {"num_warps": 2}))
             st = {"kg_ptr": half, "ge_ptr": f32, "w_ptr": half, "u_ptr": f32, "h0_ptr": f32,
                   "hs_ptr": f32, "d_ptr": f32, "ht_ptr": f32, "seq_ptr": "*i32",
                   "slot_ptr": "*i32", "Hv": "i32",

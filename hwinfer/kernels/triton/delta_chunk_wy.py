@@ -266,7 +266,7 @@ def _inv16x4(a0, a1, a2, a3, live):
 
 @triton.jit
 def _kda_diag_kernel(q_ptr, k_ptr, g_ptr, b_ptr, a_ptr, xd_ptr, tab_ptr, Hk, Hv, QKR, scale, eps,
-                     DK: tl.constexpr, USE_L2NORM: tl.constexpr, SPAN: tl.constexpr = 0.0):
+                     DK: tl.constexpr, USE_L2NORM: tl.constexpr, AHEAD: tl.constexpr = False):
     """KDA's diagonal 16 x 16 blocks, one program per (16-row tile, value head): the decayed
     q k^T block (lower), written into Aqk at the tile's columns, and ``(I + beta A)^-1`` with
     ``A`` the decayed k k^T block (strictly lower), written to ``xd`` [tokens, Hv, 16] fp32 for
@@ -275,43 +275,25 @@ def _kda_diag_kernel(q_ptr, k_ptr, g_ptr, b_ptr, a_ptr, xd_ptr, tab_ptr, Hk, Hv,
     Row by row: ``dec[s]`` holds ``e^{g_{s+1} + .. + g_t}`` per channel for the rows s <= t seen
     so far (0 for rows not yet reached), updated by one multiply with ``e^{g_t}`` per row: a
     product of factors <= 1, so no cancellation (unlike ``e^{G_t - G_s}``) and no overflow
-    however strong the decay. Row t's k, q, g are re-read (cache hits): taking them from the
+    however strong the decay. Row t's k, q, g are read in the loop: taking them from the
     loaded tiles by masked reductions was 22% slower on the H200 (KDA 1 x 4k: 2,003 against
     1,647 us). The loop is sequential, so it lives here, in small programs (2 warps) of which
     many run per SM, not in the WY kernel (one 8-warp program per SM, stalled on each row's
     loads). Unrolling the 16 rows (so that every row's loads could be issued early) was 10%
-    slower on the H200 (KDA 1 x 16k: 7,031 against 6,418 us) and was dropped.
+    slower on the H200 (KDA 1 x 16k: 7,031 against 6,418 us) and was dropped. ``AHEAD``: row
+    t+1's loads are issued before row t's arithmetic (the same arithmetic, bit-equal), so a
+    step waits on loads issued one step earlier instead of on its own.
 
-    ``SPAN`` > 0: a tile whose decays stay within e^{-SPAN} .. e^{SPAN} (|D| <= SPAN, D_t = g_1 +
-    .. + g_t the decay from the tile's first row, per channel, summed from the g's) takes the
-    factored form instead, both blocks as one product each: ``(k e^{D}) (k e^{-D})^T`` and ``(q
-    e^{D}) (k e^{-D})^T``, masked, as fla forms its sub-chunk blocks. No exponent exceeds SPAN,
-    so nothing overflows, and each factor's relative error is ~|D| x 6e-8 (the rounding of its
-    exponent): 1e-6 at SPAN 16. Stronger decays keep the row loop. Untimed on a card yet
-    (``KDA_DIAG_SPAN`` in delta_chunk.py, off by default)."""
+    Measured and removed (eighteenth / nineteenth sessions): tiles whose decays stay within
+    e^{+-16} formed as two products, ``(k e^{D}) (k e^{-D})^T`` (1,674 against 1,174 us on an
+    H100 at g ~ -1 a token: 255 registers, 142 spilled, and few tiles qualify)."""
     r0, i_h, i_hk, tok0, live = _tile_program(tab_ptr, Hk, Hv)
     if live > 0:
         r = tl.arange(0, 16)
-        cols = tl.arange(0, DK)
         k = _qk_rows(k_ptr, tok0, live, i_hk, QKR, 1.0, eps, 0, 16, DK, USE_L2NORM)
         b = tl.load(b_ptr + (tok0 + r) * Hv + i_h, mask=r < live, other=0.0).to(tl.float32)
-        if SPAN > 0:
-            g = tl.load(g_ptr + ((tok0 + r) * Hv + i_h)[:, None] * DK + cols[None, :],
-                        mask=(r < live)[:, None] & (r > 0)[:, None], other=0.0).to(tl.float32)
-            d = tl.cumsum(g, axis=0)   # decay from row 0 to row t: g_1 + .. + g_t (rows past live: 0)
-            if tl.max(tl.max(tl.abs(d), axis=1), axis=0) <= SPAN:
-                q = _qk_rows(q_ptr, tok0, live, i_hk, QKR, scale, eps, 0, 16, DK, USE_L2NORM)
-                kn = k * tl.exp(-d)
-                akk = tl.dot(k * tl.exp(d), tl.trans(kn), input_precision="ieee")
-                aqk = tl.dot(q * tl.exp(d), tl.trans(kn), input_precision="ieee")
-                akk = tl.where(r[None, :] < r[:, None], akk, 0.0)
-                aqk = tl.where(r[None, :] <= r[:, None], aqk, 0.0)
-            else:
-                akk, aqk = _diag_rows(q_ptr, k_ptr, g_ptr, k, tok0, live, i_h, i_hk, Hv, QKR, scale,
-                                      eps, DK, USE_L2NORM)
-        else:
-            akk, aqk = _diag_rows(q_ptr, k_ptr, g_ptr, k, tok0, live, i_h, i_hk, Hv, QKR, scale, eps,
-                                  DK, USE_L2NORM)
+        akk, aqk = _diag_rows(q_ptr, k_ptr, g_ptr, k, tok0, live, i_h, i_hk, Hv, QKR, scale, eps,
+                              DK, USE_L2NORM, AHEAD)
         x = _inv16(akk * b[:, None], live)
         out = ((tok0 + r) * Hv + i_h)[:, None]
         tl.store(xd_ptr + out * 16 + r[None, :], x, mask=(r < live)[:, None])
@@ -320,18 +302,33 @@ def _kda_diag_kernel(q_ptr, k_ptr, g_ptr, b_ptr, a_ptr, xd_ptr, tab_ptr, Hk, Hv,
 
 @triton.jit
 def _diag_rows(q_ptr, k_ptr, g_ptr, k, tok0, live, i_h, i_hk, Hv, QKR, scale, eps,
-               DK: tl.constexpr, USE_L2NORM: tl.constexpr):
+               DK: tl.constexpr, USE_L2NORM: tl.constexpr, AHEAD: tl.constexpr):
     """The row loop of ``_kda_diag_kernel``: (akk, aqk) [16, 16] of a tile, k its normalised rows."""
     r = tl.arange(0, 16)
     cols = tl.arange(0, DK)
     akk = tl.zeros([16, 16], dtype=tl.float32)
     aqk = tl.zeros([16, 16], dtype=tl.float32)
     dec = tl.zeros([16, DK], dtype=tl.float32)
-    for t in range(0, tl.minimum(live, 16)):
+    n = tl.minimum(live, 16)
+    if AHEAD:   # row 0 (live > 0), as stored; then row t+1 fetched while row t is worked
+        kn = tl.load(k_ptr + (tok0 * QKR + i_hk) * DK + cols)
+        qn = tl.load(q_ptr + (tok0 * QKR + i_hk) * DK + cols)
+        gn = tl.load(g_ptr + (tok0 * Hv + i_h) * DK + cols).to(tl.float32)
+    for t in range(0, n):
         row = r[:, None] == t
-        kt = _qk_row(k_ptr, tok0 + t, i_hk, QKR, 1.0, eps, DK, USE_L2NORM)
-        qt = _qk_row(q_ptr, tok0 + t, i_hk, QKR, scale, eps, DK, USE_L2NORM)
-        et = tl.exp(tl.load(g_ptr + ((tok0 + t) * Hv + i_h) * DK + cols).to(tl.float32))
+        if AHEAD:
+            kt = _qk_scaled(kn.to(tl.float32), 1.0, eps, USE_L2NORM)
+            qt = _qk_scaled(qn.to(tl.float32), scale, eps, USE_L2NORM)
+            et = tl.exp(gn)
+            more = (cols < DK) & (t + 1 < n)
+            kn = tl.load(k_ptr + ((tok0 + t + 1) * QKR + i_hk) * DK + cols, mask=more, other=0.0)
+            qn = tl.load(q_ptr + ((tok0 + t + 1) * QKR + i_hk) * DK + cols, mask=more, other=0.0)
+            gn = tl.load(g_ptr + ((tok0 + t + 1) * Hv + i_h) * DK + cols, mask=more,
+                         other=0.0).to(tl.float32)
+        else:
+            kt = _qk_row(k_ptr, tok0 + t, i_hk, QKR, 1.0, eps, DK, USE_L2NORM)
+            qt = _qk_row(q_ptr, tok0 + t, i_hk, QKR, scale, eps, DK, USE_L2NORM)
+            et = tl.exp(tl.load(g_ptr + ((tok0 + t) * Hv + i_h) * DK + cols).to(tl.float32))
         dec = dec * et[None, :]
         akk = tl.where(row, tl.sum(dec * k * kt[None, :], axis=1)[None, :], akk)
         dec = tl.where(row, 1.0, dec)
@@ -340,12 +337,18 @@ def _diag_rows(q_ptr, k_ptr, g_ptr, k, tok0, live, i_h, i_hk, Hv, QKR, scale, ep
 
 
 @triton.jit
-def _qk_row(ptr, tok, i_hk, Hk, scale, eps, DK: tl.constexpr, USE_L2NORM: tl.constexpr):
-    """One row of q or k: [DK] fp32, normalised and scaled."""
-    x = tl.load(ptr + (tok * Hk + i_hk) * DK + tl.arange(0, DK)).to(tl.float32)
+def _qk_scaled(x, scale, eps, USE_L2NORM: tl.constexpr):
+    """A row of q or k [DK] fp32, normalised and scaled (as ``_qk_row`` does after its load)."""
     if USE_L2NORM:
         x = x * tl.rsqrt(tl.sum(x * x, axis=0) + eps)
     return x * scale
+
+
+@triton.jit
+def _qk_row(ptr, tok, i_hk, Hk, scale, eps, DK: tl.constexpr, USE_L2NORM: tl.constexpr):
+    """One row of q or k: [DK] fp32, normalised and scaled."""
+    x = tl.load(ptr + (tok * Hk + i_hk) * DK + tl.arange(0, DK)).to(tl.float32)
+    return _qk_scaled(x, scale, eps, USE_L2NORM)
 
 
 @triton.jit
