@@ -85,7 +85,9 @@
 #   bash scripts/device_issue6.sh s17lane   # bash ci/lane.sh nvidia-sm90, quick benchmarks,
 #                                         # rows into $OUT/results
 #   bash scripts/device_issue6.sh s18a      # (ran at 37654c6, code removed) the decode GEMVs' L2 prefetch
-#   bash scripts/device_issue6.sh s19a      # KDA's diagonal loop fetching a row ahead, strict; s18c
+#   bash scripts/device_issue6.sh s19a      # (ran) KDA's diagonal loop fetching a row ahead, strict; s18c
+#   bash scripts/device_issue6.sh s19b      # the loop 0 / 1 / 2 rows ahead, GDN + KDA beside fla,
+#                                         # Gemma 4 with and without prefill graphs
 #   bash scripts/device_issue6.sh s18c      # Kimi-K3's prefill profile, Gemma 4 prefill with graphs
 #   bash scripts/device_issue6.sh s17b      # strict suites of the new ops, Triton varlen attention
 #                                         # vs SDPA, Qwen3.5 with prefill graphs
@@ -174,8 +176,16 @@ kda_forms() {  # KDA per kernel (no fla), its WY kernel at 8 warps beside the de
     | grep -v "Warn\|warn" | cut -c1-150 | head -24
 }
 
-ahead_strict() {  # strict KDA chunked conformance with the diagonal loop's fetch ahead on, within $1 s
-  timeout "$1" python3 -c "import sys, pytest, $D as t; t.DIAG_AHEAD = True; \
+gemma_graphs() {  # Gemma 4 prefill in CUDA graphs (ring store without host lengths), 6 layers
+  for flag in "" "--without-prefill-graphs"; do
+    timeout 100 python3 scripts/bench_model.py --preset gemma-4-12b --layers 6 --batch 1,8 --prompt 1024 \
+      --new 16 --no-eager --no-hf $flag --csv "$out/model.csv" > "$out/bench_model_gemma$flag.txt" 2>&1
+    echo "== gemma4 $flag rc=$?"; grep "^{\|Error" "$out/bench_model_gemma$flag.txt" | cut -c1-400 | tail -3
+  done
+}
+
+ahead_strict() {  # strict KDA chunked conformance with the diagonal loop 2 rows ahead, within $1 s
+  timeout "$1" python3 -c "import sys, pytest, $D as t; t.DIAG_AHEAD = 2; \
 sys.exit(pytest.main(['tests/conformance', '--backend', 'nvidia', '--strict', '-q', \
 '-p', 'no:cacheprovider', '-k', 'test_impl_matches_reference and triton and kda_chunked']))" \
     > "$out/conformance_ahead.txt" 2>&1
@@ -832,19 +842,24 @@ elif [ "$phase" = s19a ]; then
     "$out/bench_delta_chunk_kda.err" | grep "_kda_diag\|^kda" | cut -c1-150 | head -24
   ahead_strict 80
   bash "$0" s18c
+elif [ "$phase" = s19b ]; then
+  # The diagonal loop 0 / 1 (default) / 2 rows ahead, GDN and KDA beside fla on this card;
+  # strict KDA conformance 2 ahead; Gemma 4 (text stack of the 12B preset, 6 layers) with and
+  # without prefill graphs.
+  timeout 240 python3 scripts/bench_delta_chunk.py --kinds gdn,kda --shapes 1x16384 --no-torch \
+    --no-variants --breakdown --variant "ahead0@$D:DIAG_AHEAD=0" --variant "ahead2@$D:DIAG_AHEAD=2" \
+    > "$out/bench_delta_chunk.csv" 2> "$out/bench_delta_chunk.err"
+  echo "== bench_delta_chunk rc=$?"; grep -v "Warn\|warn\|^# hwinfer\|at::native\|anonymous\|Memcpy" \
+    "$out/bench_delta_chunk.err" | grep "_kda_diag\|^kda\|^gdn" | cut -c1-150 | head -24
+  ahead_strict 80
+  gemma_graphs
 elif [ "$phase" = s18c ]; then
   # Kimi-K3's slow prefill (2,814 tok/s b=1 in s17): the kernels of one 1 x 1,024 step.
   timeout 200 python3 scripts/bench_model.py --preset kimi-k3 --layers 4 --batch 1 --prompt 1024 --new 8 \
     --no-eager --no-hf --profile --profile-prompt 1024 --csv "$out/model.csv" > "$out/bench_model_k3.txt" 2>&1
   echo "== k3 rc=$?"; grep "^{\|Error" "$out/bench_model_k3.txt" | cut -c1-300 | tail -3
   grep -A 28 "# profile prefill" "$out/bench_model_k3.txt" | cut -c1-160 | head -30
-  # Gemma 4 prefill in CUDA graphs (new: ring store without host lengths), 6 real-size layers,
-  # b=1, with and without.
-  for flag in "" "--without-prefill-graphs"; do
-    timeout 100 python3 scripts/bench_model.py --preset gemma-4-12b --layers 6 --batch 1 --prompt 1024 \
-      --new 16 --no-eager --no-hf $flag --csv "$out/model.csv" > "$out/bench_model_gemma$flag.txt" 2>&1
-    echo "== gemma4 $flag rc=$?"; grep "^{\|Error" "$out/bench_model_gemma$flag.txt" | cut -c1-400 | tail -2
-  done
+  gemma_graphs
 elif [ "$phase" = s17lane ]; then
   # The sm_90 lane (every op's strict conformance on the card, then the op benchmarks, quick
   # shapes, 300 s of them), its CSV and logs under $OUT.

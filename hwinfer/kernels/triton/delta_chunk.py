@@ -135,8 +135,9 @@ SPLIT_LAUNCH = {"gdn": (2, 4, 32), "kda": (4, 4, 32)}
 # binary split of the tile (3,408 us with exact fp32 segment sums, 5,628 with 3xTF32, against
 # 1,183) and every pair at once with decays e^{G_t - G_s} (2,042-2,164 us).
 DIAG_WARPS = 2
-# True: the row loop fetches row t+1 while it works row t (``AHEAD`` of _kda_diag_kernel).
-DIAG_AHEAD = False
+# Rows the diagonal loop fetches ahead of the row it works (``AHEAD`` of _kda_diag_kernel; bit-
+# equal outputs). H100, KDA 1 x 16k: the kernel 1,147 us at 0, 870 at 1 (the call 4,528 -> 4,248).
+DIAG_AHEAD = 1
 
 
 @triton.jit
@@ -487,7 +488,7 @@ def _run(op: str, q, k, v, g, beta, initial_state, scale, use_qk_l2norm, cu_seql
     xd = torch.empty(B * T, Hv, 16, **f32) if per_channel else u  # KDA's diagonal inverses
     if nc and per_channel:
         _kda_diag_kernel[(4 * nc, Hv)](q, k, g, beta, a, xd, chunks, Hk, Hv, qkr, scale,
-                                       L2NORM_EPS, DK=Dk, USE_L2NORM=l2, AHEAD=bool(DIAG_AHEAD),
+                                       L2NORM_EPS, DK=Dk, USE_L2NORM=l2, AHEAD=int(DIAG_AHEAD),
                                        num_warps=DIAG_WARPS)
     if nc and not block_k:
         _wy_kernel[(nc, Hv)](q, k, v, g, beta, w, u, a, kg, ge, chunks, xd, Hk, Hv, qkr, vr,
@@ -628,8 +629,8 @@ def _aot_specs():
                       "xd_ptr": f32, "tab_ptr": "*i32", "Hk": "i32", "Hv": "i32",
                       "QKR": "i32", "scale": "fp32", "eps": "fp32", "DK": "constexpr",
                       "USE_L2NORM": "constexpr", "AHEAD": "constexpr"}
-                for ahead in (False, True):   # the row loop; with row t+1 fetched during row t
-                    specs.append(AotSpec(f"kda_diag[{dtype},{d}{',ahead' if ahead else ''}]",
+                for ahead in (0, 1, 2):   # rows fetched ahead by the row loop
+                    specs.append(AotSpec(f"kda_diag[{dtype},{d},ahead{ahead}]",
                                          _kda_diag_kernel, dg,
                                          {"DK": d, "USE_L2NORM": True, "AHEAD": ahead}, {"num_warps": 2}))
             st = {"kg_ptr": half, "ge_ptr": f32, "w_ptr": half, "u_ptr": f32, "h0_ptr": f32,

@@ -266,7 +266,7 @@ def _inv16x4(a0, a1, a2, a3, live):
 
 @triton.jit
 def _kda_diag_kernel(q_ptr, k_ptr, g_ptr, b_ptr, a_ptr, xd_ptr, tab_ptr, Hk, Hv, QKR, scale, eps,
-                     DK: tl.constexpr, USE_L2NORM: tl.constexpr, AHEAD: tl.constexpr = False):
+                     DK: tl.constexpr, USE_L2NORM: tl.constexpr, AHEAD: tl.constexpr = 1):
     """KDA's diagonal 16 x 16 blocks, one program per (16-row tile, value head): the decayed
     q k^T block (lower), written into Aqk at the tile's columns, and ``(I + beta A)^-1`` with
     ``A`` the decayed k k^T block (strictly lower), written to ``xd`` [tokens, Hv, 16] fp32 for
@@ -280,9 +280,11 @@ def _kda_diag_kernel(q_ptr, k_ptr, g_ptr, b_ptr, a_ptr, xd_ptr, tab_ptr, Hk, Hv,
     1,647 us). The loop is sequential, so it lives here, in small programs (2 warps) of which
     many run per SM, not in the WY kernel (one 8-warp program per SM, stalled on each row's
     loads). Unrolling the 16 rows (so that every row's loads could be issued early) was 10%
-    slower on the H200 (KDA 1 x 16k: 7,031 against 6,418 us) and was dropped. ``AHEAD``: row
-    t+1's loads are issued before row t's arithmetic (the same arithmetic, bit-equal), so a
-    step waits on loads issued one step earlier instead of on its own.
+    slower on the H200 (KDA 1 x 16k: 7,031 against 6,418 us) and was dropped. ``AHEAD`` rows:
+    row t+AHEAD's loads are issued before row t's arithmetic (the same arithmetic, bit-equal),
+    so a step waits on loads issued steps earlier instead of on its own: 1 ahead took the
+    kernel from 1,147 to 870 us on an H100 (KDA 1 x 16k, nineteenth session; 0 = loads in
+    the step).
 
     Measured and removed (eighteenth / nineteenth sessions): tiles whose decays stay within
     e^{+-16} formed as two products, ``(k e^{D}) (k e^{-D})^T`` (1,674 against 1,174 us on an
@@ -310,21 +312,23 @@ def _diag_rows(q_ptr, k_ptr, g_ptr, k, tok0, live, i_h, i_hk, Hv, QKR, scale, ep
     aqk = tl.zeros([16, 16], dtype=tl.float32)
     dec = tl.zeros([16, DK], dtype=tl.float32)
     n = tl.minimum(live, 16)
-    if AHEAD:   # row 0 (live > 0), as stored; then row t+1 fetched while row t is worked
-        kn = tl.load(k_ptr + (tok0 * QKR + i_hk) * DK + cols)
-        qn = tl.load(q_ptr + (tok0 * QKR + i_hk) * DK + cols)
-        gn = tl.load(g_ptr + (tok0 * Hv + i_h) * DK + cols).to(tl.float32)
+    if AHEAD > 0:   # rows 0 .. AHEAD-1 as stored (row 0 is live); row t+AHEAD fetched at row t
+        kn, qn, gn = _diag_row_raw(q_ptr, k_ptr, g_ptr, tok0, 0, n, i_h, i_hk, Hv, QKR, DK)
+        if AHEAD > 1:
+            kn2, qn2, gn2 = _diag_row_raw(q_ptr, k_ptr, g_ptr, tok0, 1, n, i_h, i_hk, Hv, QKR, DK)
     for t in range(0, n):
         row = r[:, None] == t
-        if AHEAD:
+        if AHEAD > 0:
             kt = _qk_scaled(kn.to(tl.float32), 1.0, eps, USE_L2NORM)
             qt = _qk_scaled(qn.to(tl.float32), scale, eps, USE_L2NORM)
             et = tl.exp(gn)
-            more = (cols < DK) & (t + 1 < n)
-            kn = tl.load(k_ptr + ((tok0 + t + 1) * QKR + i_hk) * DK + cols, mask=more, other=0.0)
-            qn = tl.load(q_ptr + ((tok0 + t + 1) * QKR + i_hk) * DK + cols, mask=more, other=0.0)
-            gn = tl.load(g_ptr + ((tok0 + t + 1) * Hv + i_h) * DK + cols, mask=more,
-                         other=0.0).to(tl.float32)
+            if AHEAD > 1:
+                kn, qn, gn = kn2, qn2, gn2
+                kn2, qn2, gn2 = _diag_row_raw(q_ptr, k_ptr, g_ptr, tok0, t + 2, n, i_h, i_hk, Hv,
+                                              QKR, DK)
+            else:
+                kn, qn, gn = _diag_row_raw(q_ptr, k_ptr, g_ptr, tok0, t + 1, n, i_h, i_hk, Hv,
+                                           QKR, DK)
         else:
             kt = _qk_row(k_ptr, tok0 + t, i_hk, QKR, 1.0, eps, DK, USE_L2NORM)
             qt = _qk_row(q_ptr, tok0 + t, i_hk, QKR, scale, eps, DK, USE_L2NORM)
@@ -334,6 +338,17 @@ def _diag_rows(q_ptr, k_ptr, g_ptr, k, tok0, live, i_h, i_hk, Hv, QKR, scale, ep
         dec = tl.where(row, 1.0, dec)
         aqk = tl.where(row, tl.sum(dec * k * qt[None, :], axis=1)[None, :], aqk)
     return akk, aqk
+
+
+@triton.jit
+def _diag_row_raw(q_ptr, k_ptr, g_ptr, tok0, t, n, i_h, i_hk, Hv, QKR, DK: tl.constexpr):
+    """Row t of a tile's k, q (as stored) and g (fp32), [DK] each; zeros past its n rows."""
+    cols = tl.arange(0, DK)
+    live = (cols < DK) & (t < n)
+    k = tl.load(k_ptr + ((tok0 + t) * QKR + i_hk) * DK + cols, mask=live, other=0.0)
+    q = tl.load(q_ptr + ((tok0 + t) * QKR + i_hk) * DK + cols, mask=live, other=0.0)
+    g = tl.load(g_ptr + ((tok0 + t) * Hv + i_h) * DK + cols, mask=live, other=0.0)
+    return k, q, g.to(tl.float32)
 
 
 @triton.jit
