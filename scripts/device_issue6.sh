@@ -86,8 +86,10 @@
 #                                         # rows into $OUT/results
 #   bash scripts/device_issue6.sh s18a      # (ran at 37654c6, code removed) the decode GEMVs' L2 prefetch
 #   bash scripts/device_issue6.sh s19a      # (ran) KDA's diagonal loop fetching a row ahead, strict; s18c
-#   bash scripts/device_issue6.sh s19b      # the loop 0 / 1 / 2 rows ahead, GDN + KDA beside fla,
+#   bash scripts/device_issue6.sh s19b      # (ran) the loop 0 / 1 / 2 rows ahead, GDN + KDA beside fla,
 #                                         # Gemma 4 with and without prefill graphs
+#   bash scripts/device_issue6.sh s19c      # Gemma 4's 512-wide attention strict, its prefill-graph
+#                                         # tests, the model with / without prefill graphs
 #   bash scripts/device_issue6.sh s18c      # Kimi-K3's prefill profile, Gemma 4 prefill with graphs
 #   bash scripts/device_issue6.sh s17b      # strict suites of the new ops, Triton varlen attention
 #                                         # vs SDPA, Qwen3.5 with prefill graphs
@@ -852,6 +854,15 @@ elif [ "$phase" = s19b ]; then
   echo "== bench_delta_chunk rc=$?"; grep -v "Warn\|warn\|^# hwinfer\|at::native\|anonymous\|Memcpy" \
     "$out/bench_delta_chunk.err" | grep "_kda_diag\|^kda\|^gdn" | cut -c1-150 | head -24
   ahead_strict 80
+  gemma_graphs
+elif [ "$phase" = s19c ]; then
+  # Gemma 4's full layers (512-wide K != V) on the card: strict attention conformance (new case
+  # gemma4_full_512, 2-stage tile), the prefill-graph tests, then the 6-layer model with and
+  # without prefill graphs.
+  strict 60 "test_impl_matches_reference and triton and attention"
+  HWINFER_TEST_DEVICE=cuda timeout 150 python3 -m pytest tests/engine/test_prefill_graphs.py -q \
+    -p no:cacheprovider -k "gemma4" -rf --tb=short > "$out/tests_gemma_graphs.txt" 2>&1
+  grep -E "^FAILED|passed|failed|skipped" "$out/tests_gemma_graphs.txt" | cut -c1-300 | tail -6
   gemma_graphs
 elif [ "$phase" = s18c ]; then
   # Kimi-K3's slow prefill (2,814 tok/s b=1 in s17): the kernels of one 1 x 1,024 step.

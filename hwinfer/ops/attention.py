@@ -248,6 +248,10 @@ ATTENTION = define_op(
                                                scale=1.0, q_scale=1.0 / math.sqrt(32))),
         Case("gemma4_sliding_long_prefix", _varlen_case([150, 3], [181, 40], 4, 2, 32, 32, window=24)),
         Case("gemma4_window1", _varlen_case([7, 3], [7, 9], 4, 4, 32, 32, window=1)),
+        # Gemma 4 full layer at its real head dim: 512-wide K and V, V != K (k_eq_v shares the
+        # projection, not the tensor), one KV head; the widest tile a GPU launches.
+        Case("gemma4_full_512", _varlen_case([40, 9], [40, 20], 2, 1, 512, 512,
+                                             scale=1.0, q_scale=1.0 / math.sqrt(512))),
         # DeepSeek-V4 pure sliding layer: one latent head that is key and value, window, sinks.
         Case("dsv4_swa_kv_shared_sinks", _varlen_case([20, 7], [20, 15], 8, 1, 64, None,
                                                       window=16, sinks=True)),

@@ -186,13 +186,31 @@ TILES = {
 }
 
 
-def _tiles(dkp: int, dvp: int, width: int) -> tuple[int, int, int, int | None] | None:
+# Hopper's / Blackwell's shared memory a block may opt into.
+CUDA_SHARED_BYTES = 232448
+
+
+def launch_tile(vendor: str, dkp: int, dvp: int, width: int,
+                shared_kv: bool) -> tuple[int, int, int, int | None] | None:
+    """TILES' entry for a call, with 2 stages where Triton's default 3-deep staging of the K and
+    V tiles (16-bit: q tile + 3 x (K + V) tiles, as the sm_90 compile counts them) would not fit
+    CUDA shared memory: Gemma 4's full layers, V != K at head dim 512, need 256 KB at 3 stages
+    (out of resource on the H100, nineteenth session), 192 KB at 2. None: no tile fits."""
+    tile = TILES[vendor, min(width, 4)].get(max(64, dkp, dvp))
+    if tile is None or vendor != "cuda" or width != 2 or tile[3] is not None:
+        return tile
+    bm, bn, warps, _ = tile
+    if (bm * dkp + 3 * bn * (dkp + (0 if shared_kv else dvp))) * width > CUDA_SHARED_BYTES:
+        return bm, bn, warps, 2
+    return tile
+
+
+def _tiles(dkp: int, dvp: int, width: int, shared_kv: bool) -> tuple[int, int, int, int | None] | None:
     """The tile of a call (None: no tile fits). The interpreter runs 16 x 16 tiles, so the
     small conformance cases cross tile edges and reach all three key loops."""
     if INTERPRET:
         return 16, 16, 4, None
-    vendor = "hip" if torch.version.hip else "cuda"
-    return TILES[vendor, min(width, 4)].get(max(64, dkp, dvp))
+    return launch_tile("hip" if torch.version.hip else "cuda", dkp, dvp, width, shared_kv)
 
 
 def _check_bounds(cu_q: torch.Tensor, cu_k: torch.Tensor) -> int:
@@ -241,7 +259,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor | None, cu_seqle
     native = q.dtype in (torch.bfloat16, torch.float16) and k.dtype == q.dtype == v.dtype
     exact = not native or INTERPRET      # the interpreter multiplies 16-bit floats wrongly
     dkp, dvp = max(16, triton.next_power_of_2(dk)), max(16, triton.next_power_of_2(dv))
-    tile = _tiles(dkp, dvp, 2 if native else 4)
+    tile = _tiles(dkp, dvp, 2 if native else 4, shared)
     if tile is None:
         raise ValueError(f"attention (triton): no tile for head dims {dk} / {dv} with "
                          f"{q.dtype} operands on this device")
@@ -271,7 +289,7 @@ def attention_supported(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor | None
     native = q.dtype in (torch.bfloat16, torch.float16) and k.dtype == q.dtype and \
         (v is None or v.dtype == q.dtype)
     dkp, dvp = max(16, triton.next_power_of_2(q.shape[-1])), max(16, triton.next_power_of_2(dv))
-    if _tiles(dkp, dvp, 2 if native else 4) is None:
+    if _tiles(dkp, dvp, 2 if native else 4, v is None) is None:
         return f"no tile for head dims {q.shape[-1]} / {dv} with {q.dtype} operands on this device"
     return None
 
@@ -280,7 +298,7 @@ def _aot_specs():
     from hwinfer.kernels.triton.aot import AotSpec
 
     def spec(label, dtype, dkp, dvp, causal, window, sinks, gate, shared, vendor="cuda"):
-        bm, bn, warps, stages = TILES[vendor, 4 if dtype == "fp32" else 2][max(64, dkp, dvp)]
+        bm, bn, warps, stages = launch_tile(vendor, dkp, dvp, 4 if dtype == "fp32" else 2, shared)
         sig = {**{p: f"*{dtype}" for p in ("q_ptr", "k_ptr", "v_ptr", "gate_ptr")},
                "sinks_ptr": "*fp32", "cu_q_ptr": "*i32", "cu_k_ptr": "*i32", "o_ptr": f"*{dtype}",
                **{a: "i32" for a in ("N", "G", "DK", "DV", "W")}, "qk_scale": "fp32",
@@ -298,6 +316,7 @@ def _aot_specs():
 
     return [spec("qwen3.5_gated_256", "bf16", 256, 256, True, False, False, True, False),
             spec("gemma4_sliding_256", "bf16", 256, 256, True, True, False, False, False),
+            spec("gemma4_full_512", "bf16", 512, 512, True, False, False, False, False),
             spec("dsv4_swa_sinks_512", "bf16", 512, 512, True, True, True, False, True),
             spec("hy4_sinks_gate_256", "bf16", 256, 256, True, False, True, True, False),
             spec("kimi_mla_192_128", "bf16", 256, 128, True, False, False, False, False),
@@ -309,6 +328,7 @@ def _aot_specs():
         for label, dtype, dkp, dvp, flags in (
             ("qwen3.5_gated_256", "bf16", 256, 256, (True, False, False, True, False)),
             ("dsv4_swa_sinks_512", "bf16", 512, 512, (True, True, True, False, True)),
+            ("gemma4_full_512", "bf16", 512, 512, (True, False, False, False, False)),
             ("minimax_gqa_128", "fp16", 128, 128, (True, False, False, False, False)),
             ("kimi_mla_192_128", "fp32", 256, 128, (True, False, False, False, False)))]
 
