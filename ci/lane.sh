@@ -20,7 +20,12 @@ logs=${HWINFER_LOG_DIR:-${OUT:-.out}/lane-$lane}
 csv="$results/$lane.csv"
 mkdir -p "$results" "$logs"
 # LANE_README_DONE=1: the caller (.ci/run) already ran the README's test command into this CSV.
-[ "${LANE_README_DONE:-0}" = 1 ] || rm -f "$csv"
+# LANE_PART (GPU lanes, when one call cannot hold the whole lane): "I/N" runs part I of N of the
+# strict conformance (whole ops, tests/conformance --shard) and no benchmarks; "bench" the
+# benchmarks alone. The CSV starts afresh with part 0/N (or a whole lane), later parts append.
+part=${LANE_PART:-}
+case "$part" in ""|bench|[0-9]*/[0-9]*) ;; *) echo "LANE_PART must be I/N or bench, got $part" >&2; exit 2 ;; esac
+if [ "${LANE_README_DONE:-0}" != 1 ] && { [ -z "$part" ] || [ "${part%%/*}" = 0 ]; }; then rm -f "$csv"; fi
 HWINFER_COMMIT=${HWINFER_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
 [ ${#HWINFER_COMMIT} -eq 40 ] && HWINFER_COMMIT=${HWINFER_COMMIT:0:7}  # a full sha from CI
 export HWINFER_COMMIT
@@ -92,10 +97,15 @@ gpu_lane() {  # gpu_lane BACKEND TORCH_DEVICE ARCH
    $PY -c "import triton; print('triton', triton.__version__)") > "$logs/machine.txt" 2>&1
   cat "$logs/machine.txt"
   step "device is $kind ${arch:-any}" check_device "$kind" "$arch"
-  step "hwinfer info --strict" bash -c "hwinfer info --strict > '$logs/info.txt'"
-  step "conformance --backend $backend --strict" $PY -m pytest tests/conformance --backend "$backend" \
-    --strict -q -p no:cacheprovider "${bridge[@]}" --junitxml="$logs/conformance.xml"
-  if [ -n "$arch" ]; then
+  if [ "$part" != bench ]; then
+    local shard=() tag=""
+    [ -n "$part" ] && shard=(--shard "$part") && tag="-part${part%%/*}"
+    step "hwinfer info --strict" bash -c "hwinfer info --strict > '$logs/info.txt'"
+    step "conformance --backend $backend --strict ${shard[*]}" $PY -m pytest tests/conformance \
+      --backend "$backend" --strict -q -p no:cacheprovider "${shard[@]}" "${bridge[@]}" \
+      --junitxml="$logs/conformance$tag.xml"
+  fi
+  if [ -n "$arch" ] && { [ -z "$part" ] || [ "$part" = bench ]; }; then
     local device
     device=$($PY -c "from hwinfer.backend import resolve_device; print(resolve_device('$kind').name)" 2>/dev/null)
     benchmarks "$backend" "$arch" "$device"

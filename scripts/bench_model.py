@@ -13,7 +13,8 @@ captured forward alone (what the GPU needs per step, without the engine's host w
 transformers: generate() with max_new_tokens 1 and 1 + new (decode = the difference), SDPA without
 cuDNN (it re-plans per KV length, TOOLCHAIN.md). Roofline: bytes of the weights one decode step
 reads (every parameter except the embedding table, which only gives B rows; lm_head counted;
-routed experts: the B * top_k the batch can touch, at most all) / 4,270 GB/s, times B.
+routed experts: the B * top_k the batch can touch, at most all) / the card's bandwidth, times B:
+4,270 GB/s on an H200 (measured copy), 3,350 GB/s on an H100 SXM (nominal, not measured here).
 ``--layers N`` keeps the first N decoder layers (lists of per-layer values are cut to match; for
 Kimi-Linear use a multiple of 4 so a full-attention layer is among them).
 """
@@ -33,7 +34,12 @@ from hwinfer.engine import Engine, SamplingParams
 from hwinfer.engine.ledger import LEDGER_ONLY
 from hwinfer.loader.config import load_config
 
-PEAK_BYTES_S = 4.27e12
+PEAK_BYTES_S = {"H200": 4.27e12, "H100": 3.35e12}   # by device name; H200's when none matches
+
+
+def peak_bytes_s() -> float:
+    name = torch.cuda.get_device_name() if torch.cuda.is_available() else ""
+    return next((v for k, v in PEAK_BYTES_S.items() if k in name), PEAK_BYTES_S["H200"])
 
 
 def shrunk_config(preset: str, layers: int | None) -> Path:
@@ -294,14 +300,14 @@ def main() -> None:
                          kv_format=args.kv_format)
     weight_bytes = decode_weight_bytes(model)
     print(f"# {name}: {weight_bytes / 1e9:.3f} GB of weights per batch-1 decode step; "
-          f"roofline {PEAK_BYTES_S / weight_bytes:,.0f} tok/s at batch 1", file=sys.stderr)
+          f"roofline {peak_bytes_s() / weight_bytes:,.0f} tok/s at batch 1", file=sys.stderr)
     print("# ops: " + ", ".join(f"{r['op']}={r['chosen']}" for r in model.ops.report()), file=sys.stderr)
     rows = []
     if args.profile:
         for batch in (int(b) for b in args.batch.split(",")):
             profile_steps(model, batch, args.profile_prompt)
     for batch in (int(b) for b in args.batch.split(",")):
-        roof = batch * PEAK_BYTES_S / decode_weight_bytes(model, batch)
+        roof = batch * peak_bytes_s() / decode_weight_bytes(model, batch)
         modes = [False, True] if not args.no_eager else [True]
         if not getattr(model, "graph_decode", False):
             modes = [False]  # its decode reads host-side batch values: no graphs (yet)

@@ -82,6 +82,9 @@
 #                                         # new WY defaults and strided q / k / v
 #   bash scripts/device_issue6.sh s17a      # s16a's card tests and syncs (the strict suites
 #                                         # run in the sm_90 lane: s17lane)
+#   bash scripts/device_issue6.sh lane 0/3  # one part of the sm_90 lane (0/3, 1/3, 2/3, bench):
+#                                         # copy $OUT/results/nvidia-sm90.csv to
+#                                         # .out/nvidia-sm90.part.csv between parts (carry it)
 #   bash scripts/device_issue6.sh s17lane   # bash ci/lane.sh nvidia-sm90, quick benchmarks,
 #                                         # rows into $OUT/results
 #   bash scripts/device_issue6.sh s18a      # (ran at 37654c6, code removed) the decode GEMVs' L2 prefetch
@@ -871,6 +874,15 @@ elif [ "$phase" = s18c ]; then
   echo "== k3 rc=$?"; grep "^{\|Error" "$out/bench_model_k3.txt" | cut -c1-300 | tail -3
   grep -A 28 "# profile prefill" "$out/bench_model_k3.txt" | cut -c1-160 | head -30
   gemma_graphs
+elif [ "$phase" = lane ]; then
+  # One part of the sm_90 lane ($2: I/N of the strict conformance, or bench), its CSV rows
+  # appended under $OUT/results (part 0 starts it): copy them back between calls.
+  part=${2:?lane wants I/N or bench}
+  mkdir -p "$out/results"; cp .out/nvidia-sm90.part.csv "$out/results/nvidia-sm90.csv" 2>/dev/null
+  HWINFER_COMMIT=${HWINFER_COMMIT:-$(cat "$out/commit.txt" 2>/dev/null || echo unknown)} \
+    LANE_PART=$part LANE_BUDGET_S=330 LANE_QUICK=1 BENCH_TIMEOUT_S=100 HWINFER_RESULTS_DIR="$out/results" \
+    HWINFER_LOG_DIR="$out/lane" timeout 570 bash ci/lane.sh nvidia-sm90 > "$out/lane.txt" 2>&1
+  echo "== lane $part rc=$?"; grep -E "^==|^!!|passed|failed" "$out/lane.txt" | cut -c1-200 | tail -30
 elif [ "$phase" = s17lane ]; then
   # The sm_90 lane (every op's strict conformance on the card, then the op benchmarks, quick
   # shapes, 300 s of them), its CSV and logs under $OUT.

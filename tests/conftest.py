@@ -15,6 +15,9 @@ def pytest_addoption(parser):
                     help="backend whose impls the conformance suite checks (cpu, nvidia, amd, xpu, npu)")
     group.addoption("--seed", action="store", type=int, default=None,
                     help="base seed for the random inputs (default: fresh each run, printed)")
+    group.addoption("--shard", action="store", default=None,
+                    help="I/N: the conformance suite's part I of N (whole ops; part 0 also checks "
+                         "missing impls), for a lane run in several calls")
 
 
 def pytest_configure(config):

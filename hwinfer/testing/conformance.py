@@ -89,6 +89,24 @@ def items(backend_name: str) -> tuple[list[Item], list[str]]:
     return out, missing
 
 
+def shard_of(found: list[Item], missing: list[str], shard: str | None) -> tuple[list[Item], list[str]]:
+    """The part ``shard`` ("I/N", 0 <= I < N) of a backend's items: whole ops, the op names in
+    sorted order dealt round-robin to the N parts, so every op x impl row of a lane comes from
+    one part (a GPU lane too long for one call runs in parts). The missing-impl checks go with
+    part 0. None: everything."""
+    if shard is None:
+        return found, missing
+    try:
+        i, n = (int(x) for x in shard.split("/"))
+    except ValueError:
+        raise ValueError(f"--shard wants I/N with integers, got {shard!r}") from None
+    if not 0 <= i < n:
+        raise ValueError(f"--shard {shard}: need 0 <= I < N")
+    names = sorted({item.op.name for item in found} | set(missing))
+    mine = {name for k, name in enumerate(names) if k % n == i}
+    return [item for item in found if item.op.name in mine], (missing if i == 0 else [])
+
+
 def case_seed(item_id: str, base_seed: int) -> int:
     return (zlib.crc32(item_id.encode()) ^ base_seed) & 0x7FFFFFFF
 

@@ -1,6 +1,6 @@
 """Every impl of the chosen backend vs its op's reference, generated from the registry.
 
-    pytest tests/conformance --backend cpu [--strict] [--seed N]
+    pytest tests/conformance --backend cpu [--strict] [--seed N] [--shard I/N]
 
 Items: (op, impl, case, dtype). Fresh random inputs per run (the seed is printed in the header),
 outputs poisoned before the impl runs (see hwinfer.testing.conformance).
@@ -18,11 +18,10 @@ def _backend(config) -> str:
 
 def pytest_generate_tests(metafunc):
     backend = _backend(metafunc.config)
+    found, missing = conf.shard_of(*conf.items(backend), metafunc.config.getoption("--shard"))
     if "conf_item" in metafunc.fixturenames:
-        found, _ = conf.items(backend)
         metafunc.parametrize("conf_item", found, ids=[i.id for i in found])
     if "uncovered_op" in metafunc.fixturenames:
-        _, missing = conf.items(backend)
         metafunc.parametrize("uncovered_op", missing or ["<none>"])
 
 

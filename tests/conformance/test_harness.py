@@ -70,3 +70,23 @@ def test_poison_fills_empty_allocations_and_restores_torch():
         n = torch.zeros(2).new_empty(2)
     assert f.isnan().all() and n.isnan().all() and (i == -(2**30) + 7).all()
     assert torch.empty.__name__ == "empty"
+
+
+def test_shards_split_whole_ops_and_cover_everything():
+    from hwinfer.testing.conformance import items, shard_of
+    found, missing = items("nvidia")
+    missing = missing + ["zz_op_without_impl"]   # a missing-impl check to place
+    parts = [shard_of(found, missing, f"{i}/3") for i in range(3)]
+    ops = [{item.op.name for item in part} for part, _ in parts]
+    assert all(ops), "a part without ops"
+    assert not (ops[0] & ops[1] or ops[0] & ops[2] or ops[1] & ops[2]), "an op in two parts"
+    assert sorted(i.id for part, _ in parts for i in part) == sorted(i.id for i in found)
+    assert [m for _, m in parts] == [missing, [], []]
+    assert shard_of(found, missing, None) == (found, missing)
+    for bad in ("3/3", "1", "a/b", "-1/2"):
+        try:
+            shard_of(found, missing, bad)
+        except ValueError as exc:
+            assert "--shard" in str(exc)
+        else:
+            raise AssertionError(f"--shard {bad} accepted")

@@ -133,7 +133,8 @@ SPLIT_LAUNCH = {"gdn": (2, 4, 32), "kda": (4, 4, 32)}
 # KDA's diagonal blocks: ``_kda_diag_kernel``, a row at a time, in DIAG_WARPS warps. Measured
 # against it on the H200 (KDA 1 x 16k, docs/kernels.md) and removed: all rows at once by a
 # binary split of the tile (3,408 us with exact fp32 segment sums, 5,628 with 3xTF32, against
-# 1,183) and every pair at once with decays e^{G_t - G_s} (2,042-2,164 us).
+# 1,183) and every pair at once with decays e^{G_t - G_s} (2,042-2,164 us); on an H100, tiles of
+# bounded decay as two products (1,674 against 1,174 us).
 DIAG_WARPS = 2
 # Rows the diagonal loop fetches ahead of the row it works (``AHEAD`` of _kda_diag_kernel; bit-
 # equal outputs). H100, KDA 1 x 16k: the kernel 1,147 us at 0, 870 at 1 (the call 4,528 -> 4,248).
