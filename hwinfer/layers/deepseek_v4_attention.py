@@ -153,29 +153,64 @@ class Compressor(nn.Module):
         if cache is None:
             parts = [self._pool(kv[s:s + n], score[s:s + n], 0) for s, n in zip(step.starts, step.new)]
             return torch.cat(parts).to(x.dtype)
-        ring_kv, ring_score = cache[f"{self.name}_kv"], cache[f"{self.name}_score"]
-        m, rows, b = self.ratio, ring_kv.shape[1], step.batch
-        for i, (s, n, c) in enumerate(zip(step.starts, step.new, step.ctx)):
-            # Start at the oldest window an emission in this chunk reads (the Ca window before).
-            s0 = max(0, (c // m - int(self.overlap)) * m) if c else 0
-            kv_i, score_i = kv[s:s + n], score[s:s + n]
-            if s0 < c:
-                p = torch.arange(s0, c, device=x.device)
-                kv_i = torch.cat((ring_kv[b.slots[i], p % rows], kv_i))
-                # the ring holds gate logits with ape added; kv_compress adds it itself
-                score_i = torch.cat((ring_score[b.slots[i], p % rows] - self.ape[p % m], score_i))
-            fresh = self._pool(kv_i, score_i, s0)[c // m - s0 // m:]
-            if fresh.shape[0]:
-                pos = (c // m + torch.arange(fresh.shape[0], device=x.device)) * m
-                dest = b.rows_for(pos, torch.full_like(pos, i), m)
-                store = cache[self.name].flatten(0, 1)
-                store[dest] = _to_store(fresh.to(x.dtype), store)
-        # Ring rows of each request's last `rows` positions (older ones would be overwritten).
-        keep = b.tail_tokens(rows)
-        slot, p = b.slots[step.requests[keep]], b.positions[keep]
-        ring_kv[slot, p % rows] = kv[keep]
-        ring_score[slot, p % rows] = score[keep] + self.ape[p % m]
+        self._prefill_store(kv, score, step, cache, x.dtype)
         return None
+
+    def _prefill_store(self, kv: torch.Tensor, score: torch.Tensor, step: StepInfo, cache: dict,
+                       dtype: torch.dtype) -> None:
+        """A cached prefill step, every request at once and from device values only (no host
+        lengths, no loop over requests): kv, score fp32 [T, c*dim] of the step's tokens.
+
+        Entry slots: a step of T tokens and N requests closes at most T // m + N windows.
+        Slot k takes the k-th closing window of the step (request ``req``, entry ``e``); its
+        window (and, with overlap, the one before: its Ca half) is gathered from the step's
+        tokens or, for positions already cached, from the ring (which keeps every position an
+        emission can still read; its logits hold ``ape``, taken off here since the pooling
+        adds it). Positions before 0 (entry 0's Ca half) are absent: value 0, Ca logit -inf,
+        weight exactly 0 as the op defines it. The windows pool in one ``kv_compress`` call
+        (with overlap as pairs: the second entry of each pair is the slot's). A slot past the
+        step's count repeats the last real slot's row and value (or, when no window closes,
+        rewrites the row it points at with its own content), so one scatter writes every
+        slot and repeated rows carry one value. Then the ring takes every token's row with the
+        value of its request's last token on that row (``ring_sources``)."""
+        ring_kv, ring_score = cache[f"{self.name}_kv"], cache[f"{self.name}_score"]
+        b, m, ov = step.batch, self.ratio, int(self.overlap)
+        rows, t, dev = ring_kv.shape[1], kv.shape[0], kv.device
+        cu, ctx = b.cu_seqlens.long(), b.context_lens.long()
+        first = ctx // m                                   # each request's first closing entry
+        count = (ctx + cu[1:] - cu[:-1]) // m - first
+        cum = torch.cumsum(count, 0)
+        total = cum[-1]
+        k = torch.arange(t // m + b.num_requests, device=dev)
+        k = torch.where(k < total, k, (total - 1).clamp(min=0))
+        valid = k < total
+        req = torch.searchsorted(cum, k, right=True).clamp(max=b.num_requests - 1)
+        e = first[req] + k - (cum[req] - count[req])
+        p = ((e - ov) * m)[:, None] + torch.arange((1 + ov) * m, device=dev)   # [E, span]
+        ctx_e = ctx[req][:, None]
+        fresh_tok = p >= ctx_e
+        tok = (cu[:-1][req][:, None] + p - ctx_e).clamp(0, t - 1)
+        ring_row = b.slots.long()[req][:, None] * rows + p % rows
+        g_kv = torch.where(fresh_tok[..., None], kv[tok], ring_kv.flatten(0, 1)[ring_row])
+        g_score = torch.where(fresh_tok[..., None], score[tok],
+                              ring_score.flatten(0, 1)[ring_row] - self.ape[p % m])
+        if ov:
+            absent = (p < 0)[..., None]
+            g_kv = g_kv.masked_fill(absent, 0.0)
+            half = torch.arange(g_score.shape[-1], device=dev) < self.dim   # the Ca channels
+            g_score = g_score.masked_fill(absent & half, float("-inf"))
+        pos = (e * m).repeat_interleave(1 + ov)
+        pooled = self.ops.kv_compress(g_kv.flatten(0, 1), g_score.flatten(0, 1), self.ape,
+                                      self.norm.weight, ratio=m, overlap=self.overlap, eps=self.eps,
+                                      rope=self.rope.tables(self.ops, pos), rope_dim=self.rope.dim)
+        store = cache[self.name].flatten(0, 1)
+        dest = b.rows_for(e * m, req, m)
+        fresh = _to_store(pooled[ov::1 + ov].to(dtype), store)
+        store[dest] = torch.where(valid[:, None], fresh, store[dest])
+        src = b.ring_sources(rows)
+        slot, pos_t = b.slots.long()[step.requests], b.positions
+        ring_kv[slot, pos_t % rows] = kv[src]
+        ring_score[slot, pos_t % rows] = score[src] + self.ape[pos_t % m]
 
     def _pool(self, kv: torch.Tensor, score: torch.Tensor, first: int) -> torch.Tensor:
         """kv, score fp32 [L, c*dim] of positions first.. (first a multiple of m) -> [L // m, dim]."""
