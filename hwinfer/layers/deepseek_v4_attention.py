@@ -42,7 +42,7 @@ from hwinfer.backend.select import OpTable
 from hwinfer.cache.spec import CacheTensor, fp8_indexer_row_bytes, fp8_v4_row_bytes
 from hwinfer.layers.basic import Linear, RMSNorm
 from hwinfer.ops.kv_pack import FP8_DS_BYTES, FP8_DS_DIM, pack_fp8_ds_mla, unpack_fp8_ds_mla
-from hwinfer.runtime.batch import ForwardBatch, host_to_device, packed_spans
+from hwinfer.runtime.batch import ForwardBatch, host_to_device
 
 RopeTables = tuple[torch.Tensor, torch.Tensor]
 
@@ -66,13 +66,19 @@ class StepInfo:
     batch: ForwardBatch
     cached: bool
     requests: torch.Tensor          # [T] int64, batch-local request of each packed token
-    starts: list[int]               # host: first packed token of each request
     ctx: list[int]                  # host: tokens already cached per request (0 without a cache)
     tables: dict[str, RopeTables]   # "main" / "compress": (cos, sin) [T, r/2] at token positions
 
     @property
     def new(self) -> list[int]:
+        """Host: new tokens per request (only the cacheless forward reads them; a captured
+        prefill cannot)."""
         return self.batch.new_lens
+
+    @property
+    def starts(self) -> list[int]:
+        """Host: the first packed token of each request (cacheless forward only)."""
+        return [0, *accumulate(self.new[:-1])]
 
     @property
     def decode(self) -> bool:
@@ -129,17 +135,19 @@ class Compressor(nn.Module):
         return [(c + n) // self.ratio for c, n in zip(step.ctx, step.new)]
 
     def entries(self, x: torch.Tensor, step: StepInfo, cache: dict | None) -> tuple[torch.Tensor, torch.Tensor]:
-        """Compress the step's tokens; return every request's entries packed [sum E_i, dim] and
-        each request's first row [N] (from the store when there is a cache: the entries as
-        stored, unpacked from a packed store, in x.dtype)."""
-        new, counts = self.update(x, step, cache), self.counts(step)
-        starts = _exclusive_cumsum(counts, x.device)
+        """Compress the step's tokens; return every request's entries and each request's first
+        row [N]. Without a cache: packed [sum E_i, dim]. With one: read back from the store as
+        stored (unpacked from a packed store, in x.dtype), ``width = seq_len_bound // m`` rows a
+        request ([N * width, dim], entry e of request i at row i * width + e; rows past its
+        completed entries hold whatever row 0 of the store holds and are never indexed), so
+        nothing is sized by the host's new-token counts."""
+        new = self.update(x, step, cache)
         if cache is None:
-            return new, starts
-        m, n = self.ratio, step.batch.num_requests
-        reqs, entry = packed_spans([0] * n, counts, x.device)
-        rows = step.batch.rows_for(entry * m, reqs, m)
-        return _from_store(cache[self.name].flatten(0, 1).index_select(0, rows), x.dtype), starts
+            return new, _exclusive_cumsum(self.counts(step), x.device)
+        rows = step.batch.entry_rows(self.ratio, self.ops)      # [N, width], -1 past the count
+        got = cache[self.name].flatten(0, 1).index_select(0, rows.clamp(min=0).flatten())
+        starts = torch.arange(rows.shape[0], device=x.device) * rows.shape[1]
+        return _from_store(got, x.dtype), starts
 
     def update(self, x: torch.Tensor, step: StepInfo, cache: dict | None) -> torch.Tensor | None:
         """Without a cache: every request's entries, packed. With one: store the new entries and
@@ -274,9 +282,9 @@ class Indexer(nn.Module):
         # not even by rounding), and it reads the weights in fp32 itself: no cast, no product.
         weights = self.weights_proj(x)
         b, m = step.batch, self.ratio
-        if cache is not None and step.decode:
-            # Decode scores the entry store in place through every request's entry rows at the
-            # batch's length bound (fixed width, no host value: CUDA graphs); padding rows -> 0.
+        if cache is not None:
+            # Score the entry store in place through every request's entry rows at the batch's
+            # length bound (fixed width, no host value: CUDA graphs); padding rows -> 0.
             self.compressor.update(x, step, cache)
             keys = cache[self.compressor.name].flatten(0, 1)
 
@@ -296,8 +304,10 @@ class Indexer(nn.Module):
         picks = self.ops.lightning_indexer(q, keys.to(q.dtype), weights, base32, end32,
                                            topk=self.topk, scale=self.dim ** -0.5,
                                            max_len=bound, k_rows=rows)
-        if rows is not None:  # decode: the picked entries' global rows in the paged stores
+        if rows is not None and step.decode:   # the picked entries' global rows in the stores
             return pick_rows[picks]
+        # Prefill: entry ids relative to the request (the layer's entries come in the same
+        # per-request layout, Compressor.entries).
         return torch.where(picks >= 0, picks.long() - base[:, None], -1)
 
     def _ranges(self, starts: torch.Tensor, step: StepInfo) -> tuple[torch.Tensor, ...]:
@@ -390,9 +400,14 @@ class DeepseekV4Attention(nn.Module):
 
     def _prefill(self, q: torch.Tensor, kv: torch.Tensor, x: torch.Tensor, picks: torch.Tensor | None,
                  step: StepInfo, cache: dict | None) -> torch.Tensor:
-        """Workspace rows per request: its cached window rows (up to W-1, from the ring), its new
-        KV; then every request's compressed entries. Index lists point into it."""
-        b, w = step.batch, self.window
+        """Workspace rows: W - 1 rows a request for its cached window (from the ring; rows
+        before position 0 are gathered but never indexed), the step's new KV, then every
+        request's compressed entries. Index lists point into it. Everything is sized by the
+        step's token and request counts, not by the host's new-token counts (captured
+        prefills)."""
+        b, w, dev = step.batch, self.window, x.device
+        req, pos = step.requests, b.positions
+        n, t = b.num_requests, kv.shape[0]
         stored = None
         if cache is not None:
             stored = _to_store(kv, cache["swa"])
@@ -401,30 +416,30 @@ class DeepseekV4Attention(nn.Module):
                 # the ring): the output then does not depend on how a sequence was split into
                 # steps (prefill chunks, speculative verifies).
                 kv = _from_store(stored, kv.dtype)
-        old = [min(w - 1, c) for c in step.ctx]
-        parts = []
-        for i, (s, n) in enumerate(zip(step.starts, step.new)):
-            if old[i]:
-                p = torch.arange(step.ctx[i] - old[i], step.ctx[i], device=x.device)
-                parts.append(_from_store(cache["swa"][b.slots[i], p % cache["swa"].shape[1]], kv.dtype))
-            parts.append(kv[s:s + n])
-        rows = torch.cat(parts)
-        req, pos = step.requests, b.positions
-        raw_start = _exclusive_cumsum([o + n for o, n in zip(old, step.new)], x.device)[req]
-        first = host_to_device([c - o for c, o in zip(step.ctx, old)], x.device)[req]
-        win = self._window(pos)
-        idx = torch.where(win >= first[:, None], raw_start[:, None] + win - first[:, None], -1)
+        win = self._window(pos)                                    # [T, W] positions
+        ctx = b.context_lens.long() if cache is not None else torch.zeros(n, dtype=torch.long, device=dev)
+        ctx_t, first = ctx[req][:, None], b.cu_seqlens.long()[:-1][req][:, None]
+        held = w - 1 if cache is not None else 0                   # cached window rows a request
+        fresh = n * held + first + win - ctx_t                     # rows of the step's tokens
+        idx = torch.where(win >= ctx_t, fresh, req[:, None] * held + win - (ctx_t - held))
+        idx = torch.where(win >= 0, idx, -1)
+        rows = kv
         if cache is not None:
             r = cache["swa"].shape[1]
-            keep = b.tail_tokens(r)   # the tokens the ring keeps (a later one overwrites)
-            cache["swa"][b.slots[req[keep]], pos[keep] % r] = stored[keep]
+            p = (ctx[:, None] - held + torch.arange(held, device=dev)).clamp(min=0)   # [N, W-1]
+            ring = cache["swa"][b.slots.long()[:, None], p % r].flatten(0, 1)
+            rows = torch.cat((_from_store(ring, kv.dtype), kv))
+            # Every token writes its ring row with the value of its request's last token on
+            # that row (one value a row; after the gather above, which reads the old rows).
+            cache["swa"][b.slots.long()[req], pos % r] = stored[b.ring_sources(r)]
         if self.compressor is not None:
             entries, starts = self.compressor.entries(x, step, cache)
             base = rows.shape[0] + starts[req]
             if picks is not None:
                 comp = torch.where(picks >= 0, base[:, None] + picks, -1)
             else:
-                e = torch.arange(max(self.compressor.counts(step)), device=x.device)
+                width = entries.shape[0] // n if cache is not None else max(self.compressor.counts(step))
+                e = torch.arange(width, device=dev)
                 comp = torch.where(e[None] < ((pos + 1) // self.ratio)[:, None], base[:, None] + e, -1)
             rows, idx = torch.cat((rows, entries.to(rows.dtype))), torch.cat((idx, comp), dim=1)
         cos, sin = step.tables[self.rope_key]

@@ -20,7 +20,6 @@ weights with UE8M0 128x128 ``.scale`` and FP4 experts as released), and transfor
 from __future__ import annotations
 
 import re
-from itertools import accumulate
 from typing import Any
 
 import torch
@@ -178,9 +177,8 @@ class DeepseekV4ForCausalLM(CausalLM):
         return [layer.attn.cache_specs(self.dtype, packed=packed) for layer in self.layers]
 
     def step_info(self, batch: ForwardBatch) -> StepInfo:
-        starts = [0, *accumulate(batch.new_lens[:-1])]
         tables = {key: spec.tables(self.ops, batch.positions) for key, spec in self.ropes.items()}
-        return StepInfo(batch, batch.cache is not None, batch.request_of_token(), starts,
+        return StepInfo(batch, batch.cache is not None, batch.request_of_token(),
                         list(batch.context_lens_host), tables)
 
     def forward_batch(self, batch: ForwardBatch) -> torch.Tensor:
