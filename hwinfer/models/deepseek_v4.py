@@ -147,6 +147,9 @@ class DeepseekV4ForCausalLM(CausalLM):
     # Decode reads no host value of the batch but its length bound: compressor entries close
     # by a device-side mask, entry rows and indexer keys have the bound's fixed width.
     graph_decode = True
+    # A cached prefill neither: entry slots bounded by the step's size, windows and entries
+    # gathered by device values (hwinfer.engine.prefill_graphs).
+    graph_prefill = True
 
     def __init__(self, config: dict[str, Any], ops: OpTable, dtype: torch.dtype) -> None:
         super().__init__()

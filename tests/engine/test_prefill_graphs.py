@@ -16,7 +16,8 @@ from hwinfer.engine.prefill_graphs import UnfixedLengths, bucket_sizes
 from hwinfer.testing.checkpoints import write_checkpoint
 from tests.models.oracle import DEVICE, DTYPE
 
-GRAPH_SAFE = ["qwen3_5", "kimi_linear", "glm_moe_dsa", "hy_v4", "minimax_m3", "gemma4"]
+GRAPH_SAFE = ["qwen3_5", "kimi_linear", "kimi_k3", "glm_moe_dsa", "hy_v4", "minimax_m3", "gemma4",
+              "deepseek_v4"]
 GREEDY = SamplingParams(max_tokens=4, temperature=0, ignore_eos=True)
 SAMPLED = SamplingParams(max_tokens=4, temperature=0.8, top_p=0.9, seed=5, ignore_eos=True)
 
@@ -70,18 +71,26 @@ def test_batched_and_continued_steps_stay_eager(model):
 
 
 def test_models_reading_host_lengths(tmp_path_factory):
-    model = _model("deepseek_v4", tmp_path_factory)   # its step info is built from host lengths
+    """A model whose forward reads the host's new-token counts (every model hwinfer ships
+    reads device values only, so one is made: Qwen3.5 with a layer-like read of them)."""
+    model = _model("qwen3_5", tmp_path_factory)
+
+    class ReadsHostLengths(type(model)):
+        graph_prefill = False
+
+        def forward_batch(self, batch):
+            assert sum(batch.new_lens) == batch.input_ids.shape[0]   # a host read
+            return super().forward_batch(batch)
+
+    model.__class__ = ReadsHostLengths
     with pytest.raises(ValueError, match="graph_prefill"):
         Engine(model, prefill_graphs=True)
     # Declared graph-safe by mistake: the warm-up reads the lengths, graphs go off with the
     # site named, and the step runs eagerly with the same tokens.
-    type(model).graph_prefill = True
-    try:
-        prompts = _prompts(model)[:2]
-        expected, _ = _run(model, prompts, GREEDY)
-        got, engine = _run(model, prompts, GREEDY, prefill_graphs=True)
-    finally:
-        del type(model).graph_prefill
+    ReadsHostLengths.graph_prefill = True
+    prompts = _prompts(model)[:2]
+    expected, _ = _run(model, prompts, GREEDY)
+    got, engine = _run(model, prompts, GREEDY, prefill_graphs=True)
     assert got == expected
     assert "new-token counts" in engine.prefill_graphs.disabled
     assert engine.prefill_graphs.replays == 0
