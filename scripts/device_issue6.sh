@@ -91,8 +91,10 @@
 #   bash scripts/device_issue6.sh s19a      # (ran) KDA's diagonal loop fetching a row ahead, strict; s18c
 #   bash scripts/device_issue6.sh s19b      # (ran) the loop 0 / 1 / 2 rows ahead, GDN + KDA beside fla,
 #                                         # Gemma 4 with and without prefill graphs
-#   bash scripts/device_issue6.sh s19c      # Gemma 4's 512-wide attention strict, its prefill-graph
+#   bash scripts/device_issue6.sh s19c      # (ran) Gemma 4's 512-wide attention strict, its prefill-graph
 #                                         # tests, the model with / without prefill graphs
+#   bash scripts/device_issue6.sh s20a      # V4 / K3 prefill-graph tests on the card, strict
+#                                         # attention, V4-Flash 4 layers with / without graphs
 #   bash scripts/device_issue6.sh s18c      # Kimi-K3's prefill profile, Gemma 4 prefill with graphs
 #   bash scripts/device_issue6.sh s17b      # strict suites of the new ops, Triton varlen attention
 #                                         # vs SDPA, Qwen3.5 with prefill graphs
@@ -867,6 +869,18 @@ elif [ "$phase" = s19c ]; then
     -p no:cacheprovider -k "gemma4" -rf --tb=short > "$out/tests_gemma_graphs.txt" 2>&1
   grep -E "^FAILED|passed|failed|skipped" "$out/tests_gemma_graphs.txt" | cut -c1-300 | tail -6
   gemma_graphs
+elif [ "$phase" = s20a ]; then
+  # DeepSeek-V4's prefill in CUDA graphs (new: its cached prefill from device values) and
+  # Kimi-K3's: the prefill-graph tests on the card; the strict attention conformance (Gemma 4's
+  # 512-wide case, never judged on a card); V4-Flash 4 layers with and without prefill graphs.
+  HWINFER_TEST_DEVICE=cuda timeout 200 python3 -m pytest tests/engine/test_prefill_graphs.py -q \
+    -p no:cacheprovider -k "deepseek or k3 or host_lengths" -rf --tb=short > "$out/tests_v4_graphs.txt" 2>&1
+  grep -E "^FAILED|passed|failed|skipped" "$out/tests_v4_graphs.txt" | cut -c1-300 | tail -6
+  strict 150 "test_impl_matches_reference and triton and attention"
+  timeout 200 python3 scripts/bench_model.py --preset deepseek-v4-flash --layers 4 --batch 1 \
+    --prompt 1024 --new 16 --no-eager --no-hf --without-prefill-graphs --csv "$out/model.csv" \
+    > "$out/bench_model_v4.txt" 2>&1
+  echo "== v4 rc=$?"; grep "^{\|Error" "$out/bench_model_v4.txt" | cut -c1-400 | tail -3
 elif [ "$phase" = s18c ]; then
   # Kimi-K3's slow prefill (2,814 tok/s b=1 in s17): the kernels of one 1 x 1,024 step.
   timeout 200 python3 scripts/bench_model.py --preset kimi-k3 --layers 4 --batch 1 --prompt 1024 --new 8 \
