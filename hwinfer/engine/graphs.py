@@ -29,6 +29,7 @@ from __future__ import annotations
 import logging
 import traceback
 from pathlib import Path
+from typing import Any, Callable
 
 import torch
 
@@ -46,6 +47,18 @@ def _where(err: BaseException) -> str:
     frames = [f for f in traceback.extract_tb(err.__traceback__) if "hwinfer" in f.filename]
     return " <- ".join(f"{Path(f.filename).name}:{f.lineno} {f.name}" for f in reversed(frames[-3:]))
 
+
+class Alternating:
+    """Two buffers handed out in turn (``next()``): the host fills one while an asynchronous
+    copy from the other may still be queued (why each user needs two: where it makes them)."""
+
+    def __init__(self, make: Callable[[], Any]) -> None:
+        self._items, self._turn = (make(), make()), 0
+
+    def next(self) -> Any:
+        item = self._items[self._turn]
+        self._turn ^= 1
+        return item
 
 class NotCapturable(RuntimeError):
     """A step's forward cannot be replayed from a graph; the message says why and where."""
@@ -121,8 +134,8 @@ class DecodeGraphs:
         self._pad = torch.tensor([0, 0, 0, pool.pad_slot, pool.pad_block * pool.block_size, 0])
         # Two pinned staging buffers, alternating: with overlapped steps the host writes step
         # N+1's inputs while step N's copy may still wait in the stream behind step N-1.
-        self._staging = [torch.empty(_SAMPLED, size, dtype=torch.int64, pin_memory=self.capture)
-                         for _ in range(2)]
+        self._staging = Alternating(lambda: torch.empty(_SAMPLED, size, dtype=torch.int64,
+                                                        pin_memory=self.capture))
         pad = torch.empty(_SAMPLED + 1, size, dtype=torch.int64)
         pad[_SAMPLED] = 0
         self._pad_rows(pad, 0, size)
@@ -130,8 +143,7 @@ class DecodeGraphs:
         self.sampled = self.inputs[_SAMPLED]
         # Two host copies of sampled tokens, alternating: a step's copy must survive until the
         # host has read it, while the next step's copy is already queued.
-        self._readback = [torch.zeros(size, dtype=torch.int64, pin_memory=self.capture) for _ in range(2)]
-        self._flip = 0
+        self._readback = Alternating(lambda: torch.zeros(size, dtype=torch.int64, pin_memory=self.capture))
         self.tables = torch.full((pool.pad_slot + 1, self.width), pool.pad_block, dtype=torch.int32,
                                  device=device)
         # A pinned mirror the table rows are copied from without blocking the host (a blocking
@@ -166,7 +178,7 @@ class DecodeGraphs:
         if size not in self.graphs and not self._capture(size):
             return None
         self._sync_tables(reqs)
-        host = self._staging[self.replays % 2][:, :size]
+        host = self._staging.next()[:, :size]
         self._pad_rows(host, n, size)
         ids, index, rows, bs = [], [], [], self.pool.block_size
         for i, r in enumerate(reqs):
@@ -210,8 +222,7 @@ class DecodeGraphs:
         None off CUDA, where the copy is done already)."""
         n = tokens.shape[0]
         self.sampled[:n].copy_(tokens)
-        host = self._readback[self._flip][:n]
-        self._flip ^= 1
+        host = self._readback.next()[:n]
         host.copy_(self.sampled[:n], non_blocking=self.capture)
         if not self.capture:
             return host, None

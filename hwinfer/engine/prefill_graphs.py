@@ -34,7 +34,7 @@ import logging
 
 import torch
 
-from hwinfer.engine.graphs import NotCapturable, _where, capture
+from hwinfer.engine.graphs import Alternating, NotCapturable, _where, capture
 from hwinfer.engine.pool import CachePool
 from hwinfer.engine.request import Request
 from hwinfer.runtime.batch import ForwardBatch
@@ -95,10 +95,9 @@ class PrefillGraphs:
         # Two pinned staging sets, alternating: a step's asynchronous copy may still be queued
         # when the host writes the next step's inputs (a step that samples nothing reads
         # nothing back, so nothing waits for it).
-        self._staging = [(torch.empty(4 * size + 3, dtype=torch.int64, pin_memory=self.capture),
-                          torch.empty(5 + 2 * self.width, dtype=torch.int32, pin_memory=self.capture))
-                         for _ in range(2)]
-        self._flip = 0
+        self._staging = Alternating(lambda: (
+            torch.empty(4 * size + 3, dtype=torch.int64, pin_memory=self.capture),
+            torch.empty(5 + 2 * self.width, dtype=torch.int32, pin_memory=self.capture)))
         self._longs = torch.zeros(4 * size + 3, dtype=torch.int64, device=device)
         self._ints = torch.zeros(5 + 2 * self.width, dtype=torch.int32, device=device)
         self.graphs: dict[int, tuple[torch.cuda.CUDAGraph | None, torch.Tensor | None]] = {}
@@ -134,8 +133,7 @@ class PrefillGraphs:
         """The static inputs of a step: the request's ``n`` tokens ``ids`` (slot, cache blocks),
         then ``size - n`` padding tokens in the padding slot and block."""
         bs, pad, top = self.pool.block_size, self.pool.pad_block, self.sizes[-1]
-        longs, ints = self._staging[self._flip]
-        self._flip ^= 1
+        longs, ints = self._staging.next()
         pos = torch.arange(size)
         pos[n:] -= n
         table = torch.tensor(blocks, dtype=torch.int64)
