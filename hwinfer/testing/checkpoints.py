@@ -40,20 +40,38 @@ def tiny_module(arch: str):
 
 def random_init(model: torch.nn.Module, gen: torch.Generator) -> None:
     """Deterministic random weights that keep activations O(1) through the network (drawn on
-    the generator's device, so real-size models initialise where they run)."""
+    the generator's device, so real-size models initialise where they run). Large tensors are
+    drawn a slice of their first dimension at a time (an fp32 draw of Kimi-K3's packed experts
+    whole is 37 GiB). Packed FP4 bytes (uint8, two e2m1 codes a byte) get uniform random codes
+    (RMS ~2.9) and their UE8M0 scale bytes (``*_scale``) the exponent that brings a row of
+    ``32 x scale bytes`` inputs to ~1 / sqrt(fan_in)."""
     dev = gen.device
     with torch.no_grad():
         for name, p in model.named_parameters():
             leaf = name.rsplit(".", 1)[-1]
-            if leaf == "A_log":
-                p.copy_(torch.log(torch.rand(p.shape, generator=gen, device=dev) * 7 + 1))
-            elif leaf in ("dt_bias", "bias", "e_score_correction_bias"):
-                p.copy_(torch.randn(p.shape, generator=gen, device=dev) * 0.1)
-            elif p.dim() == 1:
-                p.copy_(1.0 + torch.randn(p.shape, generator=gen, device=dev) * 0.1)
-            else:
-                fan_in = p.shape[-1]
-                p.copy_(torch.randn(p.shape, generator=gen, device=dev) / math.sqrt(fan_in))
+            if p.dtype == torch.uint8:
+                if leaf.endswith("_scale"):
+                    fan_in = p.shape[-1] * 32
+                    p.fill_(round(127 - math.log2(2.9) - 0.5 * math.log2(fan_in)))
+                else:
+                    for part in _slices(p):
+                        part.copy_(torch.randint(0, 256, part.shape, generator=gen, device=dev,
+                                                 dtype=torch.uint8))
+                continue
+            for part in _slices(p):
+                if leaf == "A_log":
+                    part.copy_(torch.log(torch.rand(part.shape, generator=gen, device=dev) * 7 + 1))
+                elif leaf in ("dt_bias", "bias", "e_score_correction_bias"):
+                    part.copy_(torch.randn(part.shape, generator=gen, device=dev) * 0.1)
+                elif p.dim() == 1:
+                    part.copy_(1.0 + torch.randn(part.shape, generator=gen, device=dev) * 0.1)
+                else:
+                    part.copy_(torch.randn(part.shape, generator=gen, device=dev) / math.sqrt(p.shape[-1]))
+
+
+def _slices(p: torch.Tensor, limit: int = 1 << 26) -> list[torch.Tensor]:
+    """p itself, or its slices along dim 0 when it has more than ``limit`` elements."""
+    return list(p) if p.numel() > limit and p.dim() > 1 else [p]
 
 
 def _quantize(tensor: torch.Tensor, scheme: str) -> dict[str, torch.Tensor]:
