@@ -195,13 +195,15 @@ class Compressor(nn.Module):
         req = torch.searchsorted(cum, k, right=True).clamp(max=b.num_requests - 1)
         e = first[req] + k - (cum[req] - count[req])
         p = ((e - ov) * m)[:, None] + torch.arange((1 + ov) * m, device=dev)   # [E, span]
+        # One gather from the step's rows followed by each request's ring (row j of a ring
+        # holds a position = j mod m, its logit with ape[j % m] taken off).
+        slots = b.slots.long()
+        src_kv = torch.cat((kv, ring_kv[slots].flatten(0, 1)))
+        src_score = torch.cat((score, (ring_score[slots] - self.ape.repeat(rows // m, 1)).flatten(0, 1)))
         ctx_e = ctx[req][:, None]
-        fresh_tok = p >= ctx_e
-        tok = (cu[:-1][req][:, None] + p - ctx_e).clamp(0, t - 1)
-        ring_row = b.slots.long()[req][:, None] * rows + p % rows
-        g_kv = torch.where(fresh_tok[..., None], kv[tok], ring_kv.flatten(0, 1)[ring_row])
-        g_score = torch.where(fresh_tok[..., None], score[tok],
-                              ring_score.flatten(0, 1)[ring_row] - self.ape[p % m])
+        at = torch.where(p >= ctx_e, (cu[:-1][req][:, None] + p - ctx_e).clamp(0, t - 1),
+                         t + req[:, None] * rows + p % rows)
+        g_kv, g_score = src_kv[at], src_score[at]
         if ov:
             absent = (p < 0)[..., None]
             g_kv = g_kv.masked_fill(absent, 0.0)
