@@ -135,18 +135,16 @@ class Compressor(nn.Module):
         return [(c + n) // self.ratio for c, n in zip(step.ctx, step.new)]
 
     def entries(self, x: torch.Tensor, step: StepInfo, cache: dict | None) -> tuple[torch.Tensor, torch.Tensor]:
-        """Compress the step's tokens; return every request's entries and each request's first
-        row [N]. Without a cache: packed [sum E_i, dim]. With one: read back from the store as
-        stored (unpacked from a packed store, in x.dtype), ``width = seq_len_bound // m`` rows a
-        request ([N * width, dim], entry e of request i at row i * width + e; rows past its
-        completed entries hold whatever row 0 of the store holds and are never indexed), so
-        nothing is sized by the host's new-token counts."""
+        """Compress the step's tokens; return every request's entries packed [K, dim] and each
+        request's first row [N]. Without a cache: K = sum E_i, from the host counts. With one:
+        read back from the store as stored (unpacked from a packed store, in x.dtype) through
+        ``packed_entry_rows``, K the host's bound of that sum (rows past the device count are
+        never indexed), so nothing is sized by the host's new-token counts."""
         new = self.update(x, step, cache)
         if cache is None:
             return new, _exclusive_cumsum(self.counts(step), x.device)
-        rows = step.batch.entry_rows(self.ratio, self.ops)      # [N, width], -1 past the count
-        got = cache[self.name].flatten(0, 1).index_select(0, rows.clamp(min=0).flatten())
-        starts = torch.arange(rows.shape[0], device=x.device) * rows.shape[1]
+        rows, starts = step.batch.packed_entry_rows(self.ratio)
+        got = cache[self.name].flatten(0, 1).index_select(0, rows)
         return _from_store(got, x.dtype), starts
 
     def update(self, x: torch.Tensor, step: StepInfo, cache: dict | None) -> torch.Tensor | None:
@@ -284,9 +282,15 @@ class Indexer(nn.Module):
         # not even by rounding), and it reads the weights in fp32 itself: no cast, no product.
         weights = self.weights_proj(x)
         b, m = step.batch, self.ratio
-        if cache is not None:
-            # Score the entry store in place through every request's entry rows at the batch's
-            # length bound (fixed width, no host value: CUDA graphs); padding rows -> 0.
+        if cache is not None and not step.decode:
+            # Prefill: score the entry store in place through the packed entry rows.
+            self.compressor.update(x, step, cache)
+            keys = cache[self.compressor.name].flatten(0, 1)
+            rows, starts = b.packed_entry_rows(m)
+            base, base32, end32 = self._ranges(starts, step)
+        elif cache is not None:
+            # Decode: through every request's entry rows at the batch's length bound (fixed
+            # width, no host value: CUDA graphs); padding rows -> 0.
             self.compressor.update(x, step, cache)
             keys = cache[self.compressor.name].flatten(0, 1)
 
@@ -309,7 +313,7 @@ class Indexer(nn.Module):
         if rows is not None and step.decode:   # the picked entries' global rows in the stores
             return pick_rows[picks]
         # Prefill: entry ids relative to the request (the layer's entries come in the same
-        # per-request layout, Compressor.entries).
+        # packed layout, Compressor.entries).
         return torch.where(picks >= 0, picks.long() - base[:, None], -1)
 
     def _ranges(self, starts: torch.Tensor, step: StepInfo) -> tuple[torch.Tensor, ...]:
@@ -440,7 +444,7 @@ class DeepseekV4Attention(nn.Module):
             if picks is not None:
                 comp = torch.where(picks >= 0, base[:, None] + picks, -1)
             else:
-                width = entries.shape[0] // n if cache is not None else max(self.compressor.counts(step))
+                width = b.seq_len_bound // self.ratio if cache is not None else max(self.compressor.counts(step))
                 e = torch.arange(width, device=dev)
                 comp = torch.where(e[None] < ((pos + 1) // self.ratio)[:, None], base[:, None] + e, -1)
             rows, idx = torch.cat((rows, entries.to(rows.dtype))), torch.cat((idx, comp), dim=1)

@@ -232,6 +232,34 @@ class ForwardBatch:
         return self.shared(("ring_sources", keep), build)
 
     @property
+    def total_len_bound(self) -> int:
+        """An upper bound of the sum of every request's cached + new length, known on the host
+        (a captured step: the requests times their length bound)."""
+        if self.max_seq_len is not None:
+            return self.max_seq_len * self.num_requests
+        return sum(self.seq_lens_host)
+
+    def packed_entry_rows(self, ratio: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(rows [K], starts [N]) int64: global rows of every request's completed entries in a
+        paged ``per="token"`` tensor with ``ratio`` (``seq_lens // ratio`` of them, entry e at
+        position e * ratio), packed request after request, and each request's first index.
+        K = ``total_len_bound // ratio``: proportional to the batch's lengths (unlike
+        :meth:`entry_rows`' N x bound), from device counts; indices past the device total point
+        at a request's last entry row and are never meant to be read. Once per forward and
+        ratio."""
+        assert self.cache is not None and self.block_table is not None
+
+        def build() -> tuple[torch.Tensor, torch.Tensor]:
+            counts = self.seq_lens.long() // ratio
+            cum = torch.cumsum(counts, 0)
+            starts = cum - counts
+            j = torch.arange(self.total_len_bound // ratio, device=counts.device)
+            req = torch.searchsorted(cum, j, right=True).clamp(max=self.num_requests - 1)
+            e = torch.minimum(j - starts[req], counts[req] - 1).clamp(min=0)
+            return self.rows_for(e * ratio, req, ratio), starts
+        return self.shared(("packed_entry_rows", ratio), build)
+
+    @property
     def seq_len_bound(self) -> int:
         """An upper bound of every request's cached + new length, known on the host."""
         if self.max_seq_len is not None:

@@ -1,5 +1,5 @@
 """ForwardBatch's index helpers (packed_spans, tail_tokens, ring_sources, request_of_token,
-context_rows, the host cu_seqlens) against plain Python loops on random batches: they replace
+context_rows, packed_entry_rows, the host cu_seqlens) against plain Python loops on random batches: they replace
 device reads (masks, repeat_interleave without a size, blocking copies) in every prefill."""
 from __future__ import annotations
 
@@ -68,6 +68,18 @@ def test_batch_index_helpers_match_loops():
         rows = [int(b.block_table[i, p // 4]) * 4 + p % 4
                 for i, (c, m) in enumerate(zip(ctx, new)) for p in range(c + m)]
         assert b.context_rows().tolist() == rows
+        # packed_entry_rows: each request's completed entries (position e * ratio), packed, the
+        # total within the host bound; the rest are never read but must be rows of the table
+        for ratio in (1, 2, 4):
+            got, starts = b.packed_entry_rows(ratio)
+            seq = [c + m for c, m in zip(ctx, new)]
+            want = [int(b.block_table[i, e * ratio // 4]) * (4 // ratio) + (e * ratio % 4) // ratio
+                    for i, s_ in enumerate(seq) for e in range(s_ // ratio)]
+            assert got.shape[0] == sum(seq) // ratio >= len(want)
+            assert got.tolist()[:len(want)] == want
+            assert starts.tolist() == [sum(s_ // ratio for s_ in seq[:i]) for i in range(len(seq))]
+            table_rows = {int(x) * (4 // ratio) + j for x in b.block_table.flatten() for j in range(4 // ratio)}
+            assert set(got.tolist()) <= table_rows
 
 
 def test_batch_from_host_lists_equals_the_device_built_one():
