@@ -181,7 +181,40 @@ class Compressor(nn.Module):
         value of its request's last token on that row (``ring_sources``)."""
         ring_kv, ring_score = cache[f"{self.name}_kv"], cache[f"{self.name}_score"]
         b, m, ov = step.batch, self.ratio, int(self.overlap)
-        rows, t, dev = ring_kv.shape[1], kv.shape[0], kv.device
+        rows, t = ring_kv.shape[1], kv.shape[0]
+        # The same for every compressor of this ratio, overlap and ring size in the step (main
+        # and indexer ones, every layer): built once.
+        valid, req, e, p, at, dest = b.shared(("prefill_slots", m, ov, rows),
+                                              lambda: self._prefill_slots(b, t, rows))
+        rope = b.shared(("prefill_slot_rope", m, ov, self.rope.dim, self.rope.base,
+                         repr(self.rope.scaling)),
+                        lambda: self.rope.tables(self.ops, (e * m).repeat_interleave(1 + ov)))
+        # One gather from the step's rows followed by each request's ring (row j of a ring
+        # holds a position = j mod m, its logit with ape[j % m] taken off).
+        slots = b.slots.long()
+        src_kv = torch.cat((kv, ring_kv[slots].flatten(0, 1)))
+        src_score = torch.cat((score, (ring_score[slots] - self.ape.repeat(rows // m, 1)).flatten(0, 1)))
+        g_kv, g_score = src_kv[at], src_score[at]
+        if ov:
+            absent = (p < 0)[..., None]
+            g_kv = g_kv.masked_fill(absent, 0.0)
+            half = torch.arange(g_score.shape[-1], device=kv.device) < self.dim   # the Ca channels
+            g_score = g_score.masked_fill(absent & half, float("-inf"))
+        pooled = self.ops.kv_compress(g_kv.flatten(0, 1), g_score.flatten(0, 1), self.ape,
+                                      self.norm.weight, ratio=m, overlap=self.overlap, eps=self.eps,
+                                      rope=rope, rope_dim=self.rope.dim)
+        store = cache[self.name].flatten(0, 1)
+        fresh = _to_store(pooled[ov::1 + ov].to(dtype), store)
+        store[dest] = torch.where(valid[:, None], fresh, store[dest])
+        src, ring = b.ring_sources(rows), b.ring_rows(rows)
+        ring_kv.flatten(0, 1)[ring] = kv[src]
+        ring_score.flatten(0, 1)[ring] = score[src] + self.ape[b.positions % m]
+
+    def _prefill_slots(self, b: ForwardBatch, t: int, rows: int) -> tuple[torch.Tensor, ...]:
+        """The entry slots of a cached prefill step (see ``_prefill_store``): (valid [E], request
+        [E], entry [E], window positions p [E, span], gather index [E, span] into the step's
+        rows followed by every request's ring of ``rows`` rows, store row [E])."""
+        m, ov, dev = self.ratio, int(self.overlap), b.positions.device
         cu, ctx = b.cu_seqlens.long(), b.context_lens.long()
         first = ctx // m                                   # each request's first closing entry
         count = (ctx + cu[1:] - cu[:-1]) // m - first
@@ -189,36 +222,13 @@ class Compressor(nn.Module):
         total = cum[-1]
         k = torch.arange(t // m + b.num_requests, device=dev)
         k = torch.where(k < total, k, (total - 1).clamp(min=0))
-        valid = k < total
         req = torch.searchsorted(cum, k, right=True).clamp(max=b.num_requests - 1)
         e = first[req] + k - (cum[req] - count[req])
         p = ((e - ov) * m)[:, None] + torch.arange((1 + ov) * m, device=dev)   # [E, span]
-        # One gather from the step's rows followed by each request's ring (row j of a ring
-        # holds a position = j mod m, its logit with ape[j % m] taken off).
-        slots = b.slots.long()
-        src_kv = torch.cat((kv, ring_kv[slots].flatten(0, 1)))
-        src_score = torch.cat((score, (ring_score[slots] - self.ape.repeat(rows // m, 1)).flatten(0, 1)))
         ctx_e = ctx[req][:, None]
         at = torch.where(p >= ctx_e, (cu[:-1][req][:, None] + p - ctx_e).clamp(0, t - 1),
                          t + req[:, None] * rows + p % rows)
-        g_kv, g_score = src_kv[at], src_score[at]
-        if ov:
-            absent = (p < 0)[..., None]
-            g_kv = g_kv.masked_fill(absent, 0.0)
-            half = torch.arange(g_score.shape[-1], device=dev) < self.dim   # the Ca channels
-            g_score = g_score.masked_fill(absent & half, float("-inf"))
-        pos = (e * m).repeat_interleave(1 + ov)
-        pooled = self.ops.kv_compress(g_kv.flatten(0, 1), g_score.flatten(0, 1), self.ape,
-                                      self.norm.weight, ratio=m, overlap=self.overlap, eps=self.eps,
-                                      rope=self.rope.tables(self.ops, pos), rope_dim=self.rope.dim)
-        store = cache[self.name].flatten(0, 1)
-        dest = b.rows_for(e * m, req, m)
-        fresh = _to_store(pooled[ov::1 + ov].to(dtype), store)
-        store[dest] = torch.where(valid[:, None], fresh, store[dest])
-        src = b.ring_sources(rows)
-        slot, pos_t = b.slots.long()[step.requests], b.positions
-        ring_kv[slot, pos_t % rows] = kv[src]
-        ring_score[slot, pos_t % rows] = score[src] + self.ape[pos_t % m]
+        return k < total, req, e, p, at, b.rows_for(e * m, req, m)
 
     def _pool(self, kv: torch.Tensor, score: torch.Tensor, first: int) -> torch.Tensor:
         """kv, score fp32 [L, c*dim] of positions first.. (first a multiple of m) -> [L // m, dim]."""
@@ -437,7 +447,7 @@ class DeepseekV4Attention(nn.Module):
             rows = torch.cat((_from_store(ring, kv.dtype), kv))
             # Every token writes its ring row with the value of its request's last token on
             # that row (one value a row; after the gather above, which reads the old rows).
-            cache["swa"][b.slots.long()[req], pos % r] = stored[b.ring_sources(r)]
+            cache["swa"].flatten(0, 1)[b.ring_rows(r)] = stored[b.ring_sources(r)]
         if self.compressor is not None:
             entries, starts = self.compressor.entries(x, step, cache)
             base = rows.shape[0] + starts[req]
