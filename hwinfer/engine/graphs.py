@@ -60,6 +60,7 @@ class Alternating:
         self._turn ^= 1
         return item
 
+
 class NotCapturable(RuntimeError):
     """A step's forward cannot be replayed from a graph; the message says why and where."""
 

@@ -25,6 +25,7 @@ import triton
 import triton.language as tl
 
 from hwinfer.kernels.triton import INTERPRET, to_device
+from hwinfer.kernels.triton.aot import SHARED_BYTES
 from hwinfer.ops.attention import check_extras, check_heads
 
 _LOG2E = 1.4426950408889634
@@ -186,10 +187,6 @@ TILES = {
 }
 
 
-# Hopper's / Blackwell's shared memory a block may opt into.
-CUDA_SHARED_BYTES = 232448
-
-
 def launch_tile(vendor: str, dkp: int, dvp: int, width: int,
                 shared_kv: bool) -> tuple[int, int, int, int | None] | None:
     """TILES' entry for a call, with 2 stages where Triton's default 3-deep staging of the K and
@@ -200,7 +197,7 @@ def launch_tile(vendor: str, dkp: int, dvp: int, width: int,
     if tile is None or vendor != "cuda" or width != 2 or tile[3] is not None:
         return tile
     bm, bn, warps, _ = tile
-    if (bm * dkp + 3 * bn * (dkp + (0 if shared_kv else dvp))) * width > CUDA_SHARED_BYTES:
+    if (bm * dkp + 3 * bn * (dkp + (0 if shared_kv else dvp))) * width > SHARED_BYTES["sm_90"]:
         return bm, bn, warps, 2
     return tile
 
