@@ -12,13 +12,23 @@ for larger T it is TFLOP/s over 2 * T*k * 3*H*I FLOPs against 780 TFLOP/s (bf16 
 dequantized tiles feed bf16 tensor-core dots). The router (route_topk, DSV4: sqrtsoftplus +
 bias, top-6 of 256, scaling 1.5) is reported in GB/s of logits read.
 
+``--latent`` times Kimi-K3's latent MoE instead (MODELS.md §4.5: H=7168 -> latent L=3584,
+E=896 packed-FP4 experts of I=3072, top-16, situ; x bf16), the whole op (both projections, the
+experts, the norm), FLOPs 2 * T * (2*H*L + k * 3*L*I).
+
+``--variant NAME@ATTR=VALUE[;ATTR=VALUE...]`` (repeatable) also times the Triton impl with
+module switches of hwinfer.kernels.triton.moe_gemm set (FP4_GROUPS=0, A_PAIRS=0,
+TILE_OVERRIDE=16x64x128x4 as BM x BN x BK x warps), restored afterwards.
+
 stdout: CSV ``op,impl,shape,us,gbps_or_tflops,unit,pct_of_peak``; stderr: a readable table.
 
-    python3 scripts/bench_moe.py [--quick] [--topk 8] [--reference]
+    python3 scripts/bench_moe.py [--quick] [--topk 8] [--reference] [--tokens 1,512]
+        [--formats fp4,fp8] [--no-torch] [--latent] [--variant NAME@ATTR=VALUE;...]
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 
 import torch
@@ -31,6 +41,7 @@ from hwinfer.ops import moe_experts as ref_moe
 
 PEAK_GBS, PEAK_TFLOPS = 4270.0, 780.0
 H, I, E = 4096, 2048, 256
+LATENT = (7168, 3584, 3072, 896, 16)  # Kimi-K3: H, latent L, expert I, E, top-k
 DEV = "cuda"
 
 
@@ -78,29 +89,97 @@ def emit(op, impl, shape, us, value, unit, peak) -> None:
           f"{100 * value / peak:5.1f}% of peak", file=sys.stderr)
 
 
-def bench_experts(fmt: str, t: int, k: int, with_reference: bool) -> None:
+@contextlib.contextmanager
+def switches(items: dict):
+    """moe_gemm's module switches set for the duration (see --variant)."""
+    old = {name: getattr(moe_gemm, name) for name in items}
+    for name, value in items.items():
+        setattr(moe_gemm, name, value)
+    try:
+        yield
+    finally:
+        for name, value in old.items():
+            setattr(moe_gemm, name, value)
+
+
+def parse_variant(spec: str) -> tuple[str, dict]:
+    """"name@FP4_GROUPS=0;TILE_OVERRIDE=16x64x128x4" -> (name, {switch: value})."""
+    name, _, rest = spec.partition("@")
+    items = {}
+    for item in filter(None, (i.strip() for i in rest.split(";"))):
+        key, _, value = item.partition("=")
+        if not hasattr(moe_gemm, key):
+            raise SystemExit(f"--variant {spec!r}: moe_gemm has no switch {key!r}")
+        items[key] = (tuple(int(v) for v in value.split("x")) if "x" in value
+                      else bool(int(value)))
+    return name, items
+
+
+def time_impls(op, shape, impls, args, bytes_moved, flops, variants) -> None:
+    """Time each impl (and the Triton impl under each variant) on the same args; the first impl
+    is the check. bytes_moved given: GB/s (decode sizes), else TFLOP/s."""
+    runs = [(name, fn, {}) for name, fn in impls]
+    runs += [(f"triton[{vname}]", dict(impls)["triton"], items) for vname, items in variants]
+    check = None
+    for name, fn, items in runs:
+        with switches(items):
+            out = fn(**args).float()
+            check = out if check is None else check
+            err = ((out - check).abs().max() / check.abs().max()).item()
+            ms = triton.testing.do_bench(lambda: fn(**args), warmup=10, rep=100)
+        if bytes_moved:
+            emit(op, name, shape, ms * 1e3, bytes_moved / ms / 1e6, "GB/s", PEAK_GBS)
+        else:
+            emit(op, name, shape, ms * 1e3, flops / ms / 1e9, "TFLOP/s", PEAK_TFLOPS)
+        print(f"    max|{name} - {runs[0][0]}| / max|{runs[0][0]}| = {err:.3e}", file=sys.stderr)
+
+
+def bench_experts(fmt: str, t: int, k: int, with_reference: bool, with_torch: bool = True,
+                  variants=()) -> None:
     wts = expert_weights(fmt)
     weights, ids = routing(t, k)
     x = torch.randn(t, H, device=DEV, dtype=torch.bfloat16)
     args = dict(x=x, weights=weights, ids=ids, activation="swiglu", limit=10.0, **wts)
     op = f"moe_experts_{fmt}"
-    impls = [("torch", getattr(torch_moe, op)), ("triton", getattr(moe_gemm, op))]
+    impls = [("torch", getattr(torch_moe, op))] * with_torch + [("triton", getattr(moe_gemm, op))]
     if with_reference and t <= 4:
         impls.insert(0, ("reference", getattr(ref_moe, op)))
     if fmt == "fp4" and DEV == "cuda" and torch.cuda.get_device_capability()[0] >= 10:
         impls.append(("triton_dot_scaled", moe_gemm.moe_experts_fp4_blackwell))
-    check = impls[0][1](**args).float()
-    shape = f"T{t}xk{k}xH{H}xI{I}xE{E}"
-    for name, fn in impls:
-        err = ((fn(**args).float() - check).abs().max() / check.abs().max()).item()
-        ms = triton.testing.do_bench(lambda: fn(**args), warmup=10, rep=100)
-        if t <= 32:
-            gbs = moved_bytes(fmt, ids, wts, x) / ms / 1e6
-            emit(op, name, shape, ms * 1e3, gbs, "GB/s", PEAK_GBS)
-        else:
-            emit(op, name, shape, ms * 1e3, 6 * t * k * H * I / ms / 1e9, "TFLOP/s", PEAK_TFLOPS)
-        print(f"    max|{name} - {impls[0][0]}| / max|{impls[0][0]}| = {err:.3e}", file=sys.stderr)
+    moved = moved_bytes(fmt, ids, wts, x) if t <= 32 else 0
+    time_impls(op, f"T{t}xk{k}xH{H}xI{I}xE{E}", impls, args, moved, 6 * t * k * H * I, variants)
     del wts
+    if DEV == "cuda":
+        torch.cuda.empty_cache()
+
+
+def bench_latent(t: int, variants=()) -> None:
+    """Kimi-K3's latent MoE at its real size (packed FP4 experts, UE8M0 scales)."""
+    hk, lat, ik, ek, kk = LATENT
+    g = torch.Generator(device=DEV).manual_seed(0)
+
+    def packed(*shape):
+        return torch.randint(0, 256, shape, generator=g, device=DEV, dtype=torch.uint8)
+
+    def ue8m0(*shape):  # ~unit outputs: e2m1 values are O(1), fan-in of L or I
+        return torch.randint(119, 122, shape, generator=g, device=DEV, dtype=torch.uint8)
+
+    ids = torch.rand(t, ek, generator=g, device=DEV).topk(kk, dim=-1).indices.to(torch.int32)
+    w = torch.rand(t, kk, generator=g, device=DEV) + 0.1
+    args = dict(x=torch.randn(t, hk, device=DEV, dtype=torch.bfloat16),
+                weights=w / w.sum(-1, keepdim=True), ids=ids,
+                down_proj=(torch.randn(lat, hk, device=DEV) * hk ** -0.5).to(torch.bfloat16),
+                w13=packed(ek, 2 * ik, lat // 2), w2=packed(ek, lat, ik // 2),
+                up_proj=(torch.randn(hk, lat, device=DEV) * lat ** -0.5).to(torch.bfloat16),
+                norm_weight=torch.ones(lat, device=DEV), w13_scale=ue8m0(ek, 2 * ik, lat // 32),
+                w2_scale=ue8m0(ek, lat, ik // 32), activation="situ", situ_beta=1.0,
+                situ_linear_beta=10.0)
+    used = torch.unique(ids).numel()
+    moved = (used * (2 * ik * lat // 2 + lat * ik // 2) * 17 // 16 + 2 * 2 * hk * lat) if t <= 32 else 0
+    flops = 2 * t * (2 * hk * lat + kk * 3 * lat * ik)
+    time_impls("latent_moe", f"T{t}xk{kk}xH{hk}xL{lat}xI{ik}xE{ek}",
+               [("triton", moe_gemm.latent_moe)], args, moved, flops, variants)
+    del args
     if DEV == "cuda":
         torch.cuda.empty_cache()
 
@@ -124,15 +203,36 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="T in {1, 512} only (< 60 s)")
     ap.add_argument("--topk", type=int, default=6)
     ap.add_argument("--reference", action="store_true", help="also time the reference (T=1)")
+    ap.add_argument("--tokens", help="comma-separated T (default 1,32,512,4096; --quick 1,512)")
+    ap.add_argument("--formats", default="fp4,fp8")
+    ap.add_argument("--no-torch", action="store_true", help="skip the portable torch impl")
+    ap.add_argument("--latent", action="store_true", help="Kimi-K3's latent MoE only")
+    ap.add_argument("--variant", action="append", default=[], help="NAME@ATTR=VALUE;...")
     a = ap.parse_args()
     tokens = (1, 512) if a.quick else (1, 32, 512, 4096)
+    tokens = tuple(int(t) for t in a.tokens.split(",")) if a.tokens else tokens
+    variants = [parse_variant(v) for v in a.variant]
     print(f"device: {torch.cuda.get_device_name()}", file=sys.stderr)
     print("op,impl,shape,us,gbps_or_tflops,unit,pct_of_peak")
-    for fmt in ("fp4", "fp8"):
+    if a.latent:
         for t in tokens:
-            bench_experts(fmt, t, a.topk, a.reference)
-    for t in tokens:
-        bench_router(t, a.topk)
+            bench_latent(t, variants)
+    else:
+        for fmt in a.formats.split(","):
+            for t in tokens:
+                bench_experts(fmt, t, a.topk, a.reference, not a.no_torch, variants)
+        for t in tokens:
+            bench_router(t, a.topk)
+    compiled_stats()
+
+
+def compiled_stats() -> None:
+    """Registers and spills of every compiled variant of the expert GEMMs, to stderr."""
+    from hwinfer.kernels.triton import compiled_report
+
+    for kernel in (moe_gemm._gemm1_kernel, moe_gemm._gemm2_kernel, moe_gemm._mm_kernel):
+        for line in compiled_report(kernel):
+            print(f"#   {line}", file=sys.stderr)
 
 
 if __name__ == "__main__":

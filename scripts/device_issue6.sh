@@ -96,6 +96,8 @@
 #   bash scripts/device_issue6.sh s20a      # V4 / K3 prefill-graph tests on the card, strict
 #                                         # attention, V4-Flash 4 layers with / without graphs
 #   bash scripts/device_issue6.sh s18c      # Kimi-K3's prefill profile, Gemma 4 prefill with graphs
+#   bash scripts/device_issue6.sh s20b      # the MoE GEMMs' K step forms vs 1137b7c (carry
+#                                         # .out/base: git archive 1137b7c hwinfer), K3 prefill
 #   bash scripts/device_issue6.sh s17b      # strict suites of the new ops, Triton varlen attention
 #                                         # vs SDPA, Qwen3.5 with prefill graphs
 #   bash scripts/device_issue6.sh s17c      # Kimi-K3 and Kimi-Linear steps
@@ -881,6 +883,32 @@ elif [ "$phase" = s20a ]; then
     --prompt 1024 --new 16 --no-eager --no-hf --without-prefill-graphs --csv "$out/model.csv" \
     > "$out/bench_model_v4.txt" 2>&1
   echo "== v4 rc=$?"; grep "^{\|Error" "$out/bench_model_v4.txt" | cut -c1-400 | tail -3
+elif [ "$phase" = s20b ]; then
+  # The MoE GEMMs' K step (twentieth session: exact decodes by one multiply, FP4 scales per
+  # 32-group, activations loaded once for gate and up and split into column pairs): strict
+  # conformance of the expert ops; Kimi-K3's latent MoE (real size, 1,024 and 1 tokens) and the
+  # DSV4-Flash-size FP4 / FP8 experts (1 and 512 tokens), each form and tile, against the tree of
+  # 1137b7c (carried as .out/base/hwinfer); then K3 4 layers prefill.
+  strict 90 "test_impl_matches_reference and triton and (moe_experts or latent_moe)"
+  V="--variant g0@FP4_GROUPS=0 --variant p0@A_PAIRS=0"
+  timeout 120 python3 scripts/bench_moe.py --latent --tokens 1024,1 $V \
+    --variant t64@TILE_OVERRIDE=64x128x64x8 --variant t16@TILE_OVERRIDE=16x64x128x4 \
+    > "$out/bench_moe_latent.csv" 2> "$out/bench_moe_latent.err"
+  echo "== latent rc=$?"; grep -v "Warn\|warn" "$out/bench_moe_latent.err" | cut -c1-200 | tail -24
+  PYTHONPATH=.out/base${PYTHONPATH:+:$PYTHONPATH} timeout 60 python3 scripts/bench_moe.py --latent \
+    --tokens 1024,1 > "$out/bench_moe_latent_base.csv" 2> "$out/bench_moe_latent_base.err"
+  echo "== latent at 1137b7c rc=$?"; grep -v "Warn\|warn" "$out/bench_moe_latent_base.err" | cut -c1-200 | tail -8
+  timeout 120 python3 scripts/bench_moe.py --tokens 1,512 --no-torch $V \
+    --variant n32@TILE_OVERRIDE=16x32x128x4 --variant k256@TILE_OVERRIDE=16x64x256x4 \
+    --variant w8@TILE_OVERRIDE=16x64x128x8 > "$out/bench_moe.csv" 2> "$out/bench_moe.err"
+  echo "== experts rc=$?"; grep -v "Warn\|warn\|max|" "$out/bench_moe.err" | cut -c1-200 | tail -40
+  PYTHONPATH=.out/base${PYTHONPATH:+:$PYTHONPATH} timeout 60 python3 scripts/bench_moe.py --tokens 1,512 \
+    --no-torch > "$out/bench_moe_base.csv" 2> "$out/bench_moe_base.err"
+  echo "== experts at 1137b7c rc=$?"; grep -v "Warn\|warn\|max|" "$out/bench_moe_base.err" | cut -c1-200 | tail -8
+  timeout 100 python3 scripts/bench_model.py --preset kimi-k3 --layers 4 --batch 1 --prompt 1024 --new 8 \
+    --no-eager --no-hf --profile --profile-prompt 1024 --csv "$out/model.csv" > "$out/bench_model_k3.txt" 2>&1
+  echo "== k3 rc=$?"; grep "^{\|Error" "$out/bench_model_k3.txt" | cut -c1-300 | tail -3
+  grep -A 12 "# profile prefill" "$out/bench_model_k3.txt" | cut -c1-160 | head -14
 elif [ "$phase" = s18c ]; then
   # Kimi-K3's slow prefill (2,814 tok/s b=1 in s17): the kernels of one 1 x 1,024 step.
   timeout 200 python3 scripts/bench_model.py --preset kimi-k3 --layers 4 --batch 1 --prompt 1024 --new 8 \
@@ -895,8 +923,10 @@ elif [ "$phase" = lane ]; then
   mkdir -p "$out/results"; cp .out/nvidia-sm90.part.csv "$out/results/nvidia-sm90.csv" 2>/dev/null
   HWINFER_COMMIT=${HWINFER_COMMIT:-$(cat "$out/commit.txt" 2>/dev/null || echo unknown)} \
     LANE_PART=$part LANE_BUDGET_S=330 LANE_QUICK=1 BENCH_TIMEOUT_S=100 HWINFER_RESULTS_DIR="$out/results" \
-    HWINFER_LOG_DIR="$out/lane" timeout 570 bash ci/lane.sh nvidia-sm90 > "$out/lane.txt" 2>&1
+    HWINFER_LOG_DIR=/tmp/lane timeout 570 bash ci/lane.sh nvidia-sm90 > "$out/lane.txt" 2>&1
   echo "== lane $part rc=$?"; grep -E "^==|^!!|passed|failed" "$out/lane.txt" | cut -c1-200 | tail -30
+  # the device tool brings back only a few files: the logs travel as one archive
+  tar czf "$out/lane-logs.tgz" -C /tmp lane
 elif [ "$phase" = s17lane ]; then
   # The sm_90 lane (every op's strict conformance on the card, then the op benchmarks, quick
   # shapes, 300 s of them), its CSV and logs under $OUT.

@@ -34,7 +34,8 @@ import triton.language as tl
 from hwinfer.kernels.triton import INTERPRET
 
 from hwinfer.kernels.triton.moe_tiles import (
-    ACT_CODES, DOT_BF16, DOT_IEEE, DOT_SPLIT, align_small, glu_act, kstep, route_tiles,
+    ACT_CODES, DOT_BF16, DOT_IEEE, DOT_SPLIT, a_tile, align_small, glu_act, kstep, route_tiles,
+    w_step,
 )
 from hwinfer.ops.moe_experts import check_activation, check_expert_shapes
 from hwinfer.ops.moe_latent import check_latent
@@ -49,6 +50,7 @@ def _gemm1_kernel(x_ptr, pair_ptr, tile_e_ptr, w_ptr, s_ptr, h_ptr,
                   WFMT: tl.constexpr, SCALE_U8: tl.constexpr, SB0: tl.constexpr,
                   SB1: tl.constexpr, ACT: tl.constexpr, HAS_LIMIT: tl.constexpr,
                   HAS_LIN: tl.constexpr, DOT: tl.constexpr, SCALED: tl.constexpr,
+                  GROUPS: tl.constexpr, A_PAIRS: tl.constexpr,
                   BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
     """h[tile rows, n-block] = glu(gate, up), gate/up = x[tok] @ w13_e[n | I+n]^T."""
     tile = tl.program_id(0)
@@ -73,11 +75,12 @@ def _gemm1_kernel(x_ptr, pair_ptr, tile_e_ptr, w_ptr, s_ptr, h_ptr,
     g_s, u_s = s_e + g_srow[None, :] * stride_sn, s_e + u_srow[None, :] * stride_sn
     acc_g = tl.zeros((BM, BN), dtype=tl.float32)
     acc_u = tl.zeros((BM, BN), dtype=tl.float32)
-    for k0 in range(0, H, BK):
-        acc_g = kstep(acc_g, a_rows, r_mask, k0, H, g_w, g_s, stride_sk, n_mask,
-                       WFMT, SCALE_U8, SB1, DOT, SCALED, BK)
-        acc_u = kstep(acc_u, a_rows, r_mask, k0, H, u_w, u_s, stride_sk, n_mask,
-                       WFMT, SCALE_U8, SB1, DOT, SCALED, BK)
+    for k0 in range(0, H, BK):  # gate and up meet the same activation tile
+        a0, a1 = a_tile(a_rows, r_mask, k0, H, WFMT, SCALED, A_PAIRS, BK)
+        acc_g = w_step(acc_g, a0, a1, k0, H, g_w, g_s, stride_sk, n_mask,
+                       WFMT, SCALE_U8, SB1, DOT, SCALED, GROUPS, BK)
+        acc_u = w_step(acc_u, a0, a1, k0, H, u_w, u_s, stride_sk, n_mask,
+                       WFMT, SCALE_U8, SB1, DOT, SCALED, GROUPS, BK)
     h = glu_act(acc_g, acc_u, limit, alpha, beta, lin_beta, ACT, HAS_LIMIT, HAS_LIN)
     tl.store(h_ptr + rows.to(tl.int64)[:, None] * stride_h + n[None, :],
              h.to(h_ptr.dtype.element_ty), mask=n_mask)
@@ -88,6 +91,7 @@ def _gemm2_kernel(h_ptr, pair_ptr, tile_e_ptr, rw_ptr, w_ptr, s_ptr, y_ptr,
                   H, I, TK, stride_h, stride_we, stride_wn, stride_se, stride_sn, stride_sk,
                   stride_y, WFMT: tl.constexpr, SCALE_U8: tl.constexpr, SB0: tl.constexpr,
                   SB1: tl.constexpr, DOT: tl.constexpr, SCALED: tl.constexpr,
+                  GROUPS: tl.constexpr, A_PAIRS: tl.constexpr,
                   BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
     """y[pair, n-block] = routing weight * (h[tile rows] @ w2_e[n]^T), valid pairs only."""
     tile = tl.program_id(0)
@@ -111,7 +115,7 @@ def _gemm2_kernel(h_ptr, pair_ptr, tile_e_ptr, rw_ptr, w_ptr, s_ptr, y_ptr,
     acc = tl.zeros((BM, BN), dtype=tl.float32)
     for k0 in range(0, I, BK):
         acc = kstep(acc, a_rows, valid[:, None], k0, I, w_rows, s_rows, stride_sk, n_mask,
-                     WFMT, SCALE_U8, SB1, DOT, SCALED, BK)
+                    WFMT, SCALE_U8, SB1, DOT, SCALED, GROUPS, A_PAIRS, BK)
     rw = tl.load(rw_ptr + pair, mask=valid, other=0.0).to(tl.float32)
     pair64 = tl.where(valid, pair, 0).to(tl.int64)
     tl.store(y_ptr + pair64[:, None] * stride_y + n[None, :], acc * rw[:, None],
@@ -153,7 +157,8 @@ def _mm_kernel(a_ptr, w_ptr, o_ptr, M, N, K, stride_a, stride_w, stride_o, DOT: 
     acc = tl.zeros((BM, BN), dtype=tl.float32)
     for k0 in range(0, K, BK):
         acc = kstep(acc, a_rows, a_mask, k0, K, w_rows, w_rows, 0, n_mask, WFMT=0,
-                    SCALE_U8=False, SB1=1, DOT=DOT, SCALED=False, BK=BK)
+                    SCALE_U8=False, SB1=1, DOT=DOT, SCALED=False, GROUPS=False, A_PAIRS=False,
+                    BK=BK)
     tl.store(o_ptr + rows[:, None].to(tl.int64) * stride_o + cols[None, :],
              acc.to(o_ptr.dtype.element_ty), mask=a_mask & n_mask)
 
@@ -175,10 +180,20 @@ def _mm(a: torch.Tensor, w: torch.Tensor, out_dtype: torch.dtype, dot: int) -> t
     return out
 
 
+# Forms of the K step (moe_tiles.a_tile / w_step), module switches so that a benchmark can time
+# each: packed FP4 scales loaded once per 32-wide group, FP4 activations as one contiguous load
+# split into column pairs. TILE_OVERRIDE (BM, BN, BK, num_warps) replaces _tiles_for's choice.
+FP4_GROUPS = True
+A_PAIRS = True
+TILE_OVERRIDE: tuple[int, int, int, int] | None = None
+
+
 def _tiles_for(tk: int, num_experts: int, interpret: bool) -> tuple[int, int, int, int]:
     """(BM, BN, BK, num_warps) from the mean rows per expert (decode: BM 16, weight-bound)."""
     if interpret:  # the interpreter's cost grows with programs x ops: few, wide tiles
         return 16, 128, 128, 4
+    if TILE_OVERRIDE is not None:
+        return TILE_OVERRIDE
     per_expert = tk / max(num_experts, 1)
     if per_expert <= 16:
         return 16, 64, 128, 4
@@ -229,8 +244,8 @@ def run_experts(x, weights, ids, w13, w2, s13, s2, *, wfmt: int, block=(1, 1),
     s13 = w13 if s13 is None else s13  # dummy pointers for dense weights
     s2 = w2 if s2 is None else s2
     sb0, sb1 = block
-    common = dict(WFMT=wfmt, SB0=sb0, SB1=sb1, DOT=dot1, SCALED=scaled, BM=bm, BN=bn, BK=bk,
-                  num_warps=warps)
+    common = dict(WFMT=wfmt, SB0=sb0, SB1=sb1, DOT=dot1, SCALED=scaled, GROUPS=FP4_GROUPS,
+                  A_PAIRS=A_PAIRS, BM=bm, BN=bn, BK=bk, num_warps=warps)
     _gemm1_kernel[(n_tiles, triton.cdiv(i, bn))](
         x, pairs, tile_e, w13, s13, h, hdim, i, k, t * k, x.stride(0), w13.stride(0), w13.stride(1),
         s13.stride(0), s13.stride(1), s13.stride(2), h.stride(0), -(-i // sb0),
@@ -420,7 +435,8 @@ def _gemm1_sig(xty: str, wty: str, sty: str) -> dict[str, str]:
                 "stride_sn", "stride_sk", "stride_h", "up_srow")}, "stride_we": "i64",
             **{a: "fp32" for a in ("limit", "alpha", "beta", "lin_beta")},
             **{a: "constexpr" for a in ("WFMT", "SCALE_U8", "SB0", "SB1", "ACT", "HAS_LIMIT",
-                                        "HAS_LIN", "DOT", "SCALED", "BM", "BN", "BK")}}
+                                        "HAS_LIN", "DOT", "SCALED", "GROUPS", "A_PAIRS", "BM",
+                                        "BN", "BK")}}
 
 
 def _aot_specs():
@@ -437,7 +453,8 @@ def _aot_specs():
         for bm, bn, bk, warps in [(16, 64, 128, 4)] + [(64, 128, 64, 8)] * prefill:
             bk = min(bk, sb1) if wfmt == FP8 else bk
             cx = {"WFMT": wfmt, "SCALE_U8": sty == "*u8", "SB0": sb0, "SB1": sb1,
-                  "DOT": DOT_BF16, "SCALED": scaled, "BM": bm, "BN": bn, "BK": bk}
+                  "DOT": DOT_BF16, "SCALED": scaled, "GROUPS": FP4_GROUPS, "A_PAIRS": A_PAIRS,
+                  "BM": bm, "BN": bn, "BK": bk}
             sig1 = _gemm1_sig("*bf16", wty, sty)
             specs.append(AotSpec(f"moe_gemm1[{name},{bm}x{bn}x{bk}]", _gemm1_kernel, sig1,
                                  {**cx, "ACT": 0, "HAS_LIMIT": True, "HAS_LIN": False},
@@ -447,7 +464,8 @@ def _aot_specs():
                         "H", "I", "TK", "stride_h", "stride_we", "stride_wn", "stride_se",
                         "stride_sn", "stride_sk", "stride_y")},
                     **{a: "constexpr" for a in ("WFMT", "SCALE_U8", "SB0", "SB1", "DOT",
-                                                "SCALED", "BM", "BN", "BK")}}
+                                                "SCALED", "GROUPS", "A_PAIRS", "BM", "BN",
+                                                "BK")}}
             sig2["stride_we"] = "i64"
             if not scaled:  # GEMM2 never takes dot_scaled: its activation is fp32 (split dots)
                 specs.append(AotSpec(f"moe_gemm2[{name},{bm}x{bn}x{bk}]", _gemm2_kernel, sig2,
@@ -465,7 +483,8 @@ def _aot_specs():
     specs.append(AotSpec("moe_gemm1[fp4,latent_split,16x64x128]", _gemm1_kernel,
                          _gemm1_sig("*fp32", "*u8", "*u8"),
                          {"WFMT": FP4, "SCALE_U8": True, "SB0": 1, "SB1": 1, "DOT": DOT_SPLIT,
-                          "SCALED": False, "BM": 16, "BN": 64, "BK": 128, "ACT": ACT_CODES["situ"],
+                          "SCALED": False, "GROUPS": FP4_GROUPS, "A_PAIRS": A_PAIRS, "BM": 16,
+                          "BN": 64, "BK": 128, "ACT": ACT_CODES["situ"],
                           "HAS_LIMIT": False, "HAS_LIN": True}, {"num_warps": 4}))
     for norm, block in ((False, 1024), (True, 4096)):  # the latent MoE's norm: one row a program
         specs.append(AotSpec(f"moe_sum[bf16{',norm' if norm else ''}]", _sum_kernel,

@@ -12,24 +12,25 @@ import triton.language as tl
 ACT_CODES = {"swiglu": 0, "swiglu_oai": 1, "situ": 2, "gelu_tanh": 3}
 
 
+# The decoders move a code's sign / exponent / mantissa bits into the fp32 fields and rescale by
+# the bias difference in one exact multiply, which also turns exponent 0 into the format's
+# subnormals (the fp32 intermediate is then subnormal: Triton keeps IEEE denormals for fp32 on
+# NVIDIA and AMD unless a kernel asks to flush). ~6 integer / float ops a value where a
+# field-by-field decode with selects took ~15: on Hopper, which has no e2m1 conversion, the
+# decode is what bounds a prefill MoE GEMM.
 @triton.jit
 def _e4m3(b):
-    """uint8 e4m3fn bytes (as int32) -> fp32, exactly (normals via the fp32 bit pattern)."""
-    e = (b >> 3) & 15
-    m = b & 7
-    normal = (((e + 120) << 23) | (m << 20)).to(tl.float32, bitcast=True)
-    v = tl.where(e == 0, m.to(tl.float32) * 0.001953125, normal)
-    return tl.where((b & 128) != 0, -v, v)
+    """uint8 e4m3fn bytes (as int32) -> fp32, exactly (the NaN codes 0x7f / 0xff read +-480)."""
+    bits = ((b & 0x7F) << 20) | ((b & 0x80) << 24)
+    return bits.to(tl.float32, bitcast=True) * 1.329227995784916e36  # 2^(127 - 7)
 
 
 @triton.jit
 def _e2m1(c):
-    """e2m1 codes 0..15 (int32) -> fp32: sign bit 3, exponent bits 1-2 (bias 1), mantissa bit 0."""
-    e = (c >> 1) & 3
-    m = c & 1
-    normal = (((e + 126) << 23) | (m << 22)).to(tl.float32, bitcast=True)
-    v = tl.where(e == 0, m.to(tl.float32) * 0.5, normal)
-    return tl.where((c & 8) != 0, -v, v)
+    """The e2m1 code in c's low 4 bits (int32; higher bits ignored) -> fp32: sign bit 3,
+    exponent bits 1-2 (bias 1), mantissa bit 0."""
+    bits = ((c & 7) << 22) | ((c & 8) << 28)
+    return bits.to(tl.float32, bitcast=True) * 8.507059173023462e37  # 2^(127 - 1)
 
 
 @triton.jit
@@ -66,47 +67,91 @@ def _dot(a, b, DOT: tl.constexpr):
 
 
 @triton.jit
-def kstep(acc, a_rows, a_mask, k0, K, w_rows, s_rows, s_stride_k, n_mask,
-           WFMT: tl.constexpr, SCALE_U8: tl.constexpr, SB1: tl.constexpr,
-           DOT: tl.constexpr, SCALED: tl.constexpr, BK: tl.constexpr):
-    """acc[BM, BN] += A[:, k0:k0+BK] @ W[rows, k0:k0+BK]^T, W dequantized in registers.
+def a_tile(a_rows, a_mask, k0, K, WFMT: tl.constexpr, SCALED: tl.constexpr,
+           A_PAIRS: tl.constexpr, BK: tl.constexpr):
+    """The activations of one K step, fp32: packed FP4 (unless SCALED) meets them as the even and
+    the odd columns, (a0, a1) [BM, BK/2] each; every other format as (a, a) [BM, BK].
 
-    a_rows [BM, 1] / w_rows [1, BN] / s_rows [1, BN] are row base pointers (activations,
-    weights, scales); K the unpacked reduction length.
+    A_PAIRS: one contiguous [BM, BK] load split into column pairs in registers, instead of two
+    stride-2 loads (half of every fetched sector unused).
+    """
+    if WFMT == 2 and not SCALED:
+        if A_PAIRS:
+            kk = k0 + tl.arange(0, BK)
+            a = tl.load(a_rows + kk[None, :], mask=a_mask & (kk < K)[None, :], other=0.0)
+            a0, a1 = tl.split(tl.reshape(a.to(tl.float32), (a.shape[0], BK // 2, 2)))
+        else:
+            kb = k0 // 2 + tl.arange(0, BK // 2)
+            am = a_mask & (kb < K // 2)[None, :]
+            a0 = tl.load(a_rows + 2 * kb[None, :], mask=am, other=0.0).to(tl.float32)
+            a1 = tl.load(a_rows + 2 * kb[None, :] + 1, mask=am, other=0.0).to(tl.float32)
+    else:
+        kk = k0 + tl.arange(0, BK)
+        a0 = tl.load(a_rows + kk[None, :], mask=a_mask & (kk < K)[None, :], other=0.0)
+        a0 = a0.to(tl.float32)
+        a1 = a0
+    return a0, a1
+
+
+@triton.jit
+def w_step(acc, a0, a1, k0, K, w_rows, s_rows, s_stride_k, n_mask,
+           WFMT: tl.constexpr, SCALE_U8: tl.constexpr, SB1: tl.constexpr, DOT: tl.constexpr,
+           SCALED: tl.constexpr, GROUPS: tl.constexpr, BK: tl.constexpr):
+    """acc[BM, BN] += A[:, k0:k0+BK] @ W[rows, k0:k0+BK]^T with A from :func:`a_tile` and W
+    dequantized in registers. w_rows / s_rows [1, BN] are row base pointers (weights, scales);
+    K the unpacked reduction length.
+
+    GROUPS (packed FP4): the weight bytes are read as [BK/32, 16, BN], so that each 32-wide
+    group's UE8M0 scale is one [BK/32, 1, BN] load broadcast over its 16 bytes, instead of a
+    [BK/2, BN] gather of the same byte per element.
     """
     if WFMT == 2:
-        kb = k0 // 2 + tl.arange(0, BK // 2)
-        kbm = kb < K // 2
-        wmask = kbm[:, None] & n_mask
         if SCALED:
-            kk = k0 + tl.arange(0, BK)
-            a = tl.load(a_rows + kk[None, :], mask=a_mask & (kk[None, :] < K), other=0.0)
-            wb = tl.load(w_rows + kb[:, None], mask=wmask, other=0)
+            kb = k0 // 2 + tl.arange(0, BK // 2)
+            wb = tl.load(w_rows + kb[:, None], mask=(kb < K // 2)[:, None] & n_mask, other=0)
             ks = k0 // 32 + tl.arange(0, BK // 32)
-            sc = tl.load(s_rows + ks[:, None] * s_stride_k, mask=(ks[:, None] < K // 32) & n_mask,
-                         other=127)
-            acc = tl.dot_scaled(a.to(tl.bfloat16), None, "bf16", wb, tl.trans(sc), "e2m1", acc)
+            sc = tl.load(s_rows + ks[:, None] * s_stride_k,
+                         mask=(ks[:, None] < (K + 31) // 32) & n_mask, other=127)
+            acc = tl.dot_scaled(a0.to(tl.bfloat16), None, "bf16", wb, tl.trans(sc), "e2m1", acc)
+        elif GROUPS:
+            g = tl.arange(0, BK // 32)[:, None, None]
+            kb = k0 // 2 + g * 16 + tl.arange(0, 16)[None, :, None]
+            n3 = n_mask[None, :, :]
+            wb = tl.load(w_rows[None, :, :] + kb, mask=(kb < K // 2) & n3, other=0).to(tl.int32)
+            ks = k0 // 32 + g
+            sc = _scale(s_rows[None, :, :] + ks * s_stride_k, (ks < (K + 31) // 32) & n3,
+                        SCALE_U8)
+            lo = tl.reshape(_e2m1(wb) * sc, (BK // 2, wb.shape[2]))
+            hi = tl.reshape(_e2m1(wb >> 4) * sc, (BK // 2, wb.shape[2]))
+            acc += _dot(a0, lo, DOT) + _dot(a1, hi, DOT)
         else:
+            kb = k0 // 2 + tl.arange(0, BK // 2)
+            wmask = (kb < K // 2)[:, None] & n_mask
             wb = tl.load(w_rows + kb[:, None], mask=wmask, other=0).to(tl.int32)
             sc = _scale(s_rows + ((2 * kb[:, None]) // 32) * s_stride_k, wmask, SCALE_U8)
-            lo = _e2m1(wb & 15) * sc
-            hi = _e2m1((wb >> 4) & 15) * sc
-            am = a_mask & kbm[None, :]
-            a_even = tl.load(a_rows + 2 * kb[None, :], mask=am, other=0.0).to(tl.float32)
-            a_odd = tl.load(a_rows + 2 * kb[None, :] + 1, mask=am, other=0.0).to(tl.float32)
-            acc += _dot(a_even, lo, DOT) + _dot(a_odd, hi, DOT)
+            acc += _dot(a0, _e2m1(wb) * sc, DOT) + _dot(a1, _e2m1(wb >> 4) * sc, DOT)
     else:
         kk = k0 + tl.arange(0, BK)
         km = kk < K
-        a = tl.load(a_rows + kk[None, :], mask=a_mask & km[None, :], other=0.0).to(tl.float32)
         if WFMT == 1:
             wb = tl.load(w_rows + kk[:, None], mask=km[:, None] & n_mask, other=0).to(tl.int32)
             sc = _scale(s_rows + (k0 // SB1) * s_stride_k, n_mask, SCALE_U8)
-            acc += _dot(a, _e4m3(wb), DOT) * sc
+            acc += _dot(a0, _e4m3(wb), DOT) * sc
         else:
             w = tl.load(w_rows + kk[:, None], mask=km[:, None] & n_mask, other=0.0).to(tl.float32)
-            acc += _dot(a, w, DOT)
+            acc += _dot(a0, w, DOT)
     return acc
+
+
+@triton.jit
+def kstep(acc, a_rows, a_mask, k0, K, w_rows, s_rows, s_stride_k, n_mask,
+          WFMT: tl.constexpr, SCALE_U8: tl.constexpr, SB1: tl.constexpr,
+          DOT: tl.constexpr, SCALED: tl.constexpr, GROUPS: tl.constexpr,
+          A_PAIRS: tl.constexpr, BK: tl.constexpr):
+    """One K step of one product: :func:`a_tile` then :func:`w_step`."""
+    a0, a1 = a_tile(a_rows, a_mask, k0, K, WFMT, SCALED, A_PAIRS, BK)
+    return w_step(acc, a0, a1, k0, K, w_rows, s_rows, s_stride_k, n_mask, WFMT, SCALE_U8, SB1,
+                  DOT, SCALED, GROUPS, BK)
 
 
 @triton.jit
