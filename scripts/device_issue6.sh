@@ -97,7 +97,8 @@
 #                                         # attention, V4-Flash 4 layers with / without graphs
 #   bash scripts/device_issue6.sh s18c      # Kimi-K3's prefill profile, Gemma 4 prefill with graphs
 #   bash scripts/device_issue6.sh s20b      # the MoE GEMMs' K step forms vs 1137b7c (carry
-#                                         # .out/base: git archive 1137b7c hwinfer), K3 prefill
+#                                         # .out/base: git archive 1137b7c hwinfer)
+#   bash scripts/device_issue6.sh s20c      # K3 latent MoE prefill tiles, K3 4 layers
 #   bash scripts/device_issue6.sh s17b      # strict suites of the new ops, Triton varlen attention
 #                                         # vs SDPA, Qwen3.5 with prefill graphs
 #   bash scripts/device_issue6.sh s17c      # Kimi-K3 and Kimi-Linear steps
@@ -903,6 +904,17 @@ elif [ "$phase" = s20b ]; then
   PYTHONPATH=.out/base${PYTHONPATH:+:$PYTHONPATH} timeout 40 python3 scripts/bench_moe.py --tokens 1,512 \
     --no-torch > "$out/bench_moe_base.csv" 2> "$out/bench_moe_base.err"
   echo "== experts at 1137b7c rc=$?"; grep -v "Warn\|warn\|max|" "$out/bench_moe_base.err" | cut -c1-200 | tail -8
+elif [ "$phase" = s20c ]; then
+  # s20b's forms chosen (decode tiles 16 x 32): K3's latent MoE prefill tiles, then Kimi-K3
+  # 4 layers (prefill profile) and the DSV4-size experts at 1 token.
+  timeout 70 python3 scripts/bench_moe.py --latent --tokens 1024,1 \
+    --variant t16@TILE_OVERRIDE=16x64x128x4 --variant t64@TILE_OVERRIDE=64x128x64x8 \
+    --variant w8@TILE_OVERRIDE=32x64x128x8 > "$out/bench_moe_latent.csv" 2> "$out/bench_moe_latent.err"
+  echo "== latent rc=$?"; grep -v "Warn\|warn\|max|\|^#" "$out/bench_moe_latent.err" | cut -c1-200 | tail -12
+  timeout 90 python3 scripts/bench_model.py --preset kimi-k3 --layers 4 --batch 1 --prompt 1024 --new 8 \
+    --no-eager --no-hf --profile --profile-prompt 1024 --csv "$out/model.csv" > "$out/bench_model_k3.txt" 2>&1
+  echo "== k3 rc=$?"; grep "^{\|Error" "$out/bench_model_k3.txt" | cut -c1-300 | tail -3
+  grep -A 12 "# profile prefill" "$out/bench_model_k3.txt" | cut -c1-160 | head -14
 elif [ "$phase" = s18c ]; then
   # Kimi-K3's slow prefill (2,814 tok/s b=1 in s17): the kernels of one 1 x 1,024 step.
   timeout 200 python3 scripts/bench_model.py --preset kimi-k3 --layers 4 --batch 1 --prompt 1024 --new 8 \
