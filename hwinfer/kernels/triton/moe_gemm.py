@@ -31,7 +31,7 @@ import torch
 import triton
 import triton.language as tl
 
-from hwinfer.kernels.triton import INTERPRET
+from hwinfer.kernels.triton import INTERPRET, num_sms
 
 from hwinfer.kernels.triton.moe_tiles import (
     ACT_CODES, DOT_BF16, DOT_IEEE, DOT_SPLIT, a_tile, align_small, glu_act, kstep, route_tiles,
@@ -188,15 +188,20 @@ A_PAIRS = True
 TILE_OVERRIDE: tuple[int, int, int, int] | None = None
 
 
-def _tiles_for(tk: int, num_experts: int, interpret: bool) -> tuple[int, int, int, int]:
-    """(BM, BN, BK, num_warps) from the mean rows per expert (decode: BM 16, weight-bound)."""
+def _tiles_for(tk: int, num_experts: int, inter: int, sms: int,
+               interpret: bool) -> tuple[int, int, int, int]:
+    """(BM, BN, BK, num_warps) from the mean rows per expert (decode: BM 16, weight-bound) and,
+    at decode, the programs GEMM1 would get (``inter`` = I columns, ``sms`` multiprocessors)."""
     if interpret:  # the interpreter's cost grows with programs x ops: few, wide tiles
         return 16, 128, 128, 4
     if TILE_OVERRIDE is not None:
         return TILE_OVERRIDE
     per_expert = tk / max(num_experts, 1)
-    if per_expert <= 1:  # decode: narrow columns, twice the programs streaming weights (H100,
-        return 16, 32, 128, 4  # DSV4-size experts at T=1: FP4 180 -> 158 us, FP8 123 -> 113)
+    if per_expert <= 1 and min(tk, num_experts) * triton.cdiv(inter, 64) < 4 * sms:
+        # too few 64-column programs to stream the experts' weights: halve the columns (H100,
+        # DSV4-size experts at T=1 (192 programs): FP4 180 -> 158 us, FP8 123 -> 113; Kimi-K3's
+        # 768 were better at 64: 655 us against 768 at 32)
+        return 16, 32, 128, 4
     if per_expert <= 16:
         return 16, 64, 128, 4
     if per_expert <= 48:
@@ -220,7 +225,7 @@ def run_experts(x, weights, ids, w13, w2, s13, s2, *, wfmt: int, block=(1, 1),
     if t == 0 or k == 0:
         return out.zero_()
     interpret = INTERPRET
-    bm, bn, bk, warps = _tiles_for(t * k, e, interpret)
+    bm, bn, bk, warps = _tiles_for(t * k, e, i, num_sms(x.device, 8), interpret)
     while wfmt == FP8 and block[1] % bk:  # a K step must stay inside one scale block
         bk //= 2
     if scaled:
@@ -452,7 +457,7 @@ def _aot_specs():
                ("fp4", FP4, "*u8", "*u8", 1, 1, False, True),
                ("fp4_dot_scaled", FP4, "*u8", "*u8", 1, 1, True, True)]
     for name, wfmt, wty, sty, sb0, sb1, scaled, prefill in formats:
-        for bm, bn, bk, warps in [(16, 64, 128, 4)] + [(64, 128, 64, 8)] * prefill:
+        for bm, bn, bk, warps in [(16, 32, 128, 4), (16, 64, 128, 4)] + [(64, 128, 64, 8)] * prefill:
             bk = min(bk, sb1) if wfmt == FP8 else bk
             cx = {"WFMT": wfmt, "SCALE_U8": sty == "*u8", "SB0": sb0, "SB1": sb1,
                   "DOT": DOT_BF16, "SCALED": scaled, "GROUPS": FP4_GROUPS, "A_PAIRS": A_PAIRS,
