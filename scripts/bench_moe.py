@@ -18,7 +18,7 @@ experts, the norm), FLOPs 2 * T * (2*H*L + k * 3*L*I).
 
 ``--variant NAME@ATTR=VALUE[;ATTR=VALUE...]`` (repeatable) also times the Triton impl with
 module switches of hwinfer.kernels.triton.moe_gemm set (FP4_GROUPS=0, A_PAIRS=0,
-TILE_OVERRIDE=16x64x128x4 as BM x BN x BK x warps), restored afterwards.
+TILE_OVERRIDE=16x64x128x4 as BM x BN x BK x warps, NUM_STAGES=4), restored afterwards.
 
 stdout: CSV ``op,impl,shape,us,gbps_or_tflops,unit,pct_of_peak``; stderr: a readable table.
 
@@ -111,7 +111,7 @@ def parse_variant(spec: str) -> tuple[str, dict]:
         if not hasattr(moe_gemm, key):
             raise SystemExit(f"--variant {spec!r}: moe_gemm has no switch {key!r}")
         items[key] = (tuple(int(v) for v in value.split("x")) if "x" in value
-                      else bool(int(value)))
+                      else int(value) if key == "NUM_STAGES" else bool(int(value)))
     return name, items
 
 

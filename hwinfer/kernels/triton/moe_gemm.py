@@ -186,6 +186,7 @@ def _mm(a: torch.Tensor, w: torch.Tensor, out_dtype: torch.dtype, dot: int) -> t
 FP4_GROUPS = True
 A_PAIRS = True
 TILE_OVERRIDE: tuple[int, int, int, int] | None = None
+NUM_STAGES: int | None = None  # Triton's software pipelining depth (None: its default)
 
 
 def _tiles_for(tk: int, num_experts: int, inter: int, sms: int,
@@ -252,7 +253,8 @@ def run_experts(x, weights, ids, w13, w2, s13, s2, *, wfmt: int, block=(1, 1),
     s2 = w2 if s2 is None else s2
     sb0, sb1 = block
     common = dict(WFMT=wfmt, SB0=sb0, SB1=sb1, DOT=dot1, SCALED=scaled, GROUPS=FP4_GROUPS,
-                  A_PAIRS=A_PAIRS, BM=bm, BN=bn, BK=bk, num_warps=warps)
+                  A_PAIRS=A_PAIRS, BM=bm, BN=bn, BK=bk, num_warps=warps,
+                  **({} if NUM_STAGES is None else {"num_stages": NUM_STAGES}))
     _gemm1_kernel[(n_tiles, triton.cdiv(i, bn))](
         x, pairs, tile_e, w13, s13, h, hdim, i, k, t * k, x.stride(0), w13.stride(0), w13.stride(1),
         s13.stride(0), s13.stride(1), s13.stride(2), h.stride(0), -(-i // sb0),
