@@ -18,7 +18,8 @@ experts, the norm), FLOPs 2 * T * (2*H*L + k * 3*L*I).
 
 ``--variant NAME@ATTR=VALUE[;ATTR=VALUE...]`` (repeatable) also times the Triton impl with
 module switches of hwinfer.kernels.triton.moe_gemm set (FP4_GROUPS=0, A_PAIRS=0,
-TILE_OVERRIDE=16x64x128x4 as BM x BN x BK x warps, NUM_STAGES=4), restored afterwards.
+TILE_OVERRIDE=16x64x128x4 as BM x BN x BK x warps, NUM_STAGES=4, DECODE_FORM=gemv,
+GEMV_TILE=4x512x4, GEMV_MAX_PAIRS=256), restored afterwards.
 
 stdout: CSV ``op,impl,shape,us,gbps_or_tflops,unit,pct_of_peak``; stderr: a readable table.
 
@@ -110,8 +111,10 @@ def parse_variant(spec: str) -> tuple[str, dict]:
         key, _, value = item.partition("=")
         if not hasattr(moe_gemm, key):
             raise SystemExit(f"--variant {spec!r}: moe_gemm has no switch {key!r}")
+        now = getattr(moe_gemm, key)
         items[key] = (tuple(int(v) for v in value.split("x")) if "x" in value
-                      else int(value) if key == "NUM_STAGES" else bool(int(value)))
+                      else value if isinstance(now, str) else bool(int(value))
+                      if isinstance(now, bool) else int(value))
     return name, items
 
 

@@ -99,7 +99,8 @@
 #   bash scripts/device_issue6.sh s20b      # the MoE GEMMs' K step forms vs 1137b7c (carry
 #                                         # .out/base: git archive 1137b7c hwinfer)
 #   bash scripts/device_issue6.sh s20c      # K3 latent MoE prefill tiles, K3 4 layers
-#   bash scripts/device_issue6.sh s20d      # expert GEMM tiles / pipelining depth
+#   bash scripts/device_issue6.sh s20d      # the expert FFN's decode form (moe_gemv.py) vs the
+#                                         # tiles, tiles / pipelining depth, K3 / V4 decode
 #   bash scripts/device_issue6.sh s17b      # strict suites of the new ops, Triton varlen attention
 #                                         # vs SDPA, Qwen3.5 with prefill graphs
 #   bash scripts/device_issue6.sh s17c      # Kimi-K3 and Kimi-Linear steps
@@ -917,18 +918,30 @@ elif [ "$phase" = s20c ]; then
   echo "== k3 rc=$?"; grep "^{\|Error" "$out/bench_model_k3.txt" | cut -c1-300 | tail -3
   grep -A 12 "# profile prefill" "$out/bench_model_k3.txt" | cut -c1-160 | head -14
 elif [ "$phase" = s20d ]; then
-  # The expert GEMMs' tiles and pipelining depth after s20b's K step: K3's latent MoE (1,024 and
-  # 1 tokens) and the DSV4-size FP4 / FP8 experts (1 and 512 tokens).
-  timeout 75 python3 scripts/bench_moe.py --latent --tokens 1024,1 \
-    --variant k64@TILE_OVERRIDE=32x64x64x4 --variant n32@TILE_OVERRIDE=32x32x128x4 \
-    --variant s2@NUM_STAGES=2 --variant s4@NUM_STAGES=4 --variant d256@TILE_OVERRIDE=16x64x256x4 \
+  # The expert FFN's decode form (moe_gemv.py, opt-in: HWINFER_MOE_DECODE=gemv) and the tile
+  # form's tiles / pipelining depth: the strict expert-op conformance with the decode form on;
+  # Kimi-K3's latent MoE (1 and 1,024 tokens) and the DSV4-size FP4 / FP8 experts (1, 4, 32, 512
+  # tokens) in each form; K3 and DeepSeek-V4-Flash 4 layers b=1 with and without it.
+  HWINFER_MOE_DECODE=gemv strict 60 "test_impl_matches_reference and triton and (moe_experts or latent_moe)"
+  G="--variant gemv@DECODE_FORM=gemv --variant gemv256@DECODE_FORM=gemv;GEMV_TILE=4x256x4"
+  G="$G --variant gemv8@DECODE_FORM=gemv;GEMV_TILE=8x256x4"
+  timeout 75 python3 scripts/bench_moe.py --latent --tokens 1,1024 $G \
+    --variant k64@TILE_OVERRIDE=32x64x64x4 --variant s4@NUM_STAGES=4 \
     > "$out/bench_moe_latent.csv" 2> "$out/bench_moe_latent.err"
   echo "== latent rc=$?"; grep -v "Warn\|warn\|max|\|^#" "$out/bench_moe_latent.err" | cut -c1-120 | tail -14
-  timeout 75 python3 scripts/bench_moe.py --tokens 1,512 --no-torch \
-    --variant k64@TILE_OVERRIDE=16x64x64x4 --variant m32@TILE_OVERRIDE=32x64x64x4 \
-    --variant d256@TILE_OVERRIDE=16x32x256x4 --variant s4@NUM_STAGES=4 \
+  timeout 90 python3 scripts/bench_moe.py --tokens 1,4,32,512 --no-torch $G \
+    --variant "gemv_all@DECODE_FORM=gemv;GEMV_MAX_PAIRS=256" \
+    --variant k64@TILE_OVERRIDE=16x64x64x4 --variant s4@NUM_STAGES=4 \
     > "$out/bench_moe.csv" 2> "$out/bench_moe.err"
-  echo "== experts rc=$?"; grep -v "Warn\|warn\|max|\|^#\|route\|ids match" "$out/bench_moe.err" | cut -c1-120 | tail -24
+  echo "== experts rc=$?"; grep -v "Warn\|warn\|max|\|^#\|route\|ids match" "$out/bench_moe.err" | cut -c1-120 | tail -50
+  for form in tiles gemv; do
+    for preset in kimi-k3 deepseek-v4-flash; do
+      HWINFER_MOE_DECODE=$form timeout 100 python3 scripts/bench_model.py --preset $preset --layers 4 \
+        --batch 1 --prompt 256 --new 16 --no-eager --no-hf --without-prefill-graphs \
+        --csv "$out/model.csv" > "$out/bench_model_${preset}_$form.txt" 2>&1
+      echo "== $preset $form rc=$?"; grep "^{\|Error" "$out/bench_model_${preset}_$form.txt" | cut -c1-300 | tail -2
+    done
+  done
 elif [ "$phase" = s18c ]; then
   # Kimi-K3's slow prefill (2,814 tok/s b=1 in s17): the kernels of one 1 x 1,024 step.
   timeout 200 python3 scripts/bench_model.py --preset kimi-k3 --layers 4 --batch 1 --prompt 1024 --new 8 \

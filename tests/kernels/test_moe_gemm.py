@@ -2,7 +2,8 @@
 interpreter: the e4m3 / e2m1 decoders on every code against torch's own conversion, bit for
 bit (subnormals and signed zeros included); every form of the K step (FP4 scales per 32-group or
 per element, FP4 activations as one load split into pairs or two strided loads) giving the same
-bits, with H and I off the K tile, and matching the reference expert FFN."""
+bits, with H and I off the K tile, and matching the reference expert FFN; the decode form
+(moe_gemv.py) on dense, FP8 and FP4 experts against the reference and the tile form."""
 from __future__ import annotations
 
 from tests.kernels.interpreted import run_interpreted
@@ -61,6 +62,36 @@ f8 = (x, w, ids, e4m3(E, 2 * I, H).view(torch.float8_e4m3fn), torch.full((E, 2, 
 got = moe_gemm.moe_experts_fp8(*f8, block=(128, 128), activation="swiglu")
 want = ref.moe_experts_fp8(*f8, block=(128, 128), activation="swiglu")
 assert (got - want).abs().max().item() <= 1e-4 * want.abs().max().item()
+
+# The decode form (moe_gemv.py) on every format, K blocks of 64 (H = 96: a tail block), 8 rows
+# a program (I = 64 / H = 96 columns: several programs), FP8 scale blocks of 32 x 32 (two block
+# rows for gate and for up), a skipped slot; against the reference and against the tile form.
+moe_gemm.DECODE_FORM, moe_gemm.GEMV_TILE = "gemv", (8, 64, 4)
+def both(fn, *args, **kw):
+    out = {}
+    for form in ("gemv", "tiles"):
+        moe_gemm.DECODE_FORM = form
+        out[form] = torch.full_like(args[0], float("nan")).copy_(fn(*args, **kw))
+    moe_gemm.DECODE_FORM = "gemv"
+    return out["gemv"], out["tiles"]
+def close(got, want, what):
+    err = (got - want).abs().max().item()
+    assert err <= 1e-5 * want.abs().max().item(), (what, err)
+def fp8_scales(*shape):              # UE8M0 2^-10 .. 2^-7: swiglu's inputs stay O(1)
+    return torch.randint(117, 121, shape, generator=g, dtype=torch.int32).to(torch.uint8)
+cases = {
+    "dense": (moe_gemm.moe_experts, ref.moe_experts,
+              (x, w, ids, torch.randn(E, 2 * I, H, generator=g) / 8, torch.randn(E, H, I, generator=g) / 8), {}),
+    "fp8": (moe_gemm.moe_experts_fp8, ref.moe_experts_fp8,
+            (x, w, ids, e4m3(E, 2 * I, H).view(torch.float8_e4m3fn), fp8_scales(E, 4, 3),
+             e4m3(E, H, I).view(torch.float8_e4m3fn), fp8_scales(E, 3, 2)), {"block": (32, 32)}),
+    "fp4": (moe_gemm.moe_experts_fp4, ref.moe_experts_fp4, args, {}),
+}
+for name, (fn, ref_fn, a, kw) in cases.items():
+    gemv, tiles = both(fn, *a, activation="swiglu", limit=7.0, **kw)
+    close(gemv, ref_fn(*a, activation="swiglu", limit=7.0, **kw), name)
+    close(gemv, tiles, name + " vs tiles")
+moe_gemm.DECODE_FORM = "tiles"
 print("ok")
 """
 

@@ -26,6 +26,7 @@ as two bf16 parts (``moe_tiles.DOT_SPLIT``) on tensor cores.
 """
 from __future__ import annotations
 
+import os
 
 import torch
 import triton
@@ -33,6 +34,8 @@ import triton.language as tl
 
 from hwinfer.kernels.triton import INTERPRET, num_sms
 
+from hwinfer.kernels.triton import moe_gemv
+from hwinfer.kernels.triton.moe_gemv import gemv_ok, run_gemvs
 from hwinfer.kernels.triton.moe_tiles import (
     ACT_CODES, DOT_BF16, DOT_IEEE, DOT_SPLIT, a_tile, align_small, glu_act, kstep, route_tiles,
     w_step,
@@ -187,6 +190,12 @@ FP4_GROUPS = True
 A_PAIRS = True
 TILE_OVERRIDE: tuple[int, int, int, int] | None = None
 NUM_STAGES: int | None = None  # Triton's software pipelining depth (None: its default)
+# The decode form (moe_gemv.py: one program per (token, slot) pair and BN weight rows, fp32 FMAs,
+# the next K block's weights prefetched) for calls of at most GEMV_MAX_PAIRS pairs, instead of
+# 16-row MMA tiles. Opt-in ("gemv", or HWINFER_MOE_DECODE=gemv) until timed on a card.
+DECODE_FORM = os.environ.get("HWINFER_MOE_DECODE", "tiles")
+GEMV_MAX_PAIRS = 64
+GEMV_TILE = moe_gemv.TILE  # BN weight rows, BK values a K block, warps
 
 
 def _tiles_for(tk: int, num_experts: int, inter: int, sms: int,
@@ -242,29 +251,45 @@ def run_experts(x, weights, ids, w13, w2, s13, s2, *, wfmt: int, block=(1, 1),
     x = x.contiguous()
     ids = ids.contiguous()
     rw = weights.contiguous()
+    s13 = w13 if s13 is None else s13  # dummy pointers for dense weights
+    s2 = w2 if s2 is None else s2
+    act = {"floats": (float(limit or 0.0), float(swiglu_alpha), float(situ_beta),
+                      float(situ_linear_beta or 1.0)),
+           "flags": dict(ACT=ACT_CODES[activation], HAS_LIMIT=limit is not None,
+                         HAS_LIN=situ_linear_beta is not None)}
+    y = torch.empty((t * k, hdim), dtype=torch.float32, device=x.device)
+    gbn, gbk, gwarps = GEMV_TILE
+    if (DECODE_FORM == "gemv" and t * k <= GEMV_MAX_PAIRS and not scaled
+            and gemv_ok(wfmt, block, gbk)):
+        h = torch.empty((t * k, i), dtype=torch.float32, device=x.device)
+        run_gemvs(x, ids, rw, w13, s13, w2, s2, h, y, wfmt=wfmt, block=block, act=act, bn=gbn,
+                  bk=gbk, warps=gwarps)
+        return _slot_sum(y, ids, out, norm_weight, eps)
     # decode sizes: one Triton launch; larger batches: device sort (launch cost is noise there)
     align = align_small if t * k <= 1024 else route_tiles
     pairs, tile_e, n_tiles = align(ids, e, bm)
     # The activation between the GEMMs stays fp32 and GEMM2 runs fp32 dots: rounding it to bf16
     # put the clamped / OAI / SiTU activations (large h) outside the bf16 tolerance on the H200.
     h = torch.empty((n_tiles * bm, i), dtype=torch.float32, device=x.device)
-    y = torch.empty((t * k, hdim), dtype=torch.float32, device=x.device)
-    s13 = w13 if s13 is None else s13  # dummy pointers for dense weights
-    s2 = w2 if s2 is None else s2
     sb0, sb1 = block
     common = dict(WFMT=wfmt, SB0=sb0, SB1=sb1, DOT=dot1, SCALED=scaled, GROUPS=FP4_GROUPS,
                   A_PAIRS=A_PAIRS, BM=bm, BN=bn, BK=bk, num_warps=warps,
                   **({} if NUM_STAGES is None else {"num_stages": NUM_STAGES}))
     _gemm1_kernel[(n_tiles, triton.cdiv(i, bn))](
         x, pairs, tile_e, w13, s13, h, hdim, i, k, t * k, x.stride(0), w13.stride(0), w13.stride(1),
-        s13.stride(0), s13.stride(1), s13.stride(2), h.stride(0), -(-i // sb0),
-        float(limit or 0.0), float(swiglu_alpha), float(situ_beta), float(situ_linear_beta or 1.0),
-        SCALE_U8=s13.dtype == torch.uint8, ACT=ACT_CODES[activation], HAS_LIMIT=limit is not None,
-        HAS_LIN=situ_linear_beta is not None, **common)
+        s13.stride(0), s13.stride(1), s13.stride(2), h.stride(0), -(-i // sb0), *act["floats"],
+        SCALE_U8=s13.dtype == torch.uint8, **act["flags"], **common)
     _gemm2_kernel[(n_tiles, triton.cdiv(hdim, bn))](
         h, pairs, tile_e, rw, w2, s2, y, hdim, i, t * k, h.stride(0), w2.stride(0), w2.stride(1),
         s2.stride(0), s2.stride(1), s2.stride(2), y.stride(0), SCALE_U8=s2.dtype == torch.uint8,
         **{**common, "DOT": dot2, "SCALED": False})
+    return _slot_sum(y, ids, out, norm_weight, eps)
+
+
+def _slot_sum(y, ids, out, norm_weight, eps) -> torch.Tensor:
+    """out [T, H] = the sum of each token's valid slot rows of y [T*k, H] (then the latent MoE's
+    norm when ``norm_weight`` is given), through ``_sum_kernel``."""
+    (t, k), hdim = ids.shape, y.shape[1]
     norm = norm_weight is not None
     block_h = triton.next_power_of_2(hdim) if norm else min(1024, triton.next_power_of_2(hdim))
     _sum_kernel[(t, triton.cdiv(hdim, block_h))](
