@@ -918,19 +918,21 @@ elif [ "$phase" = s20c ]; then
   echo "== k3 rc=$?"; grep "^{\|Error" "$out/bench_model_k3.txt" | cut -c1-300 | tail -3
   grep -A 12 "# profile prefill" "$out/bench_model_k3.txt" | cut -c1-160 | head -14
 elif [ "$phase" = s20d ]; then
-  # The expert FFN's decode form (moe_gemv.py, opt-in: HWINFER_MOE_DECODE=gemv) and the tile
-  # form's tiles / pipelining depth: the strict expert-op conformance with the decode form on;
+  # The expert FFN's decode form (moe_gemv.py, opt-in: HWINFER_MOE_DECODE=gemv), the tile
+  # form's products transposed (SWAP_AB: wgmma with the weights as the left operand; offline no
+  # spills where the default spills 644 B), its tiles / pipelining depth: the strict expert-op conformance with the decode form on;
   # Kimi-K3's latent MoE (1 and 1,024 tokens) and the DSV4-size FP4 / FP8 experts (1, 4, 32, 512
   # tokens) in each form; K3 and DeepSeek-V4-Flash 4 layers b=1 with and without it.
   HWINFER_MOE_DECODE=gemv strict 60 "test_impl_matches_reference and triton and (moe_experts or latent_moe)"
   G="--variant gemv@DECODE_FORM=gemv --variant gemv256@DECODE_FORM=gemv;GEMV_TILE=4x256x4"
   G="$G --variant gemv8@DECODE_FORM=gemv;GEMV_TILE=8x256x4"
-  timeout 75 python3 scripts/bench_moe.py --latent --tokens 1,1024 $G \
+  timeout 75 python3 scripts/bench_moe.py --latent --tokens 1,1024 $G --variant sw@SWAP_AB=1 \
+    --variant "sw64@SWAP_AB=1;TILE_OVERRIDE=32x128x64x4" --variant "sw8@SWAP_AB=1;TILE_OVERRIDE=64x128x64x8" \
     --variant k64@TILE_OVERRIDE=32x64x64x4 --variant s4@NUM_STAGES=4 \
     > "$out/bench_moe_latent.csv" 2> "$out/bench_moe_latent.err"
   echo "== latent rc=$?"; grep -v "Warn\|warn\|max|\|^#" "$out/bench_moe_latent.err" | cut -c1-120 | tail -14
   timeout 90 python3 scripts/bench_moe.py --tokens 1,4,32,512 --no-torch $G \
-    --variant "gemv_all@DECODE_FORM=gemv;GEMV_MAX_PAIRS=256" \
+    --variant "gemv_all@DECODE_FORM=gemv;GEMV_MAX_PAIRS=256" --variant sw@SWAP_AB=1 \
     --variant k64@TILE_OVERRIDE=16x64x64x4 --variant s4@NUM_STAGES=4 \
     > "$out/bench_moe.csv" 2> "$out/bench_moe.err"
   echo "== experts rc=$?"; grep -v "Warn\|warn\|max|\|^#\|route\|ids match" "$out/bench_moe.err" | cut -c1-120 | tail -50

@@ -54,14 +54,23 @@ for form, out in outs.items():
     assert torch.equal(out, first), form
 err = (first - want).abs().max().item()
 assert err <= 1e-4 * want.abs().max().item(), err
+moe_gemm.SWAP_AB = True             # the products transposed: the same sums in another order
+for groups in (True, False):
+    moe_gemm.FP4_GROUPS = groups
+    out = moe_gemm.moe_experts_fp4(*args, activation="swiglu", limit=7.0)
+    assert (out - first).abs().max().item() <= 1e-5 * want.abs().max().item(), groups
+moe_gemm.SWAP_AB, moe_gemm.FP4_GROUPS = False, True
 def e4m3(*shape):                    # every finite code, both signs
     b = torch.randint(0, 0x7f, shape, generator=g, dtype=torch.int32)
     return (b | (torch.randint(0, 2, shape, generator=g, dtype=torch.int32) << 7)).to(torch.uint8)
 f8 = (x, w, ids, e4m3(E, 2 * I, H).view(torch.float8_e4m3fn), torch.full((E, 2, 1), 2.0 ** -8),
       e4m3(E, H, I).view(torch.float8_e4m3fn), torch.full((E, 1, 1), 2.0 ** -8))
-got = moe_gemm.moe_experts_fp8(*f8, block=(128, 128), activation="swiglu")
 want = ref.moe_experts_fp8(*f8, block=(128, 128), activation="swiglu")
-assert (got - want).abs().max().item() <= 1e-4 * want.abs().max().item()
+for swap in (False, True):
+    moe_gemm.SWAP_AB = swap
+    got = moe_gemm.moe_experts_fp8(*f8, block=(128, 128), activation="swiglu")
+    assert (got - want).abs().max().item() <= 1e-4 * want.abs().max().item(), swap
+moe_gemm.SWAP_AB = False
 
 # The decode form (moe_gemv.py) on every format, K blocks of 64 (H = 96: a tail block), 8 rows
 # a program (I = 64 / H = 96 columns: several programs), FP8 scale blocks of 32 x 32 (two block

@@ -54,8 +54,10 @@ def _gemm1_kernel(x_ptr, pair_ptr, tile_e_ptr, w_ptr, s_ptr, h_ptr,
                   SB1: tl.constexpr, ACT: tl.constexpr, HAS_LIMIT: tl.constexpr,
                   HAS_LIN: tl.constexpr, DOT: tl.constexpr, SCALED: tl.constexpr,
                   GROUPS: tl.constexpr, A_PAIRS: tl.constexpr,
-                  BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
-    """h[tile rows, n-block] = glu(gate, up), gate/up = x[tok] @ w13_e[n | I+n]^T."""
+                  BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+                  SWAP: tl.constexpr = False):
+    """h[tile rows, n-block] = glu(gate, up), gate/up = x[tok] @ w13_e[n | I+n]^T (with SWAP
+    the accumulators are the transposes, [BN, BM])."""
     tile = tl.program_id(0)
     e = tl.load(tile_e_ptr + tile)
     if e < 0:
@@ -76,17 +78,22 @@ def _gemm1_kernel(x_ptr, pair_ptr, tile_e_ptr, w_ptr, s_ptr, h_ptr,
     g_w = w_e + n[None, :].to(tl.int64) * stride_wn
     u_w = w_e + (I + n)[None, :].to(tl.int64) * stride_wn
     g_s, u_s = s_e + g_srow[None, :] * stride_sn, s_e + u_srow[None, :] * stride_sn
-    acc_g = tl.zeros((BM, BN), dtype=tl.float32)
-    acc_u = tl.zeros((BM, BN), dtype=tl.float32)
+    shape: tl.constexpr = (BN, BM) if SWAP else (BM, BN)
+    acc_g = tl.zeros(shape, dtype=tl.float32)
+    acc_u = tl.zeros(shape, dtype=tl.float32)
     for k0 in range(0, H, BK):  # gate and up meet the same activation tile
         a0, a1 = a_tile(a_rows, r_mask, k0, H, WFMT, SCALED, A_PAIRS, BK)
         acc_g = w_step(acc_g, a0, a1, k0, H, g_w, g_s, stride_sk, n_mask,
-                       WFMT, SCALE_U8, SB1, DOT, SCALED, GROUPS, BK)
+                       WFMT, SCALE_U8, SB1, DOT, SCALED, GROUPS, BK, SWAP)
         acc_u = w_step(acc_u, a0, a1, k0, H, u_w, u_s, stride_sk, n_mask,
-                       WFMT, SCALE_U8, SB1, DOT, SCALED, GROUPS, BK)
+                       WFMT, SCALE_U8, SB1, DOT, SCALED, GROUPS, BK, SWAP)
     h = glu_act(acc_g, acc_u, limit, alpha, beta, lin_beta, ACT, HAS_LIMIT, HAS_LIN)
-    tl.store(h_ptr + rows.to(tl.int64)[:, None] * stride_h + n[None, :],
-             h.to(h_ptr.dtype.element_ty), mask=n_mask)
+    if SWAP:
+        tl.store(h_ptr + rows.to(tl.int64)[None, :] * stride_h + n[:, None],
+                 h.to(h_ptr.dtype.element_ty), mask=(n < I)[:, None])
+    else:
+        tl.store(h_ptr + rows.to(tl.int64)[:, None] * stride_h + n[None, :],
+                 h.to(h_ptr.dtype.element_ty), mask=n_mask)
 
 
 @triton.jit
@@ -95,8 +102,10 @@ def _gemm2_kernel(h_ptr, pair_ptr, tile_e_ptr, rw_ptr, w_ptr, s_ptr, y_ptr,
                   stride_y, WFMT: tl.constexpr, SCALE_U8: tl.constexpr, SB0: tl.constexpr,
                   SB1: tl.constexpr, DOT: tl.constexpr, SCALED: tl.constexpr,
                   GROUPS: tl.constexpr, A_PAIRS: tl.constexpr,
-                  BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
-    """y[pair, n-block] = routing weight * (h[tile rows] @ w2_e[n]^T), valid pairs only."""
+                  BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+                  SWAP: tl.constexpr = False):
+    """y[pair, n-block] = routing weight * (h[tile rows] @ w2_e[n]^T), valid pairs only (SWAP:
+    accumulated transposed, [BN, BM])."""
     tile = tl.program_id(0)
     e = tl.load(tile_e_ptr + tile)
     if e < 0:
@@ -115,14 +124,18 @@ def _gemm2_kernel(h_ptr, pair_ptr, tile_e_ptr, rw_ptr, w_ptr, s_ptr, y_ptr,
         srow = n
     w_rows = w_e + n[None, :].to(tl.int64) * stride_wn
     s_rows = s_e + srow[None, :] * stride_sn
-    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    acc = tl.zeros((BN, BM) if SWAP else (BM, BN), dtype=tl.float32)
     for k0 in range(0, I, BK):
         acc = kstep(acc, a_rows, valid[:, None], k0, I, w_rows, s_rows, stride_sk, n_mask,
-                    WFMT, SCALE_U8, SB1, DOT, SCALED, GROUPS, A_PAIRS, BK)
+                    WFMT, SCALE_U8, SB1, DOT, SCALED, GROUPS, A_PAIRS, BK, SWAP)
     rw = tl.load(rw_ptr + pair, mask=valid, other=0.0).to(tl.float32)
     pair64 = tl.where(valid, pair, 0).to(tl.int64)
-    tl.store(y_ptr + pair64[:, None] * stride_y + n[None, :], acc * rw[:, None],
-             mask=valid[:, None] & n_mask)
+    if SWAP:
+        tl.store(y_ptr + pair64[None, :] * stride_y + n[:, None], acc * rw[None, :],
+                 mask=valid[None, :] & (n < H)[:, None])
+    else:
+        tl.store(y_ptr + pair64[:, None] * stride_y + n[None, :], acc * rw[:, None],
+                 mask=valid[:, None] & n_mask)
 
 
 @triton.jit
@@ -190,6 +203,9 @@ FP4_GROUPS = True
 A_PAIRS = True
 TILE_OVERRIDE: tuple[int, int, int, int] | None = None
 NUM_STAGES: int | None = None  # Triton's software pipelining depth (None: its default)
+# SWAP_AB: the tiles' products transposed, weights as the MMA's left operand (moe_tiles._mm);
+# opt-in until timed.
+SWAP_AB = False
 # The decode form (moe_gemv.py: one program per (token, slot) pair and BN weight rows, fp32 FMAs,
 # the next K block's weights prefetched) for calls of at most GEMV_MAX_PAIRS pairs, instead of
 # 16-row MMA tiles. Opt-in ("gemv", or HWINFER_MOE_DECODE=gemv) until timed on a card.
@@ -273,7 +289,8 @@ def run_experts(x, weights, ids, w13, w2, s13, s2, *, wfmt: int, block=(1, 1),
     h = torch.empty((n_tiles * bm, i), dtype=torch.float32, device=x.device)
     sb0, sb1 = block
     common = dict(WFMT=wfmt, SB0=sb0, SB1=sb1, DOT=dot1, SCALED=scaled, GROUPS=FP4_GROUPS,
-                  A_PAIRS=A_PAIRS, BM=bm, BN=bn, BK=bk, num_warps=warps,
+                  A_PAIRS=A_PAIRS, BM=bm, BN=bn, BK=bk, SWAP=SWAP_AB and not scaled,
+                  num_warps=warps,
                   **({} if NUM_STAGES is None else {"num_stages": NUM_STAGES}))
     _gemm1_kernel[(n_tiles, triton.cdiv(i, bn))](
         x, pairs, tile_e, w13, s13, h, hdim, i, k, t * k, x.stride(0), w13.stride(0), w13.stride(1),
@@ -514,12 +531,20 @@ def _aot_specs():
                     "M", "N", "K", "stride_a", "stride_w", "stride_o")},
                  **{a: "constexpr" for a in ("DOT", "BM", "BN", "BK")}},
                 {"DOT": dot, "BM": bm, "BN": bn, "BK": bk}, {"num_warps": warps}))
-    specs.append(AotSpec("moe_gemm1[fp4,latent_split,16x64x128]", _gemm1_kernel,
-                         _gemm1_sig("*fp32", "*u8", "*u8"),
-                         {"WFMT": FP4, "SCALE_U8": True, "SB0": 1, "SB1": 1, "DOT": DOT_SPLIT,
-                          "SCALED": False, "GROUPS": FP4_GROUPS, "A_PAIRS": A_PAIRS, "BM": 16,
-                          "BN": 64, "BK": 128, "ACT": ACT_CODES["situ"],
-                          "HAS_LIMIT": False, "HAS_LIN": True}, {"num_warps": 4}))
+    # K3's experts over fp32 z: the decode tile, and its prefill tile (1,024 tokens: ~18 rows an
+    # expert) as written and with the products transposed (SWAP_AB, weights as the left operand).
+    for bm, swap in ((16, False), (32, False), (32, True)):
+        cx = {"WFMT": FP4, "SCALE_U8": True, "SB0": 1, "SB1": 1, "DOT": DOT_SPLIT, "SCALED": False,
+              "GROUPS": FP4_GROUPS, "A_PAIRS": A_PAIRS, "BM": bm, "BN": 64, "BK": 128, "SWAP": swap}
+        tag = f"fp4,latent_split,{bm}x64x128{',swap' if swap else ''}"
+        specs.append(AotSpec(f"moe_gemm1[{tag}]", _gemm1_kernel,
+                             {**_gemm1_sig("*fp32", "*u8", "*u8"), "SWAP": "constexpr"},
+                             {**cx, "ACT": ACT_CODES["situ"], "HAS_LIMIT": False, "HAS_LIN": True},
+                             {"num_warps": 4}))
+        if bm == 32:
+            specs.append(AotSpec(f"moe_gemm2[{tag}]", _gemm2_kernel,
+                                 {**sig2, "w_ptr": "*u8", "s_ptr": "*u8", "SWAP": "constexpr"}, cx,
+                                 {"num_warps": 4}))
     for norm, block in ((False, 1024), (True, 4096)):  # the latent MoE's norm: one row a program
         specs.append(AotSpec(f"moe_sum[bf16{',norm' if norm else ''}]", _sum_kernel,
                              {"y_ptr": "*fp32", "ids_ptr": "*i32", "out_ptr": "*bf16",

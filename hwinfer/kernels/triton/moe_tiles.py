@@ -67,6 +67,26 @@ def _dot(a, b, DOT: tl.constexpr):
 
 
 @triton.jit
+def _mm(a, w, DOT: tl.constexpr, SWAP: tl.constexpr):
+    """a [BM, K] @ w [K, BN] as ``_dot`` does it: [BM, BN]; or with SWAP its transpose,
+    w^T @ a^T [BN, BM], so that the dequantized weights are the MMA's left operand (on Hopper
+    a 64-row left operand can be a wgmma's register operand; 16 / 32-row activation tiles alone
+    are too short for one) and the activations the right one, split into bf16 parts if asked."""
+    if SWAP:
+        if DOT == 1:
+            return tl.dot(tl.trans(w).to(tl.bfloat16), tl.trans(a).to(tl.bfloat16))
+        elif DOT == 2:
+            hi = a.to(tl.bfloat16)
+            lo = (a - hi.to(tl.float32)).to(tl.bfloat16)
+            wt = tl.trans(w).to(tl.bfloat16)
+            return tl.dot(wt, tl.trans(hi)) + tl.dot(wt, tl.trans(lo))
+        else:
+            return tl.dot(tl.trans(w), tl.trans(a), input_precision="ieee")
+    else:
+        return _dot(a, w, DOT)
+
+
+@triton.jit
 def a_tile(a_rows, a_mask, k0, K, WFMT: tl.constexpr, SCALED: tl.constexpr,
            A_PAIRS: tl.constexpr, BK: tl.constexpr):
     """The activations of one K step, fp32: packed FP4 (unless SCALED) meets them as the even and
@@ -96,10 +116,12 @@ def a_tile(a_rows, a_mask, k0, K, WFMT: tl.constexpr, SCALED: tl.constexpr,
 @triton.jit
 def w_step(acc, a0, a1, k0, K, w_rows, s_rows, s_stride_k, n_mask,
            WFMT: tl.constexpr, SCALE_U8: tl.constexpr, SB1: tl.constexpr, DOT: tl.constexpr,
-           SCALED: tl.constexpr, GROUPS: tl.constexpr, BK: tl.constexpr):
+           SCALED: tl.constexpr, GROUPS: tl.constexpr, BK: tl.constexpr,
+           SWAP: tl.constexpr = False):
     """acc[BM, BN] += A[:, k0:k0+BK] @ W[rows, k0:k0+BK]^T with A from :func:`a_tile` and W
     dequantized in registers. w_rows / s_rows [1, BN] are row base pointers (weights, scales);
-    K the unpacked reduction length.
+    K the unpacked reduction length. SWAP (not with SCALED): acc is [BN, BM], += its transpose
+    (:func:`_mm`).
 
     GROUPS (packed FP4): the weight bytes are read as [BK/32, 16, BN], so that each 32-wide
     group's UE8M0 scale is one [BK/32, 1, BN] load broadcast over its 16 bytes, instead of a
@@ -123,23 +145,26 @@ def w_step(acc, a0, a1, k0, K, w_rows, s_rows, s_stride_k, n_mask,
                         SCALE_U8)
             lo = tl.reshape(_e2m1(wb) * sc, (BK // 2, wb.shape[2]))
             hi = tl.reshape(_e2m1(wb >> 4) * sc, (BK // 2, wb.shape[2]))
-            acc += _dot(a0, lo, DOT) + _dot(a1, hi, DOT)
+            acc += _mm(a0, lo, DOT, SWAP) + _mm(a1, hi, DOT, SWAP)
         else:
             kb = k0 // 2 + tl.arange(0, BK // 2)
             wmask = (kb < K // 2)[:, None] & n_mask
             wb = tl.load(w_rows + kb[:, None], mask=wmask, other=0).to(tl.int32)
             sc = _scale(s_rows + ((2 * kb[:, None]) // 32) * s_stride_k, wmask, SCALE_U8)
-            acc += _dot(a0, _e2m1(wb) * sc, DOT) + _dot(a1, _e2m1(wb >> 4) * sc, DOT)
+            acc += _mm(a0, _e2m1(wb) * sc, DOT, SWAP) + _mm(a1, _e2m1(wb >> 4) * sc, DOT, SWAP)
     else:
         kk = k0 + tl.arange(0, BK)
         km = kk < K
         if WFMT == 1:
             wb = tl.load(w_rows + kk[:, None], mask=km[:, None] & n_mask, other=0).to(tl.int32)
             sc = _scale(s_rows + (k0 // SB1) * s_stride_k, n_mask, SCALE_U8)
-            acc += _dot(a0, _e4m3(wb), DOT) * sc
+            if SWAP:
+                acc += _mm(a0, _e4m3(wb), DOT, SWAP) * tl.trans(sc)
+            else:
+                acc += _mm(a0, _e4m3(wb), DOT, SWAP) * sc
         else:
             w = tl.load(w_rows + kk[:, None], mask=km[:, None] & n_mask, other=0.0).to(tl.float32)
-            acc += _dot(a0, w, DOT)
+            acc += _mm(a0, w, DOT, SWAP)
     return acc
 
 
@@ -147,11 +172,11 @@ def w_step(acc, a0, a1, k0, K, w_rows, s_rows, s_stride_k, n_mask,
 def kstep(acc, a_rows, a_mask, k0, K, w_rows, s_rows, s_stride_k, n_mask,
           WFMT: tl.constexpr, SCALE_U8: tl.constexpr, SB1: tl.constexpr,
           DOT: tl.constexpr, SCALED: tl.constexpr, GROUPS: tl.constexpr,
-          A_PAIRS: tl.constexpr, BK: tl.constexpr):
+          A_PAIRS: tl.constexpr, BK: tl.constexpr, SWAP: tl.constexpr = False):
     """One K step of one product: :func:`a_tile` then :func:`w_step`."""
     a0, a1 = a_tile(a_rows, a_mask, k0, K, WFMT, SCALED, A_PAIRS, BK)
     return w_step(acc, a0, a1, k0, K, w_rows, s_rows, s_stride_k, n_mask, WFMT, SCALE_U8, SB1,
-                  DOT, SCALED, GROUPS, BK)
+                  DOT, SCALED, GROUPS, BK, SWAP)
 
 
 @triton.jit
