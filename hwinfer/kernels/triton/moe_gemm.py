@@ -37,8 +37,8 @@ from hwinfer.kernels.triton import INTERPRET, num_sms
 from hwinfer.kernels.triton import moe_gemv
 from hwinfer.kernels.triton.moe_gemv import gemv_ok, run_gemvs
 from hwinfer.kernels.triton.moe_tiles import (
-    ACT_CODES, DOT_BF16, DOT_IEEE, DOT_SPLIT, a_tile, align_small, glu_act, kstep, route_tiles,
-    w_step,
+    ACT_CODES, DOT_BF16, DOT_IEEE, DOT_SPLIT, a_tile, align_small, gate_up_rows, glu_act, kstep,
+    route_tiles, w_step,
 )
 from hwinfer.ops.moe_experts import check_activation, check_expert_shapes
 from hwinfer.ops.moe_latent import check_latent
@@ -69,15 +69,8 @@ def _gemm1_kernel(x_ptr, pair_ptr, tile_e_ptr, w_ptr, s_ptr, h_ptr,
     n = tl.program_id(1) * BN + tl.arange(0, BN)
     n_mask = (n < I)[None, :]
     a_rows = x_ptr + tok.to(tl.int64)[:, None] * stride_x
-    w_e = w_ptr + e.to(tl.int64) * stride_we
-    s_e = s_ptr + e.to(tl.int64) * stride_se
-    if WFMT == 1:  # block-row index in the stacked gate / up scale grids
-        g_srow, u_srow = n // SB0, up_srow + n // SB0
-    else:
-        g_srow, u_srow = n, I + n
-    g_w = w_e + n[None, :].to(tl.int64) * stride_wn
-    u_w = w_e + (I + n)[None, :].to(tl.int64) * stride_wn
-    g_s, u_s = s_e + g_srow[None, :] * stride_sn, s_e + u_srow[None, :] * stride_sn
+    g_w, u_w, g_s, u_s = gate_up_rows(w_ptr, s_ptr, e, n[None, :], I, up_srow, stride_we,
+                                      stride_wn, stride_se, stride_sn, WFMT, SB0)
     shape: tl.constexpr = (BN, BM) if SWAP else (BM, BN)
     acc_g = tl.zeros(shape, dtype=tl.float32)
     acc_u = tl.zeros(shape, dtype=tl.float32)
@@ -487,7 +480,7 @@ def _gemm1_sig(xty: str, wty: str, sty: str) -> dict[str, str]:
             **{a: "fp32" for a in ("limit", "alpha", "beta", "lin_beta")},
             **{a: "constexpr" for a in ("WFMT", "SCALE_U8", "SB0", "SB1", "ACT", "HAS_LIMIT",
                                         "HAS_LIN", "DOT", "SCALED", "GROUPS", "A_PAIRS", "BM",
-                                        "BN", "BK")}}
+                                        "BN", "BK", "SWAP")}}
 
 
 def _aot_specs():
@@ -505,7 +498,7 @@ def _aot_specs():
             bk = min(bk, sb1) if wfmt == FP8 else bk
             cx = {"WFMT": wfmt, "SCALE_U8": sty == "*u8", "SB0": sb0, "SB1": sb1,
                   "DOT": DOT_BF16, "SCALED": scaled, "GROUPS": FP4_GROUPS, "A_PAIRS": A_PAIRS,
-                  "BM": bm, "BN": bn, "BK": bk}
+                  "BM": bm, "BN": bn, "BK": bk, "SWAP": False}
             sig1 = _gemm1_sig("*bf16", wty, sty)
             specs.append(AotSpec(f"moe_gemm1[{name},{bm}x{bn}x{bk}]", _gemm1_kernel, sig1,
                                  {**cx, "ACT": 0, "HAS_LIMIT": True, "HAS_LIN": False},
@@ -516,7 +509,7 @@ def _aot_specs():
                         "stride_sn", "stride_sk", "stride_y")},
                     **{a: "constexpr" for a in ("WFMT", "SCALE_U8", "SB0", "SB1", "DOT",
                                                 "SCALED", "GROUPS", "A_PAIRS", "BM", "BN",
-                                                "BK")}}
+                                                "BK", "SWAP")}}
             sig2["stride_we"] = "i64"
             if not scaled:  # GEMM2 never takes dot_scaled: its activation is fp32 (split dots)
                 specs.append(AotSpec(f"moe_gemm2[{name},{bm}x{bn}x{bk}]", _gemm2_kernel, sig2,
@@ -538,12 +531,12 @@ def _aot_specs():
               "GROUPS": FP4_GROUPS, "A_PAIRS": A_PAIRS, "BM": bm, "BN": 64, "BK": 128, "SWAP": swap}
         tag = f"fp4,latent_split,{bm}x64x128{',swap' if swap else ''}"
         specs.append(AotSpec(f"moe_gemm1[{tag}]", _gemm1_kernel,
-                             {**_gemm1_sig("*fp32", "*u8", "*u8"), "SWAP": "constexpr"},
+                             _gemm1_sig("*fp32", "*u8", "*u8"),
                              {**cx, "ACT": ACT_CODES["situ"], "HAS_LIMIT": False, "HAS_LIN": True},
                              {"num_warps": 4}))
         if bm == 32:
             specs.append(AotSpec(f"moe_gemm2[{tag}]", _gemm2_kernel,
-                                 {**sig2, "w_ptr": "*u8", "s_ptr": "*u8", "SWAP": "constexpr"}, cx,
+                                 {**sig2, "w_ptr": "*u8", "s_ptr": "*u8"}, cx,
                                  {"num_warps": 4}))
     for norm, block in ((False, 1024), (True, 4096)):  # the latent MoE's norm: one row a program
         specs.append(AotSpec(f"moe_sum[bf16{',norm' if norm else ''}]", _sum_kernel,

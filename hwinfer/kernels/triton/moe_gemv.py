@@ -24,7 +24,7 @@ import torch
 import triton
 import triton.language as tl
 
-from hwinfer.kernels.triton.moe_tiles import _e2m1, _e4m3, _scale, glu_act
+from hwinfer.kernels.triton.moe_tiles import _e2m1, _e4m3, _scale, gate_up_rows, glu_act
 
 
 @triton.jit
@@ -93,14 +93,8 @@ def _gemv1_kernel(x_ptr, ids_ptr, w_ptr, s_ptr, h_ptr, H, I, TOPK, stride_x, str
     n = tl.program_id(1) * BN + tl.arange(0, BN)
     n_mask = n < I
     x_row = x_ptr + (pair // TOPK).to(tl.int64) * stride_x
-    w_e = w_ptr + e.to(tl.int64) * stride_we
-    s_e = s_ptr + e.to(tl.int64) * stride_se
-    if WFMT == 1:  # block-row index in the stacked gate / up scale grids
-        g_srow, u_srow = n // SB0, up_srow + n // SB0
-    else:
-        g_srow, u_srow = n, I + n
-    g_w, u_w = w_e + n.to(tl.int64) * stride_wn, w_e + (I + n).to(tl.int64) * stride_wn
-    g_s, u_s = s_e + g_srow * stride_sn, s_e + u_srow * stride_sn
+    g_w, u_w, g_s, u_s = gate_up_rows(w_ptr, s_ptr, e, n, I, up_srow, stride_we, stride_wn,
+                                      stride_se, stride_sn, WFMT, SB0)
     KW: tl.constexpr = BK // 2 if WFMT == 2 else BK
     acc_g = tl.zeros((BN, KW), dtype=tl.float32)
     acc_u = tl.zeros((BN, KW), dtype=tl.float32)

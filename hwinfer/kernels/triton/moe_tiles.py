@@ -180,6 +180,22 @@ def kstep(acc, a_rows, a_mask, k0, K, w_rows, s_rows, s_stride_k, n_mask,
 
 
 @triton.jit
+def gate_up_rows(w_ptr, s_ptr, e, n, I, up_srow, stride_we, stride_wn, stride_se, stride_sn,
+                 WFMT: tl.constexpr, SB0: tl.constexpr):
+    """Pointers to expert e's gate rows n and up rows I + n of the stacked w13 and to their scale
+    rows (any shape of n): (gate weights, up weights, gate scales, up scales). FP8's block grid
+    stacks the gate's ceil(I / b0) block rows (``up_srow``) above the up's."""
+    w_e = w_ptr + e.to(tl.int64) * stride_we
+    s_e = s_ptr + e.to(tl.int64) * stride_se
+    if WFMT == 1:
+        g_srow, u_srow = n // SB0, up_srow + n // SB0
+    else:
+        g_srow, u_srow = n, I + n
+    return (w_e + n.to(tl.int64) * stride_wn, w_e + (I + n).to(tl.int64) * stride_wn,
+            s_e + g_srow * stride_sn, s_e + u_srow * stride_sn)
+
+
+@triton.jit
 def _sigmoid(v):
     return 1.0 / (1.0 + tl.exp(-v))
 
