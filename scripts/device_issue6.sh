@@ -933,7 +933,8 @@ elif [ "$phase" = s20d ]; then
   echo "== latent rc=$?"; grep -v "Warn\|warn\|max|\|^#" "$out/bench_moe_latent.err" | cut -c1-120 | tail -14
   timeout 90 python3 scripts/bench_moe.py --tokens 1,4,32,512 --no-torch $G \
     --variant "gemv_all@DECODE_FORM=gemv;GEMV_MAX_PAIRS=256" --variant sw@SWAP_AB=1 \
-    --variant k64@TILE_OVERRIDE=16x64x64x4 --variant s4@NUM_STAGES=4 \
+    --variant k64@TILE_OVERRIDE=16x64x64x4 --variant k32@TILE_OVERRIDE=16x64x32x4 \
+    --variant "swk64@SWAP_AB=1;TILE_OVERRIDE=16x64x64x4" \
     > "$out/bench_moe.csv" 2> "$out/bench_moe.err"
   echo "== experts rc=$?"; grep -v "Warn\|warn\|max|\|^#\|route\|ids match" "$out/bench_moe.err" | cut -c1-120 | tail -50
   for form in tiles gemv; do
