@@ -14,12 +14,16 @@ Pipeline (no host sync anywhere, so decode can be captured in a CUDA graph):
 3. ``_gemm2_kernel``: y_pair = weight_pair * (h @ w2_e^T), one fp32 row per (token, slot).
 4. ``_sum_kernel``: y_t = sum over the token's valid slots (no atomics), cast once to x.dtype.
 
-Quantized weights are dequantized in registers, tile by tile (``moe_tiles.kstep``): FP8 e4m3
-bytes are decoded exactly to fp32 and the 128x128 block scale multiplies the partial dot
-product (the K step never straddles a scale block); packed e2m1 codes are decoded and scaled
-per 32-group, and the even / odd columns meet x's even / odd columns in two dots (no
-interleave). On sm_100 the FP4 path can instead hand the packed bytes and UE8M0 scales to
-``tl.dot_scaled``.
+With ``DECODE_FORM = "gemv"`` (opt-in) calls of at most ``GEMV_MAX_PAIRS`` pairs run
+:mod:`.moe_gemv` instead of steps 1-3: one program per pair, no sort.
+
+Quantized weights are dequantized in registers, tile by tile (``moe_tiles.a_tile`` /
+``w_step``): FP8 e4m3 bytes are decoded exactly to fp32 (one multiply) and the 128x128 block
+scale multiplies the partial dot product (the K step never straddles a scale block); packed e2m1
+codes are decoded the same way and scaled per 32-group (one scale load a group), and the even /
+odd columns meet x's even / odd columns in two dots (no interleave). GEMM1's gate and up share
+one activation tile. On sm_100 the FP4 path can instead hand the packed bytes and UE8M0 scales
+to ``tl.dot_scaled``.
 GEMM1 dots run in bf16 (fp32 accumulate) when x is bf16, in fp32 "ieee" otherwise and always
 under the interpreter (whose bf16 dot is wrong); the activation h stays fp32 and GEMM2 meets it
 as two bf16 parts (``moe_tiles.DOT_SPLIT``) on tensor cores.
@@ -32,9 +36,7 @@ import torch
 import triton
 import triton.language as tl
 
-from hwinfer.kernels.triton import INTERPRET, num_sms
-
-from hwinfer.kernels.triton import moe_gemv
+from hwinfer.kernels.triton import INTERPRET, moe_gemv, num_sms
 from hwinfer.kernels.triton.moe_gemv import gemv_ok, run_gemvs
 from hwinfer.kernels.triton.moe_tiles import (
     ACT_CODES, DOT_BF16, DOT_IEEE, DOT_SPLIT, a_tile, align_small, gate_up_rows, glu_act, kstep,
