@@ -16,7 +16,7 @@ import contextlib
 import os
 import time
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Iterator
 
 import torch
@@ -24,7 +24,7 @@ import torch
 from hwinfer.backend import Impl, SelectionError, fake_device, get_backend
 from hwinfer.backend.device import DeviceInfo
 from hwinfer.backend.discovery import detect_devices
-from hwinfer.ops.contract import Case, OpSpec, all_ops, compare_outputs
+from hwinfer.ops.contract import Case, OpSpec, Tol, all_ops, compare_outputs
 
 # The architecture a backend's Triton kernels are interpreted as when its hardware is absent.
 INTERPRET_AS = {"nvidia": "sm_90", "amd": "gfx942", "xpu": "xpu"}
@@ -33,6 +33,24 @@ INT_POISON = -(2**30) + 7
 
 def interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
+# Triton's interpreter converts fp32 to bf16 / fp16 by truncation, where GPUs round to nearest
+# even (Triton 3.7.1: half the elements of a randn vector differ from torch's conversion, twice
+# its relative RMSE, 3.3e-3 against 1.65e-3 for bf16; fp_downcast_rounding="rtne" is not
+# honoured either). An interpreted kernel's 16-bit outputs so carry up to half an ulp more than
+# the same kernel on hardware: interpreted runs add that half-ulp to the relative tolerance of
+# 16-bit outputs (GDN's recurrence in bf16 sat at 4.1-5.1e-3 against its 5e-3 RMSE bound,
+# failing about one run in 300). Hardware runs keep the contract's tolerance.
+INTERPRETER_HALF_ULP = {torch.bfloat16: 2.0 ** -9, torch.float16: 2.0 ** -12}
+
+
+def interpreted_tol(tol: Tol, dtype: torch.dtype) -> Tol:
+    """``tol`` for an impl run in ``dtype``, widened by the interpreter's rounding (see above)."""
+    extra = INTERPRETER_HALF_ULP.get(dtype)
+    if extra is None or tol.metric == "exact" or not interpreting():
+        return tol
+    return replace(tol, rtol=tol.rtol + extra)
 
 
 @dataclass(frozen=True)
@@ -209,7 +227,7 @@ def run_item(item: Item, device: torch.device, base_seed: int) -> Outcome:
     changed = _changed_inputs(inputs, snap, item.op.mutates)
     if changed:
         return Outcome("fail", f"impl modified its input(s) {', '.join(changed)}", elapsed)
-    tol = item.op.tol(item.dtype)
+    tol = interpreted_tol(item.op.tol(item.dtype), item.dtype)
     msg = item.op.compare(out, ref, inputs, tol) if item.op.compare else compare_outputs(out, ref, tol)
     # In-place forms: what the impl left in each input it may mutate must match what the
     # reference left in its own copy (a store written only in place is checked nowhere else).

@@ -90,3 +90,19 @@ def test_shards_split_whole_ops_and_cover_everything():
             assert "--shard" in str(exc)
         else:
             raise AssertionError(f"--shard {bad} accepted")
+
+
+def test_interpreted_runs_get_half_an_ulp_more_for_16_bit_outputs(monkeypatch):
+    """The interpreter truncates fp32 -> bf16 / fp16 (GPUs round to nearest): only interpreted
+    runs of 16-bit outputs get the extra half-ulp, exact contracts stay exact."""
+    from hwinfer.ops.contract import EXACT, Tol
+    from hwinfer.testing.conformance import interpreted_tol
+
+    tol = Tol(atol=1e-6, rtol=5e-3, metric="rmse")
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    assert interpreted_tol(tol, torch.bfloat16) == tol
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    assert interpreted_tol(tol, torch.bfloat16) == Tol(atol=1e-6, rtol=5e-3 + 2.0 ** -9, metric="rmse")
+    assert interpreted_tol(tol, torch.float16).rtol == 5e-3 + 2.0 ** -12
+    assert interpreted_tol(tol, torch.float32) == tol
+    assert interpreted_tol(EXACT, torch.bfloat16) == EXACT
