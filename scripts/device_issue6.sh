@@ -101,6 +101,7 @@
 #   bash scripts/device_issue6.sh s20c      # K3 latent MoE prefill tiles, K3 4 layers
 #   bash scripts/device_issue6.sh s20d      # the expert FFN's decode form (moe_gemv.py) vs the
 #                                         # tiles, tiles / pipelining depth, K3 / V4 decode
+#   bash scripts/device_issue6.sh s20e      # KDA's WY kernel in 16-channel blocks, 4 / 8 warps
 #   bash scripts/device_issue6.sh s17b      # strict suites of the new ops, Triton varlen attention
 #                                         # vs SDPA, Qwen3.5 with prefill graphs
 #   bash scripts/device_issue6.sh s17c      # Kimi-K3 and Kimi-Linear steps
@@ -945,6 +946,16 @@ elif [ "$phase" = s20d ]; then
       echo "== $preset $form rc=$?"; grep "^{\|Error" "$out/bench_model_${preset}_$form.txt" | cut -c1-300 | tail -2
     done
   done
+elif [ "$phase" = s20e ]; then
+  # KDA's WY kernel in 16-channel blocks (offline, ptxas of Triton 3.7.1 for sm_90: 164 B
+  # spilled at 4 warps and 12 at 8, against 756 for the default 32 channels at 4 warps; 8 warps
+  # at 32 channels was slower on the H200, 1,880 against 1,164 us): per kernel at 1 x 16k.
+  timeout 200 python3 scripts/bench_delta_chunk.py --kinds kda --shapes 1x16384 --no-torch --no-fla \
+    --no-variants --breakdown --variant "bk16@block_k=16" \
+    --variant "bk16w8@block_k=16;$D:SPLIT_LAUNCH={'gdn': (2, 4, 32), 'kda': (8, 4, 32)}" \
+    > "$out/bench_delta_chunk_kda.csv" 2> "$out/bench_delta_chunk_kda.err"
+  echo "== bench_delta_chunk kda rc=$?"; grep -v "Warn\|warn" "$out/bench_delta_chunk_kda.err" \
+    | grep "_wy\|_kda_diag\|^kda\|regs" | cut -c1-160 | head -30
 elif [ "$phase" = s18c ]; then
   # Kimi-K3's slow prefill (2,814 tok/s b=1 in s17): the kernels of one 1 x 1,024 step.
   timeout 200 python3 scripts/bench_model.py --preset kimi-k3 --layers 4 --batch 1 --prompt 1024 --new 8 \
