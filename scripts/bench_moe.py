@@ -53,6 +53,9 @@ def expert_weights(fmt: str, dev: str = DEV) -> dict:
     def ue8m0(*shape):
         return torch.randint(118, 124, shape, generator=g, device=dev, dtype=torch.uint8)
 
+    if fmt == "bf16":  # dense experts (12.9 GB at this size)
+        return {"w13": torch.randn(E, 2 * I, H, generator=g, device=dev, dtype=torch.bfloat16) / 64,
+                "w2": torch.randn(E, H, I, generator=g, device=dev, dtype=torch.bfloat16) / 64}
     if fmt == "fp4":
         return {"w13": torch.randint(0, 256, (E, 2 * I, H // 2), generator=g, device=dev,
                                      dtype=torch.uint8).view(torch.int8),
@@ -80,7 +83,7 @@ def routing(t: int, k: int, dev: str = DEV):
 def moved_bytes(fmt: str, ids: torch.Tensor, wts: dict, x: torch.Tensor) -> int:
     used = torch.unique(ids[ids >= 0]).numel()
     per_expert = sum(wts[n][0].numel() * wts[n].element_size()
-                     for n in ("w13", "w13_scale", "w2", "w2_scale"))
+                     for n in ("w13", "w13_scale", "w2", "w2_scale") if n in wts)
     return used * per_expert + 2 * x.numel() * x.element_size()
 
 
@@ -103,6 +106,9 @@ def switches(items: dict):
             setattr(moe_gemm, name, value)
 
 
+BOOL_SWITCHES = {"SWAP_AB", "FP4_GROUPS", "A_PAIRS"}  # None (auto) by default, 0 / 1 in a variant
+
+
 def parse_variant(spec: str) -> tuple[str, dict]:
     """"name@FP4_GROUPS=0;TILE_OVERRIDE=16x64x128x4" -> (name, {switch: value})."""
     name, _, rest = spec.partition("@")
@@ -114,7 +120,7 @@ def parse_variant(spec: str) -> tuple[str, dict]:
         now = getattr(moe_gemm, key)
         items[key] = (tuple(int(v) for v in value.split("x")) if "x" in value
                       else value if isinstance(now, str) else bool(int(value))
-                      if isinstance(now, bool) else int(value))
+                      if isinstance(now, bool) or key in BOOL_SWITCHES else int(value))
     return name, items
 
 
@@ -143,7 +149,7 @@ def bench_experts(fmt: str, t: int, k: int, with_reference: bool, with_torch: bo
     weights, ids = routing(t, k)
     x = torch.randn(t, H, device=DEV, dtype=torch.bfloat16)
     args = dict(x=x, weights=weights, ids=ids, activation="swiglu", limit=10.0, **wts)
-    op = f"moe_experts_{fmt}"
+    op = "moe_experts" if fmt == "bf16" else f"moe_experts_{fmt}"
     impls = [("torch", getattr(torch_moe, op))] * with_torch + [("triton", getattr(moe_gemm, op))]
     if with_reference and t <= 4:
         impls.insert(0, ("reference", getattr(ref_moe, op)))
@@ -207,7 +213,7 @@ def main() -> None:
     ap.add_argument("--topk", type=int, default=6)
     ap.add_argument("--reference", action="store_true", help="also time the reference (T=1)")
     ap.add_argument("--tokens", help="comma-separated T (default 1,32,512,4096; --quick 1,512)")
-    ap.add_argument("--formats", default="fp4,fp8")
+    ap.add_argument("--formats", default="fp4,fp8", help="of fp4, fp8, bf16")
     ap.add_argument("--no-torch", action="store_true", help="skip the portable torch impl")
     ap.add_argument("--latent", action="store_true", help="Kimi-K3's latent MoE only")
     ap.add_argument("--variant", action="append", default=[], help="NAME@ATTR=VALUE;...")

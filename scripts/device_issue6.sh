@@ -101,6 +101,10 @@
 #   bash scripts/device_issue6.sh s20c      # K3 latent MoE prefill tiles, K3 4 layers
 #   bash scripts/device_issue6.sh s20d      # the expert FFN's decode form (moe_gemv.py) vs the
 #                                         # tiles, tiles / pipelining depth, K3 / V4 decode
+#   bash scripts/device_issue6.sh s21a      # the MoE defaults flipped in the 21st session (decode
+#                                         # form, swapped tiles) against the old ones: strict,
+#                                         # bf16 / FP8 / FP4 experts and K3's latent MoE 1-4,096
+#                                         # tokens, middle tiles; K3 / V4-Flash / Kimi-Linear steps
 #   bash scripts/device_issue6.sh s20e      # KDA's WY kernel in 16-channel blocks, 4 / 8 warps
 #   bash scripts/device_issue6.sh s17b      # strict suites of the new ops, Triton varlen attention
 #                                         # vs SDPA, Qwen3.5 with prefill graphs
@@ -946,6 +950,28 @@ elif [ "$phase" = s20d ]; then
       echo "== $preset $form rc=$?"; grep "^{\|Error" "$out/bench_model_${preset}_$form.txt" | cut -c1-300 | tail -2
     done
   done
+elif [ "$phase" = s21a ]; then
+  # The 21st session's MoE defaults (DECODE_FORM gemv at 8 x 256, SWAP_AB on sm_90) against the
+  # old ones (old@...), and the tiles of the middle sizes (16-48 rows an expert) with the swap.
+  strict 60 "test_impl_matches_reference and triton and (moe_experts or latent_moe)"
+  OLD="--variant old@DECODE_FORM=tiles;SWAP_AB=0"
+  timeout 200 python3 scripts/bench_moe.py --tokens 1,4,32,512,2048,4096 --formats bf16,fp8,fp4 \
+    --no-torch $OLD --variant m16@TILE_OVERRIDE=16x128x64x4 --variant m32@TILE_OVERRIDE=32x128x64x4 \
+    --variant nosw@SWAP_AB=0 > "$out/bench_moe.csv" 2> "$out/bench_moe.err"
+  echo "== experts rc=$?"; grep -v "Warn\|warn\|max|\|^#\|route\|ids match" "$out/bench_moe.err" | cut -c8-100 | tail -80
+  timeout 120 python3 scripts/bench_moe.py --latent --tokens 1,4,64,1024,4096 $OLD \
+    --variant m32@TILE_OVERRIDE=32x128x64x4 --variant l64@TILE_OVERRIDE=64x128x64x4 \
+    > "$out/bench_moe_latent.csv" 2> "$out/bench_moe_latent.err"
+  echo "== latent rc=$?"; grep -v "Warn\|warn\|max|\|^#" "$out/bench_moe_latent.err" | cut -c8-100 | tail -20
+  for preset in kimi-k3 deepseek-v4-flash kimi-linear-48b-a3b; do
+    for form in old new; do
+      env $([ $form = old ] && echo HWINFER_MOE_DECODE=tiles HWINFER_MOE_SWAP_AB=0) timeout 100 \
+        python3 scripts/bench_model.py --preset $preset --layers 4 --batch 1 --prompt 1024 --new 16 \
+        --no-eager --no-hf --csv "$out/model.csv" > "$out/model_${preset}_$form.txt" 2>&1
+      echo "== $preset $form rc=$?"; grep "^{\|Error" "$out/model_${preset}_$form.txt" | cut -c1-230 | tail -2
+    done
+  done
+  tar czf "$out/models.tgz" -C "$out" $(cd "$out" && ls model_*.txt) && rm -f "$out"/model_*.txt
 elif [ "$phase" = s20e ]; then
   # KDA's WY kernel in 16-channel blocks (offline, ptxas of Triton 3.7.1 for sm_90: 164 B
   # spilled at 4 warps and 12 at 8, against 756 for the default 32 channels at 4 warps; 8 warps

@@ -14,6 +14,7 @@ import torch, triton, triton.language as tl
 from hwinfer.kernels.triton import moe_gemm, moe_tiles
 from hwinfer.ops import moe_experts as ref
 from hwinfer.ops.quant import decode_e2m1
+moe_gemm.DECODE_FORM = "tiles"      # the tile form's K steps first (decode sizes would take gemv)
 
 @triton.jit
 def decode(c_ptr, o8_ptr, o4_ptr, N: tl.constexpr):
@@ -70,7 +71,7 @@ for swap in (False, True):
     moe_gemm.SWAP_AB = swap
     got = moe_gemm.moe_experts_fp8(*f8, block=(128, 128), activation="swiglu")
     assert (got - want).abs().max().item() <= 1e-4 * want.abs().max().item(), swap
-moe_gemm.SWAP_AB = False
+moe_gemm.SWAP_AB = None
 
 # The decode form (moe_gemv.py) on every format, K blocks of 64 (H = 96: a tail block), 8 rows
 # a program (I = 64 / H = 96 columns: several programs), FP8 scale blocks of 32 x 32 (two block

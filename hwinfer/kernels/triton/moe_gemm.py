@@ -14,8 +14,8 @@ Pipeline (no host sync anywhere, so decode can be captured in a CUDA graph):
 3. ``_gemm2_kernel``: y_pair = weight_pair * (h @ w2_e^T), one fp32 row per (token, slot).
 4. ``_sum_kernel``: y_t = sum over the token's valid slots (no atomics), cast once to x.dtype.
 
-With ``DECODE_FORM = "gemv"`` (opt-in) calls of at most ``GEMV_MAX_PAIRS`` pairs run
-:mod:`.moe_gemv` instead of steps 1-3: one program per pair, no sort.
+Calls of at most ``GEMV_MAX_PAIRS`` (token, slot) pairs (decode) run :mod:`.moe_gemv` instead
+of steps 1-3 (``DECODE_FORM``): one program per pair, no sort.
 
 Quantized weights are dequantized in registers, tile by tile (``moe_tiles.a_tile`` /
 ``w_step``): FP8 e4m3 bytes are decoded exactly to fp32 (one multiply) and the 128x128 block
@@ -198,15 +198,28 @@ FP4_GROUPS = True
 A_PAIRS = True
 TILE_OVERRIDE: tuple[int, int, int, int] | None = None
 NUM_STAGES: int | None = None  # Triton's software pipelining depth (None: its default)
-# SWAP_AB: the tiles' products transposed, weights as the MMA's left operand (moe_tiles._mm);
-# opt-in until timed.
-SWAP_AB = False
+# SWAP_AB: the tiles' products transposed, weights as the MMA's left operand (moe_tiles._mm).
+# None: on where it was timed, NVIDIA sm_90 (H100, 21st session: DSV4-size FP4 T=512 5.18 ->
+# 4.31 ms, FP8 3.65 -> 3.31, T=32 FP8 1.66 -> 1.49; Kimi-K3 latent T=1024 42.0 -> 31.7 ms; its
+# offline GEMM1 spills 644 B -> 0); True / False (HWINFER_MOE_SWAP_AB=1 / 0) forces it.
+SWAP_AB: bool | None = {"1": True, "0": False}.get(os.environ.get("HWINFER_MOE_SWAP_AB", ""))
 # The decode form (moe_gemv.py: one program per (token, slot) pair and BN weight rows, fp32 FMAs,
 # the next K block's weights prefetched) for calls of at most GEMV_MAX_PAIRS pairs, instead of
-# 16-row MMA tiles. Opt-in ("gemv", or HWINFER_MOE_DECODE=gemv) until timed on a card.
-DECODE_FORM = os.environ.get("HWINFER_MOE_DECODE", "tiles")
+# 16-row MMA tiles (H100, 21st session, against the tiles: Kimi-K3 latent T=1 668 -> 314 us,
+# DSV4-size FP4 T=1 157 -> 86, T=4 462 -> 278; FP8 T=1 113 -> 95, T=4 329 -> 277; at T=32 (192
+# pairs) the swapped tiles were faster). "tiles" (HWINFER_MOE_DECODE=tiles) turns it off.
+DECODE_FORM = os.environ.get("HWINFER_MOE_DECODE", "gemv")
 GEMV_MAX_PAIRS = 64
 GEMV_TILE = moe_gemv.TILE  # BN weight rows, BK values a K block, warps
+
+
+def _swap_ab(device) -> bool:
+    """SWAP_AB, or where it is None, whether ``device`` is the NVIDIA sm_90 it was timed on."""
+    if SWAP_AB is not None:
+        return bool(SWAP_AB)
+    device = torch.device(device)
+    return (device.type == "cuda" and torch.version.hip is None
+            and torch.cuda.get_device_capability(device) == (9, 0))
 
 
 def _tiles_for(tk: int, num_experts: int, inter: int, sms: int,
@@ -284,7 +297,7 @@ def run_experts(x, weights, ids, w13, w2, s13, s2, *, wfmt: int, block=(1, 1),
     h = torch.empty((n_tiles * bm, i), dtype=torch.float32, device=x.device)
     sb0, sb1 = block
     common = dict(WFMT=wfmt, SB0=sb0, SB1=sb1, DOT=dot1, SCALED=scaled, GROUPS=FP4_GROUPS,
-                  A_PAIRS=A_PAIRS, BM=bm, BN=bn, BK=bk, SWAP=SWAP_AB and not scaled,
+                  A_PAIRS=A_PAIRS, BM=bm, BN=bn, BK=bk, SWAP=_swap_ab(x.device) and not scaled,
                   num_warps=warps,
                   **({} if NUM_STAGES is None else {"num_stages": NUM_STAGES}))
     _gemm1_kernel[(n_tiles, triton.cdiv(i, bn))](

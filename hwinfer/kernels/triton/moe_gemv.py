@@ -143,9 +143,11 @@ def _gemv2_kernel(h_ptr, ids_ptr, rw_ptr, w_ptr, s_ptr, y_ptr, H, I, stride_h, s
     tl.store(y_ptr + pair.to(tl.int64) * stride_y + n, tl.sum(acc, axis=1) * rw, mask=n_mask)
 
 
-# (BN weight rows, BK values a K block, warps): offline (scripts/kernel_regs.py, sm_90) the FP4
-# GEMM1 takes 96 registers (5 programs an SM) at 4 x 512, 255 at 8 x 512, 40 at 4 x 256; untimed.
-TILE = (4, 512, 4)
+# (BN weight rows, BK values a K block, warps). H100, 21st session: 8 x 256 the fastest of 4 x 512,
+# 4 x 256 and 8 x 256 (Kimi-K3 latent T=1 334 / 361 / 314 us; DSV4-size FP4 T=4 289 / 321 / 278;
+# FP8 T=1 equal within 1%). Offline (scripts/kernel_regs.py, sm_90) the FP4 GEMM1 takes 96
+# registers at 4 x 512, 255 at 8 x 512, 40 at 4 x 256.
+TILE = (8, 256, 4)
 
 
 def gemv_ok(wfmt: int, block: tuple[int, int], bk: int) -> bool:
