@@ -105,6 +105,7 @@
 #                                         # form, swapped tiles) against the old ones: strict,
 #                                         # bf16 / FP8 / FP4 experts and K3's latent MoE 1-4,096
 #                                         # tokens, middle tiles; K3 / V4-Flash / Kimi-Linear steps
+#   bash scripts/device_issue6.sh s21b      # KDA's output stage inside the state kernel
 #   bash scripts/device_issue6.sh s20e      # KDA's WY kernel in 16-channel blocks, 4 / 8 warps
 #   bash scripts/device_issue6.sh s17b      # strict suites of the new ops, Triton varlen attention
 #                                         # vs SDPA, Qwen3.5 with prefill graphs
@@ -972,6 +973,17 @@ elif [ "$phase" = s21a ]; then
     done
   done
   tar czf "$out/models.tgz" -C "$out" $(cd "$out" && ls model_*.txt) && rm -f "$out"/model_*.txt
+elif [ "$phase" = s21b ]; then
+  # KDA's output stage inside the state kernel (FUSED_OUT, offline sm_90: 255 registers, 240 B
+  # spilled at 8 warps): strict, then per kernel at 1 x 16k (beside fla) and 8 x 2k.
+  HWINFER_KDA_FUSED_OUT=1 strict 80 "test_impl_matches_reference and triton and kda_chunked"
+  timeout 150 python3 scripts/bench_delta_chunk.py --kinds kda --shapes 1x16384 --no-torch \
+    --no-variants --breakdown --variant "fused@fused_out=True" \
+    > "$out/bench_kda.csv" 2> "$out/bench_kda.err"
+  timeout 60 python3 scripts/bench_delta_chunk.py --kinds kda --shapes 8x2048 --no-torch --no-fla \
+    --no-variants --breakdown --variant "fused@fused_out=True" \
+    >> "$out/bench_kda.csv" 2>> "$out/bench_kda.err"
+  echo "== kda rc=$?"; grep -v "Warn\|warn" "$out/bench_kda.err" | grep "^kda\|us  x1" | cut -c1-150 | head -40
 elif [ "$phase" = s20e ]; then
   # KDA's WY kernel in 16-channel blocks (offline, ptxas of Triton 3.7.1 for sm_90: 164 B
   # spilled at 4 warps and 12 at 8, against 756 for the default 32 channels at 4 warps; 8 warps
