@@ -956,17 +956,17 @@ elif [ "$phase" = s21a ]; then
   # old ones (old@...), and the tiles of the middle sizes (16-48 rows an expert) with the swap.
   strict 60 "test_impl_matches_reference and triton and (moe_experts or latent_moe)"
   OLD="--variant old@DECODE_FORM=tiles;SWAP_AB=0"
-  timeout 200 python3 scripts/bench_moe.py --tokens 1,4,32,512,2048,4096 --formats bf16,fp8,fp4 \
+  timeout 150 python3 scripts/bench_moe.py --tokens 1,4,32,512,2048 --formats bf16,fp8,fp4 \
     --no-torch $OLD --variant m16@TILE_OVERRIDE=16x128x64x4 --variant m32@TILE_OVERRIDE=32x128x64x4 \
     --variant nosw@SWAP_AB=0 > "$out/bench_moe.csv" 2> "$out/bench_moe.err"
   echo "== experts rc=$?"; grep -v "Warn\|warn\|max|\|^#\|route\|ids match" "$out/bench_moe.err" | cut -c8-100 | tail -80
-  timeout 120 python3 scripts/bench_moe.py --latent --tokens 1,4,64,1024,4096 $OLD \
+  timeout 80 python3 scripts/bench_moe.py --latent --tokens 1,64,1024 $OLD \
     --variant m32@TILE_OVERRIDE=32x128x64x4 --variant l64@TILE_OVERRIDE=64x128x64x4 \
     > "$out/bench_moe_latent.csv" 2> "$out/bench_moe_latent.err"
   echo "== latent rc=$?"; grep -v "Warn\|warn\|max|\|^#" "$out/bench_moe_latent.err" | cut -c8-100 | tail -20
-  for preset in kimi-k3 deepseek-v4-flash kimi-linear-48b-a3b; do
+  for preset in kimi-k3 kimi-linear-48b-a3b; do
     for form in old new; do
-      env $([ $form = old ] && echo HWINFER_MOE_DECODE=tiles HWINFER_MOE_SWAP_AB=0) timeout 100 \
+      env $([ $form = old ] && echo HWINFER_MOE_DECODE=tiles HWINFER_MOE_SWAP_AB=0) timeout 60 \
         python3 scripts/bench_model.py --preset $preset --layers 4 --batch 1 --prompt 1024 --new 16 \
         --no-eager --no-hf --csv "$out/model.csv" > "$out/model_${preset}_$form.txt" 2>&1
       echo "== $preset $form rc=$?"; grep "^{\|Error" "$out/model_${preset}_$form.txt" | cut -c1-230 | tail -2
