@@ -678,7 +678,8 @@ def _aot_specs():
             forms = [("ieee", False, False, None), ("split", False, False, ("sm_90", "sm_100")),
                      ("split", True, False, ("sm_90", "sm_100"))]
             if per_channel:
-                forms += [("ieee", False, True, None), ("split", True, True, ("sm_90", "sm_100"))]
+                forms += [("ieee", False, True, None), ("split", False, True, ("sm_90", "sm_100")),
+                          ("split", True, True, ("sm_90", "sm_100"))]
             for prec, pf, fused, targets in forms:
                 specs.append(AotSpec(
                     f"delta_chunk_state[{kind},{dtype},{d},{prec}{',prefetch' if pf else ''}"
