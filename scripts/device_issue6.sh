@@ -101,11 +101,13 @@
 #   bash scripts/device_issue6.sh s20c      # K3 latent MoE prefill tiles, K3 4 layers
 #   bash scripts/device_issue6.sh s20d      # the expert FFN's decode form (moe_gemv.py) vs the
 #                                         # tiles, tiles / pipelining depth, K3 / V4 decode
-#   bash scripts/device_issue6.sh s21a      # the MoE defaults flipped in the 21st session (decode
+#   bash scripts/device_issue6.sh s21a      # (ran at 26c179d) the MoE defaults flipped in the 21st session (decode
 #                                         # form, swapped tiles) against the old ones: strict,
 #                                         # bf16 / FP8 / FP4 experts and K3's latent MoE 1-4,096
 #                                         # tokens, middle tiles; K3 / V4-Flash / Kimi-Linear steps
-#   bash scripts/device_issue6.sh s21b      # KDA's output stage inside the state kernel
+#   bash scripts/device_issue6.sh s21e      # GDN's output products in bf16; KDA's state walk forms
+#   bash scripts/device_issue6.sh s21b      # (ran at 26c179d) KDA's output stage inside the state
+#                                         # kernel: 1.2x slower, removed; needs that tree
 #   bash scripts/device_issue6.sh s20e      # KDA's WY kernel in 16-channel blocks, 4 / 8 warps
 #   bash scripts/device_issue6.sh s17b      # strict suites of the new ops, Triton varlen attention
 #                                         # vs SDPA, Qwen3.5 with prefill graphs
@@ -973,6 +975,17 @@ elif [ "$phase" = s21a ]; then
     done
   done
   tar czf "$out/models.tgz" -C "$out" $(cd "$out" && ls model_*.txt) && rm -f "$out"/model_*.txt
+elif [ "$phase" = s21e ]; then
+  # GDN's output stage with bf16 operands (KDA's default since 21st session), and KDA's state
+  # walk without prefetch / with 16-channel blocks, per kernel (1 x 16k, 8 x 2k).
+  timeout 100 python3 scripts/bench_delta_chunk.py --kinds gdn --shapes 1x16384,8x2048 --no-torch --no-fla \
+    --no-variants --breakdown --variant "obf16@dots='bf16'" --variant "obf16v64@dots='bf16';block_v_out=64" \
+    > "$out/bench_gdn.csv" 2> "$out/bench_gdn.err"
+  echo "== gdn rc=$?"; grep -v "Warn\|warn" "$out/bench_gdn.err" | grep "^gdn\|_out_kernel" | cut -c1-150 | head -20
+  timeout 60 python3 scripts/bench_delta_chunk.py --kinds kda --shapes 1x16384 --no-torch --no-fla \
+    --no-variants --breakdown --variant "pf0@$D:STATE_PREFETCH=False" --variant "bv16@block_v=16" \
+    > "$out/bench_kda.csv" 2> "$out/bench_kda.err"
+  echo "== kda rc=$?"; grep -v "Warn\|warn" "$out/bench_kda.err" | grep "^kda\|_state_kernel" | cut -c1-150 | head -20
 elif [ "$phase" = s21b ]; then
   # KDA's output stage inside the state kernel (FUSED_OUT, offline sm_90: 255 registers, 240 B
   # spilled at 8 warps): strict, then per kernel at 1 x 16k (beside fla) and 8 x 2k.

@@ -5,11 +5,11 @@ projection, no initial state, value blocks split over programs (``block_v=16``,
 ``block_v_out=16``), KDA's diagonal-block kernel (varlen with partial and empty tiles
 above; strong decay below) and the WY stage both in key-channel blocks (``block_k``, the
 default; as two kernels, ``WY_SPLIT``, and as one), and the WY stage whole (``block_k=0``), the output stage in key-channel blocks (``block_k_out``),
-the output stage's bf16 products (``dots="bf16"``), the split bf16 products of the state stage
+the output stage's bf16 products (``dots="bf16"``; the default for 16-bit inputs,
+``OUT_DOTS_16BIT``), the split bf16 products of the state stage
 (``STATE_DOTS``) and of GDN's q S0 (``OUT_QS``), GDN's diagonal blocks solved together or one by
 one (``GDN_SOLVE``), GDN's k k^T from the raw keys (``GDN_RAW_K``), KDA's factored diagonal
-blocks' row loop fetching rows ahead or not (``DIAG_AHEAD``), KDA's output stage inside the
-state kernel (``fused_out``). Checked
+blocks' row loop fetching rows ahead or not (``DIAG_AHEAD``). Checked
 against the token-loop
 reference and the fused recurrent Triton kernel. ``TRITON_INTERPRET`` is read when a kernel is decorated: a fresh interpreter process.
 """
@@ -144,34 +144,24 @@ assert rel(res[True][0], o2) < 5e-3 and rel(res[True][1], s2) < 5e-3, (rel(res[T
 # against S0 as hi + lo. Against the fp32 q e^G product (OUT_QS="", exact in the interpreter)
 # under 1% of the bf16 outputs round differently; with S0 rounded to bf16 (lo dropped), 6%.
 res = {}
+tc.OUT_DOTS_16BIT = None             # OUT_QS applies where the output products are not bf16
 for qs in ("split", ""):
     tc.OUT_QS = qs
     res[qs] = tc.gdn_chunked(qb, kb, vb, g[..., 0], beta, s0)[0]
 tc.OUT_QS = "split"
+tc.OUT_DOTS_16BIT = "bf16"
 flips = (res["split"] != res[""]).float().mean().item()
 assert flips < 0.01 and rel(res["split"], res[""]) < 1e-4, (flips, rel(res["split"], res[""]))
-# fused_out (FUSED_OUT): KDA's output stage inside the state kernel. The same products of the
-# same operands as the separate stage: equal to it within fp32 rounding, fp32 and bf16 inputs,
-# packed sequences (an empty one, chunks of 1 and 17 rows), GQA, value blocks of 16, and the
-# in-place pool form (state_slots).
-Hk2 = 1
-qg_, kg_ = q[:, :, :Hk2], k[:, :, :Hk2]                    # GQA: one key head, two value heads
-for dt in (torch.float32, torch.bfloat16):
-    a = [t.to(dt) for t in (qg_, kg_, v)]
-    for kw in (dict(cu_seqlens=torch.tensor([0, 0, 1, 18, 70], dtype=torch.int32),
-                    initial_state=torch.randn(4, H, D, D)),
-               dict(initial_state=s0, block_v=16)):
-        o1, s1 = tc.kda_chunked(*a, g, beta, fused_out=False, **kw)
-        o2, s2 = tc.kda_chunked(*a, g, beta, fused_out=True, **kw)
-        assert rel(o2, o1) < (1e-6 if dt == torch.float32 else 4e-3), (dt, rel(o2, o1))
-        assert torch.equal(s1, s2), dt
-    pool = torch.randn(5, H, D, D)
-    slots = torch.tensor([3, 0, 4])
-    cu = torch.tensor([0, 5, 5, 70], dtype=torch.int32)
-    want = tc.kda_chunked(*a, g, beta, pool[slots].clone(), cu_seqlens=cu, fused_out=False)
-    got = tc.kda_chunked(*a, g, beta, pool, cu_seqlens=cu, state_slots=slots, fused_out=True)
-    assert got[1] is pool and torch.equal(pool[slots], want[1])
-    assert rel(got[0], want[0]) < (1e-6 if dt == torch.float32 else 4e-3), rel(got[0], want[0])
+# OUT_DOTS_16BIT (the default "bf16"): 16-bit inputs get the output stage's bf16 products, the
+# same as asking for dots="bf16"; fp32 inputs keep exact products.
+for f, gg in ((tc.gdn_chunked, g[..., 0]), (tc.kda_chunked, g)):
+    default = f(qb, kb, vb, gg, beta, s0)[0]
+    assert torch.equal(default, f(qb, kb, vb, gg, beta, s0, dots="bf16")[0]), f.__name__
+    tc.OUT_DOTS_16BIT = None
+    assert not torch.equal(default, f(qb, kb, vb, gg, beta, s0)[0]), f.__name__
+    o32 = f(q, k, v, gg, beta, s0)[0]
+    tc.OUT_DOTS_16BIT = "bf16"
+    assert torch.equal(o32, f(q, k, v, gg, beta, s0)[0]), f.__name__
 try:
     tc.gdn_chunked(q, k, v, g[..., 0], beta, s0, dots="fp8")
     raise SystemExit("dots='fp8' was accepted")

@@ -57,7 +57,6 @@ fp32. ``chunk_size`` is ignored (always 64): the contract allows any chunking.
 """
 from __future__ import annotations
 
-import os
 
 import torch
 import triton
@@ -79,10 +78,16 @@ from hwinfer.ops.linear_attention_chunked import L2NORM_EPS, check_inputs
 _INTERPRET = INTERPRET
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32)
 BT = 64  # chunk length (the WY kernel is written for four 16-row tiles)
-# The output stage's products when a call names no ``dots``: None keeps tf32 / exact fp32.
-# "bf16" measured 13% faster at 4.1e-3 error on the H200 (docs/kernels.md), close to the
-# contract's 5e-3: a tuning constant to time and check on a card, not the default yet.
+# The output stage's products when a call names no ``dots``, for every input dtype: None leaves
+# it to OUT_DOTS_16BIT (16-bit inputs on NVIDIA) and else tf32 / exact fp32.
 OUT_DOTS: str | None = None
+# The output stage with 16-bit inputs on NVIDIA when a call names no ``dots`` (and OUT_DOTS is
+# None): "bf16" operands. H100, 21st session, relative RMSE of o against the recurrent kernel 2.4-
+# 2.5e-3 -> 3.3e-3 (contract 5e-3; fla-core 0.6.0 4.4e-3 on the same inputs): KDA 1 x 16k
+# (Kimi-Linear heads) output kernel 1,012 -> 731 us, call 4,338 -> 4,063 us; GDN (Qwen3.5 heads)
+# 316 -> 222 us, call 1 x 16k 1,225 -> 1,127 us, 8 x 2k 1,021 -> 925. None keeps tf32 (and GDN's
+# split q S0 products).
+OUT_DOTS_16BIT: str | None = "bf16"
 # Key channels per block of the output stage when a call names no ``block_k_out``: 0 runs the
 # whole-tile ``_out_kernel``, a power of two the blocked one (:mod:`.delta_chunk_out_blocked`).
 OUT_BLOCK_K = 0
@@ -140,25 +145,13 @@ DIAG_WARPS = 2
 # Rows the diagonal loop fetches ahead of the row it works (``AHEAD`` of _kda_diag_kernel; bit-
 # equal outputs). H100, KDA 1 x 16k: the kernel 1,147 us at 0, 870 at 1 (the call 4,528 -> 4,248).
 DIAG_AHEAD = 1
-# KDA's output stage inside the state kernel (its OUT form): per chunk o = (q e^G) S0 + P d
-# from the state in registers, instead of storing every chunk's start state S0 ([chunks, Hv,
-# Dk, Dv] fp32: 537 MB for Kimi-Linear's 32 heads at 16k tokens) and the deltas for a fifth
-# launch that reads them back. Untimed: a tuning constant to time on a card
-# (HWINFER_KDA_FUSED_OUT=1 turns it on).
-FUSED_OUT = os.environ.get("HWINFER_KDA_FUSED_OUT", "") == "1"
 
 
 @triton.jit
 def _state_kernel(kg_ptr, ge_ptr, w_ptr, u_ptr, h0_ptr, hs_ptr, d_ptr, ht_ptr, seq_ptr, slot_ptr,
-                  q_ptr, g_ptr, a_ptr, o_ptr, Hk, QKR, scale, eps,
                   Hv, DK: tl.constexpr, DV: tl.constexpr, BV: tl.constexpr,
                   PER_CHANNEL: tl.constexpr, HAS_H0: tl.constexpr, PREC: tl.constexpr,
-                  PREFETCH: tl.constexpr, HAS_SLOTS: tl.constexpr, OUT: tl.constexpr,
-                  USE_L2NORM: tl.constexpr, PREC_OUT: tl.constexpr):
-    """One program per (sequence, value head, BV value channels) walks the chunks. OUT (KDA):
-    the output stage inside the walk, ``o = (q e^G) S0 + P d`` per chunk with the state in
-    registers, instead of storing S0 and d for ``_out_kernel`` (q, g, P = Aqk, o; the other
-    pointers of that stage are unused)."""
+                  PREFETCH: tl.constexpr, HAS_SLOTS: tl.constexpr):
     i_nh = tl.program_id(0)
     i_vb = tl.program_id(1)
     i_n = i_nh // Hv
@@ -195,21 +188,10 @@ def _state_kernel(kg_ptr, ge_ptr, w_ptr, u_ptr, h0_ptr, hs_ptr, d_ptr, ht_ptr, s
         else:
             w = _raw_rows(w_ptr, t0, n, i_h, Hv, 0, 64, DK)
             kg = _raw_rows(kg_ptr, t0, n, i_h, Hv, 0, 64, DK)
+        tl.store(hs_ptr + ((chunk0 + c) * Hv + i_h) * DK * DV + offs_s, h)
         d = _head_rows(u_ptr, t0, n, i_h, Hv, c0, 0, 64, DV, BV)
         d -= _mm_split(w, h, PREC)
-        if OUT:
-            # q e^G (G: the chunk's cumulative log-decays, every exponent <= 0) and the causal
-            # decayed q k^T block as _out_kernel forms them, in the same precision.
-            q = _qk_rows(q_ptr, t0, n, i_h // (Hv // Hk), QKR, scale, eps, 0, 64, DK, USE_L2NORM)
-            qg = q * tl.exp(tl.cumsum(_g_rows(g_ptr, t0, n, i_h, Hv, 0, 64, DK, True), axis=0))
-            r = tl.arange(0, 64)
-            p = tl.load(a_ptr + ((t0 + r) * Hv + i_h)[:, None] * 64 + r[None, :],
-                        mask=(r < n)[:, None] & (r[None, :] <= r[:, None]), other=0.0)
-            o = _mm(qg, h, PREC_OUT) + _mm(p, d, PREC_OUT)
-            _store_rows(o_ptr, o, t0, n, i_h, Hv, c0, 0, 64, DV, BV)
-        else:
-            tl.store(hs_ptr + ((chunk0 + c) * Hv + i_h) * DK * DV + offs_s, h)
-            _store_rows(d_ptr, d, t0, n, i_h, Hv, c0, 0, 64, DV, BV)
+        _store_rows(d_ptr, d, t0, n, i_h, Hv, c0, 0, 64, DV, BV)
         if PER_CHANNEL:
             g_end = tl.load(ge_ptr + ((chunk0 + c) * Hv + i_h) * DK + tl.arange(0, DK))
             h = h * tl.exp(g_end)[:, None]
@@ -401,8 +383,7 @@ def _check_pool(op: str, pool: torch.Tensor | None, state_slots: torch.Tensor, n
 def _run(op: str, q, k, v, g, beta, initial_state, scale, use_qk_l2norm, cu_seqlens,
          per_channel: bool, block_v: int | None, block_v_out: int | None,
          num_warps: int | None, block_k: int | None = None, dots: str | None = None,
-         block_k_out: int | None = None, state_slots: torch.Tensor | None = None,
-         fused_out: bool | None = None):
+         block_k_out: int | None = None, state_slots: torch.Tensor | None = None):
     # cu_seqlens in device memory is trusted, as in the recurrent kernels (checking its contents
     # would cost a host sync per layer of every prefill); one on the CPU is checked in full.
     on_device = cu_seqlens is not None and cu_seqlens.device.type != "cpu"
@@ -435,13 +416,11 @@ def _run(op: str, q, k, v, g, beta, initial_state, scale, use_qk_l2norm, cu_seql
     half = dict(f32, dtype=torch.float32 if v.dtype == torch.float32 else torch.bfloat16)
     w = torch.empty(B * T, Hv, Dk, **half)
     u = torch.empty(B * T, Hv, Dv, **f32)
-    # KDA's output stage inside the state walk (FUSED_OUT): no chunk states or deltas stored.
-    fused = per_channel and FUSED_OUT if fused_out is None else fused_out
-    d = u if fused else torch.empty(B * T, Hv, Dv, **f32)
+    d = torch.empty(B * T, Hv, Dv, **f32)
     a = torch.empty(B * T, Hv, BT, **f32) if per_channel else u   # Aqk (KDA only)
     kg = torch.empty(B * T, Hv, Dk, **half)
     ge = torch.empty(max(nc, 1), Hv, Dk if per_channel else 1, **f32)
-    hs = u if fused else torch.empty(max(nc, 1), Hv, Dk, Dv, **f32)
+    hs = torch.empty(max(nc, 1), Hv, Dk, Dv, **f32)
     scale = float(Dk ** -0.5 if scale is None else scale)
     l2 = bool(use_qk_l2norm)
     # The interpreter pays per program: one value block per head there unless asked. On the
@@ -491,6 +470,8 @@ def _run(op: str, q, k, v, g, beta, initial_state, scale, use_qk_l2norm, cu_seql
     # ("ieee") for fp32 inputs, and on AMD, where tf32 is not available on every chip.
     prec = "ieee" if v.dtype == torch.float32 or torch.version.hip else "tf32"
     dots = dots or OUT_DOTS
+    if dots is None and v.dtype != torch.float32 and not torch.version.hip:
+        dots = OUT_DOTS_16BIT
     if dots not in (None, "bf16", "tf32", "ieee"):
         raise ValueError(f"{op} (triton): dots={dots!r} must be 'bf16', 'tf32' or 'ieee'")
     # The output stage's products may take bf16 operands (a tuning knob, measured against the
@@ -543,13 +524,10 @@ def _run(op: str, q, k, v, g, beta, initial_state, scale, use_qk_l2norm, cu_seql
                                  num_warps=num_warps or wu_warps)
     _state_kernel[(n * Hv, Dv // bv_state)](
         kg, ge, w, u, h0 if h0 is not None else ht, hs, d, ht, seqs,
-        state_slots if pool is not None else seqs, q, g, a, o, Hk, qkr, scale, L2NORM_EPS, Hv,
+        state_slots if pool is not None else seqs, Hv,
         DK=Dk, DV=Dv, BV=bv_state, PER_CHANNEL=per_channel, HAS_H0=h0 is not None, PREC=prec_state,
-        PREFETCH=prefetch, HAS_SLOTS=pool is not None, OUT=fused, USE_L2NORM=l2,
-        PREC_OUT=prec_out, num_warps=num_warps or state_warps, **stages)
-    if fused:
-        pass
-    elif nc and block_k_out:
+        PREFETCH=prefetch, HAS_SLOTS=pool is not None, num_warps=num_warps or state_warps, **stages)
+    if nc and block_k_out:
         _out_blocked_kernel[(nc, Hv, Dv // bv_out)](
             q, k, g, a, hs, d, o, chunks, Hk, Hv, qkr, scale, L2NORM_EPS,
             DK=Dk, DV=Dv, BV=bv_out, BK=block_k_out, PER_CHANNEL=per_channel, USE_L2NORM=l2,
@@ -579,8 +557,9 @@ def gdn_chunked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tens
     channels per state program), ``block_v_out`` (per output program) and ``num_warps`` are
     tuning knobs; ``block_k``: the WY stage's key channels in blocks of that many
     (:mod:`.delta_chunk_wy_blocked`; default min(32, Dk, Dv), 0 for the whole-tile kernel);
-    ``dots``: "bf16" rounds the output stage's product operands to bf16 (default: tf32 for
-    16-bit inputs on NVIDIA, exact fp32 otherwise); ``block_k_out``: the output stage's key
+    ``dots``: "bf16" rounds the output stage's product operands to bf16, "tf32" / "ieee" do not
+    (default: ``OUT_DOTS_16BIT``, bf16, for 16-bit inputs on NVIDIA, exact fp32 otherwise);
+    ``block_k_out``: the output stage's key
     channels in blocks of that many (:mod:`.delta_chunk_out_blocked`; default ``OUT_BLOCK_K``,
     0 for the whole-tile kernel)."""
     return _run("gdn_chunked", q, k, v, g, beta, initial_state, scale, use_qk_l2norm,
@@ -595,14 +574,13 @@ def kda_chunked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tens
                 state_slots: torch.Tensor | None = None,
                 block_v: int | None = None, block_v_out: int | None = None,
                 num_warps: int | None = None, block_k: int | None = None,
-                dots: str | None = None, block_k_out: int | None = None,
-                fused_out: bool | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                dots: str | None = None, block_k_out: int | None = None
+                ) -> tuple[torch.Tensor, torch.Tensor]:
     """Triton ``kda_chunked``: as :func:`gdn_chunked` with g [B, T, Hv, Dk] (a log-decay per
-    key channel); ``fused_out``: the output stage inside the state kernel (default
-    ``FUSED_OUT``; ``block_v_out`` / ``block_k_out`` then unused)."""
+    key channel)."""
     return _run("kda_chunked", q, k, v, g, beta, initial_state, scale, use_qk_l2norm,
                 cu_seqlens, True, block_v, block_v_out, num_warps, block_k, dots, block_k_out,
-                state_slots, fused_out)
+                state_slots)
 
 
 def _aot_specs():
@@ -667,27 +645,18 @@ def _aot_specs():
                                          {"DK": d, "USE_L2NORM": True, "AHEAD": ahead}, {"num_warps": 2}))
             st = {"kg_ptr": half, "ge_ptr": f32, "w_ptr": half, "u_ptr": f32, "h0_ptr": f32,
                   "hs_ptr": f32, "d_ptr": f32, "ht_ptr": f32, "seq_ptr": "*i32",
-                  "slot_ptr": "*i32", "q_ptr": ptr, "g_ptr": f32, "a_ptr": f32, "o_ptr": ptr,
-                  "Hk": "i32", "QKR": "i32", "scale": "fp32", "eps": "fp32", "Hv": "i32",
+                  "slot_ptr": "*i32", "Hv": "i32",
                   "DK": "constexpr", "DV": "constexpr", "BV": "constexpr",
                   "PER_CHANNEL": "constexpr", "HAS_H0": "constexpr", "PREC": "constexpr",
-                  "PREFETCH": "constexpr", "HAS_SLOTS": "constexpr", "OUT": "constexpr",
-                  "USE_L2NORM": "constexpr", "PREC_OUT": "constexpr"}
-            # (no prefetch, 4 warps) as on AMD and for many programs; prefetch at 8 warps; KDA
-            # also with its output stage inside (OUT).
-            forms = [("ieee", False, False, None), ("split", False, False, ("sm_90", "sm_100")),
-                     ("split", True, False, ("sm_90", "sm_100"))]
-            if per_channel:
-                forms += [("ieee", False, True, None), ("split", False, True, ("sm_90", "sm_100")),
-                          ("split", True, True, ("sm_90", "sm_100"))]
-            for prec, pf, fused, targets in forms:
+                  "PREFETCH": "constexpr", "HAS_SLOTS": "constexpr"}
+            # (no prefetch, 4 warps) as on AMD and for many programs; prefetch at 8 warps.
+            for prec, pf, targets in (("ieee", False, None), ("split", False, ("sm_90", "sm_100")),
+                                      ("split", True, ("sm_90", "sm_100"))):
                 specs.append(AotSpec(
-                    f"delta_chunk_state[{kind},{dtype},{d},{prec}{',prefetch' if pf else ''}"
-                    f"{',out' if fused else ''}]",
+                    f"delta_chunk_state[{kind},{dtype},{d},{prec}{',prefetch' if pf else ''}]",
                     _state_kernel, st, {"DK": d, "DV": d, "BV": 32, "PER_CHANNEL": per_channel,
                                         "HAS_H0": True, "PREC": prec, "PREFETCH": pf,
-                                        "HAS_SLOTS": True, "OUT": fused, "USE_L2NORM": True,
-                                        "PREC_OUT": "ieee" if prec == "ieee" else "tf32"},
+                                        "HAS_SLOTS": True},
                     {"num_warps": 8 if pf else 4, "num_stages": 2}, targets))
             out = {"q_ptr": ptr, "k_ptr": ptr, "g_ptr": f32, "a_ptr": f32, "hs_ptr": f32,
                    "d_ptr": f32, "o_ptr": ptr, "tab_ptr": "*i32", "Hk": "i32", "Hv": "i32",
