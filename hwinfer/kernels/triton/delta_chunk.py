@@ -665,11 +665,16 @@ def _aot_specs():
                    "BV": "constexpr", "PER_CHANNEL": "constexpr", "USE_L2NORM": "constexpr",
                    "PREC": "constexpr", "SPAN": "constexpr", "RAW_QK": "constexpr",
                    "QS": "constexpr"}
-            for qs, targets in (("", None), ("split", ("sm_90", "sm_100"))):
+            # exact products (AMD), GDN's split q S0, and bf16 products (NVIDIA's default for
+            # 16-bit inputs, OUT_DOTS_16BIT)
+            for qs, prec, targets in (("", "ieee", None), ("split", "ieee", ("sm_90", "sm_100")),
+                                      ("", "bf16", ("sm_90", "sm_100"))):
                 if qs and per_channel:
                     continue
-                specs.append(AotSpec(f"delta_chunk_out[{kind},{dtype},{d}{',' + qs if qs else ''}]",
-                                     _out_kernel, out, {**flags, "BV": 128 if qs else 64,
+                tag = f"{',' + qs if qs else ''}{',bf16dots' if prec == 'bf16' else ''}"
+                specs.append(AotSpec(f"delta_chunk_out[{kind},{dtype},{d}{tag}]",
+                                     _out_kernel, out, {**flags, "PREC": prec,
+                                                        "BV": 128 if qs else 64,
                                                         "SPAN": "scan", "RAW_QK": "native",
                                                         "QS": qs},
                                      {"num_warps": 4}, targets))
