@@ -107,7 +107,7 @@
 #                                         # tokens, middle tiles; K3 / V4-Flash / Kimi-Linear steps
 #   bash scripts/device_issue6.sh s21e      # GDN's output products in bf16; KDA's state walk forms
 #   bash scripts/device_issue6.sh s21b      # (ran at 26c179d) KDA's output stage inside the state
-#                                         # kernel: 1.2x slower, removed; needs that tree
+#                                         # kernel: 1.2x slower, removed; the phase now refuses
 #   bash scripts/device_issue6.sh s20e      # KDA's WY kernel in 16-channel blocks, 4 / 8 warps
 #   bash scripts/device_issue6.sh s17b      # strict suites of the new ops, Triton varlen attention
 #                                         # vs SDPA, Qwen3.5 with prefill graphs
@@ -987,16 +987,9 @@ elif [ "$phase" = s21e ]; then
     > "$out/bench_kda.csv" 2> "$out/bench_kda.err"
   echo "== kda rc=$?"; grep -v "Warn\|warn" "$out/bench_kda.err" | grep "^kda\|_state_kernel" | cut -c1-150 | head -20
 elif [ "$phase" = s21b ]; then
-  # KDA's output stage inside the state kernel (FUSED_OUT, offline sm_90: 255 registers, 240 B
-  # spilled at 8 warps): strict, then per kernel at 1 x 16k (beside fla) and 8 x 2k.
-  HWINFER_KDA_FUSED_OUT=1 strict 80 "test_impl_matches_reference and triton and kda_chunked"
-  timeout 150 python3 scripts/bench_delta_chunk.py --kinds kda --shapes 1x16384 --no-torch \
-    --no-variants --breakdown --variant "fused@fused_out=True" \
-    > "$out/bench_kda.csv" 2> "$out/bench_kda.err"
-  timeout 60 python3 scripts/bench_delta_chunk.py --kinds kda --shapes 8x2048 --no-torch --no-fla \
-    --no-variants --breakdown --variant "fused@fused_out=True" \
-    >> "$out/bench_kda.csv" 2>> "$out/bench_kda.err"
-  echo "== kda rc=$?"; grep -v "Warn\|warn" "$out/bench_kda.err" | grep "^kda\|us  x1" | cut -c1-150 | head -40
+  # Ran at 26c179d (KDA's output stage inside the state kernel, FUSED_OUT): 1.2x slower, the code
+  # removed after; check out that tree to run it again (docs/runs/2026-12-05-h100-s21/s21ab/).
+  echo "s21b needs the 26c179d tree (FUSED_OUT was removed)"; exit 2
 elif [ "$phase" = s20e ]; then
   # KDA's WY kernel in 16-channel blocks (offline, ptxas of Triton 3.7.1 for sm_90: 164 B
   # spilled at 4 warps and 12 at 8, against 756 for the default 32 channels at 4 warps; 8 warps
