@@ -13,7 +13,11 @@ FLOPs = 2 * T * H * K * (D + v_dim), against 780 TFLOP/s bf16.
 stdout: one CSV line per measurement (op,impl,shape,us,gbps_or_tflops,unit,pct_of_peak);
 stderr: a readable table with max |diff| against the torch impl.
 
-    python3 scripts/bench_sparse_mla.py [--quick] [--sweep | --sweep-focused] [--reference] [--only SUBSTR]
+    python3 scripts/bench_sparse_mla.py [--quick] [--sweep | --sweep-focused] [--reference] [--only SUBSTR] [--ws]
+
+``--ws`` adds the warp-specialised Gluon decode (hwinfer/kernels/triton/sparse_mla_ws.py; the
+calls it covers, bf16 V4 rows) at its default and at the ring depths / chunk sizes in
+``WS_VARIANTS``.
 
 ``--sweep`` (``--sweep-focused``: 10 tilings around the default, then each variant's registers
 and spills) times the Triton tilings (block_v x block_h x num_warps x block_k x num_splits) on
@@ -128,6 +132,29 @@ def measure(op: str, shape: str, impls: list, inputs: dict, work: float, unit: s
               f"({100 * rate / peak:5.1f}%)  max|diff| {err:.2e}", file=sys.stderr, flush=True)
 
 
+# (name, module constants of hwinfer.kernels.triton.sparse_mla_ws) timed with --ws
+WS_VARIANTS = (("ws", {}), ("ws k64 s2", dict(BLOCK_K=64, STAGES=2)),
+               ("ws k32 s3", dict(STAGES=3)), ("ws k16 s8", dict(BLOCK_K=16, STAGES=8)),
+               ("ws sub16", dict(SUB=16)), ("ws waves2", dict(WAVES=2.0)),
+               ("ws min_rows512", dict(MIN_ROWS=512)))
+
+
+def ws_impl(consts: dict):
+    """sparse_mla_decode forced onto the Gluon kernel with ``consts`` set during the call."""
+    from hwinfer.kernels.triton import sparse_mla_ws as ws
+
+    def run(**inputs):
+        old = {k: getattr(ws, k) for k in consts}
+        for k, v in consts.items():
+            setattr(ws, k, v)
+        try:
+            return triton_decode(**inputs, ws=True)
+        finally:
+            for k, v in old.items():
+                setattr(ws, k, v)
+    return run
+
+
 def sweep_configs(focused: bool):
     """The tilings to time: the full grid (75), or a focused set (10) around the CUDA default (timed as "triton")
     (all 64 heads x 512 channels, 64-row chunks, 8 warps, 2 stages, 2 waves, 128 rows a split):
@@ -164,6 +191,7 @@ def main() -> None:
     quick, with_ref = "--quick" in argv, "--reference" in argv
     sweep, focused = "--sweep" in argv or "--sweep-focused" in argv, "--sweep-focused" in argv
     only = argv[argv.index("--only") + 1] if "--only" in argv else ""
+    with_ws = "--ws" in argv
     dev = resolve_device("cuda")
     table = select(dev)
     print(f"device: {dev.describe()}; chosen: decode {table.chosen('sparse_mla_decode')}, "
@@ -183,6 +211,8 @@ def main() -> None:
                 impls.append(("reference", ref_decode, {}))
             if sweep:
                 impls += [(name, triton_decode, kw) for name, kw in sweep_configs(focused)]
+            if with_ws and "fp8cache" not in label and "glm5" not in label:
+                impls += [(f"triton {name}", ws_impl(consts), {}) for name, consts in WS_VARIANTS]
             out = impls[1][1](**inputs)
             measure("sparse_mla_decode", label, impls, inputs, decode_bytes(inputs, out), "GB/s")
             del inputs

@@ -106,6 +106,8 @@
 #                                         # bf16 / FP8 / FP4 experts and K3's latent MoE 1-4,096
 #                                         # tokens, middle tiles; K3 / V4-Flash / Kimi-Linear steps
 #   bash scripts/device_issue6.sh s21e      # GDN's output products in bf16; KDA's state walk forms
+#   bash scripts/device_issue6.sh s22a      # the warp-specialised Gluon sparse MLA decode: card
+#                                         # test, strict conformance, V4 shapes vs the Triton kernel
 #   bash scripts/device_issue6.sh s21b      # (ran at 26c179d) KDA's output stage inside the state
 #                                         # kernel: 1.2x slower, removed; the phase now refuses
 #   bash scripts/device_issue6.sh s20e      # KDA's WY kernel in 16-channel blocks, 4 / 8 warps
@@ -975,6 +977,15 @@ elif [ "$phase" = s21a ]; then
     done
   done
   tar czf "$out/models.tgz" -C "$out" $(cd "$out" && ls model_*.txt) && rm -f "$out"/model_*.txt
+elif [ "$phase" = s22a ]; then
+  # The warp-specialised Gluon sparse MLA decode (sparse_mla_ws.py): its card test, strict
+  # sparse MLA conformance with it forced on, then V4 decode shapes against the Triton kernel.
+  timeout 200 python3 -m pytest tests/kernels/test_sparse_mla_ws.py -q -x -p no:cacheprovider \
+    > "$out/test_ws.txt" 2>&1
+  echo "== test_sparse_mla_ws rc=$?"; grep -E "passed|failed|Error|assert" "$out/test_ws.txt" | cut -c1-300 | tail -12
+  HWINFER_SPARSE_MLA_WS=1 strict 120 "sparse_mla_decode"
+  timeout 240 python3 scripts/bench_sparse_mla.py --only dsv4 --ws > "$out/bench_ws.csv" 2> "$out/bench_ws.err"
+  echo "== bench_sparse_mla --ws rc=$?"; grep -v "Warn\|warn" "$out/bench_ws.err" | grep "sparse_mla\|rror" | cut -c1-160 | tail -40
 elif [ "$phase" = s21e ]; then
   # GDN's output stage with bf16 operands (KDA's default since 21st session), and KDA's state
   # walk without prefetch / with 16-channel blocks, per kernel (1 x 16k, 8 x 2k).

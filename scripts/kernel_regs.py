@@ -129,7 +129,10 @@ def main() -> int:
             names = spec.kernel.arg_names
             attrs = {(names.index(n),): [["tt.divisibility", 16]] for n, t in signature.items()
                      if t.startswith("*") or (n.startswith("stride") and t == "i32")}
-        src = ASTSource(fn=spec.kernel, signature=signature, constexprs=constexprs, attrs=attrs)
+        source = ASTSource
+        if getattr(spec.kernel, "is_gluon", lambda: False)():
+            from triton.experimental.gluon._runtime import GluonASTSource as source
+        src = source(fn=spec.kernel, signature=signature, constexprs=constexprs, attrs=attrs)
         compiled = triton.compile(src, target=GPUTarget(*TARGETS["sm_90"]), options=dict(spec.options))
         rep = ptxas_report(compiled.asm["ptx"])
         warps = spec.options.get("num_warps", 4)

@@ -36,6 +36,9 @@ class AotSpec:
     # that are the launch configurations of their target (a spec compiled for every target with
     # one vendor's tiles would not fit the other's LDS, and need not).
     check_shared: bool = False
+    # Arguments the JIT would see divisible by 16 (pointers from torch, strides of contiguous
+    # rows), where a kernel needs to know it (Gluon's cp.async of 16-byte pieces).
+    divisible: tuple[str, ...] = ()
 
 
 # Shared memory (LDS) a program may use: Hopper / Blackwell 227 KB, MI300 64 KB, MI355 160 KB.
@@ -61,7 +64,13 @@ def compile_spec(spec: AotSpec, target: str) -> dict[str, Any]:
     from triton.compiler import ASTSource
 
     backend, arch, warp = TARGETS[target]
-    src = ASTSource(fn=spec.kernel, signature=spec.signature, constexprs=spec.constexprs)
+    if getattr(spec.kernel, "is_gluon", lambda: False)():
+        # Gluon kernels need their module's warp count and target set before the body is built
+        from triton.experimental.gluon._runtime import GluonASTSource as ASTSource
+    names = list(spec.signature)
+    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in spec.divisible}
+    src = ASTSource(fn=spec.kernel, signature=spec.signature, constexprs=spec.constexprs,
+                    attrs=attrs)
     compiled = triton.compile(src, target=GPUTarget(backend, arch, warp), options=dict(spec.options))
     binary = "cubin" if backend == "cuda" else "hsaco"
     blob = compiled.asm[binary]

@@ -34,6 +34,7 @@ wrappers' keyword arguments override them per call (scripts/bench_sparse_mla.py 
 """
 from __future__ import annotations
 
+import os
 
 import torch
 import triton
@@ -63,6 +64,10 @@ DECODE_TUNING = {
 # Packed (fp8_ds_mla) caches: the uint8 rows are staged besides the decoded bf16 tile, so the
 # CUDA default's two stages need 246 KB of shared memory (over Hopper's 227 KB): one stage.
 PACKED_DECODE_TUNING = {"cuda": dict(num_stages=1), "hip": {}}
+# The warp-specialised Gluon decode (:mod:`.sparse_mla_ws`) for the calls it covers: None = by
+# device (not yet: no card has timed it), True / False force it (so does a call's ``ws=``
+# keyword); ``HWINFER_SPARSE_MLA_WS=1`` / ``0`` (read at import) sets it.
+WS_DECODE: bool | None = {"1": True, "0": False}.get(os.environ.get("HWINFER_SPARSE_MLA_WS", ""))
 PREFILL_TUNING = {
     "cuda": dict(block_v=512, block_k=64, acc_budget=32768, num_warps=8, num_stages=2),
     "hip": dict(block_v=256, block_k=32, acc_budget=16384, num_warps=8, num_stages=2),
@@ -139,11 +144,40 @@ def _launch(q3, kv, stride_kv, idx, kv2, stride_kv2, idx2, k2, sinks, out_rope, 
         num_warps=tune["num_warps"],
         num_stages=tune["num_stages"])
     if nsplit > 1:
-        bc = min(64, triton.next_power_of_2(dv))
-        _sparse_mla_merge_kernel[(triton.cdiv(h, 16), triton.cdiv(dv, bc), t)](
-            pm, pl, pacc, sink, cos, sin, o3, h, dv, nsplit, rope_start, stride_cs,
-            o3.stride(0), o3.stride(1), BLOCK_H=16, BLOCK_C=bc, HAS_SINK=sinks is not None,
-            HAS_ROPE=has_rope, num_warps=4)
+        _merge(pm, pl, pacc, sinks, out_rope, o3)
+
+
+def _merge(pm, pl, pacc, sinks, out_rope, o3):
+    """o3 [t, H, dv] from split partials pm, pl [t, n, H], pacc [t, n, H, dv] (sinks, the
+    normalisation, the inverse RoPE of ``out_rope`` and the cast)."""
+    t, nsplit, h = pm.shape
+    dv = o3.shape[-1]
+    has_rope = out_rope is not None
+    cos, sin = (x.reshape(t, -1).contiguous() for x in out_rope) if has_rope else (o3, o3)
+    rope_start, stride_cs = (dv - 2 * cos.shape[1], cos.stride(0)) if has_rope else (0, 0)
+    sink = sinks.contiguous() if sinks is not None else o3
+    bc = min(64, triton.next_power_of_2(dv))
+    _sparse_mla_merge_kernel[(triton.cdiv(h, 16), triton.cdiv(dv, bc), t)](
+        pm, pl, pacc, sink, cos, sin, o3, h, dv, nsplit, rope_start, stride_cs,
+        o3.stride(0), o3.stride(1), BLOCK_H=16, BLOCK_C=bc, HAS_SINK=sinks is not None,
+        HAS_ROPE=has_rope, num_warps=4)
+
+
+def _use_ws(q, kv_cache, v_dim, extra_kv_cache, want: bool | None) -> bool:
+    """Whether a decode call runs the warp-specialised Gluon kernel (:mod:`.sparse_mla_ws`):
+    the call's ``ws`` keyword, else ``WS_DECODE``, else by device; and only where the kernel's
+    own check accepts the call (otherwise the Triton kernel runs)."""
+    want = WS_DECODE if want is None else want
+    if want is None:
+        want = _ws_default(q.device)
+    if not want:
+        return False
+    from hwinfer.kernels.triton.sparse_mla_ws import ws_supported
+    return ws_supported(q, kv_cache, v_dim, extra_kv_cache) is None
+
+
+def _ws_default(device: torch.device) -> bool:
+    return False
 
 
 def sparse_mla_decode(q: torch.Tensor, kv_cache: torch.Tensor, indices: torch.Tensor,
@@ -175,6 +209,12 @@ def sparse_mla_decode(q: torch.Tensor, kv_cache: torch.Tensor, indices: torch.Te
         kv2, k2, stride_kv2 = extra_kv_cache, idx2.shape[1], extra_kv_cache.stride(1)
     else:
         idx2, kv2, k2, stride_kv2 = idx, kv_cache, 0, 0
+    if _use_ws(q, kv_cache, v_dim, extra_kv_cache, tuning.pop("ws", None)):
+        from hwinfer.kernels.triton.sparse_mla_ws import sparse_mla_partials
+        pm, pl, pacc = sparse_mla_partials(q3, kv_cache, kv_cache.stride(1), idx, kv2, stride_kv2,
+                                           idx2, k2, scale, num_splits)
+        _merge(pm, pl, pacc, sinks, out_rope, out.view(t, h, dv))
+        return out
     _launch(q3, kv_cache, kv_cache.stride(1), idx, kv2, stride_kv2, idx2, k2, sinks, out_rope,
             out.view(t, h, dv), scale,
             _tuning(DECODE_TUNING, q.device, tuning, kv_cache.dtype == torch.uint8), num_splits)

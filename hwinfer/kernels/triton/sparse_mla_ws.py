@@ -1,0 +1,277 @@
+"""Warp-specialised sparse MLA decode for NVIDIA Hopper, written in Gluon (Triton's explicit
+layout / warp language). Contract: :func:`hwinfer.ops.sparse_mla.sparse_mla_decode`; selected by
+:mod:`hwinfer.kernels.triton.sparse_mla` where :func:`ws_supported` accepts the call.
+
+Why a second kernel: the Triton split kernel (``sparse_mla_kernels._sparse_mla_split_kernel``)
+runs one 8-warp program an SM whose two warp groups share every step: the 64 x 64 logits are
+split between them (the softmax's row maxima and the P operand cross through shared memory
+with a barrier each chunk), and the gathered rows of the next chunk are the only thing in
+flight while the MMAs and the softmax run one after the other. On the H200 it read 37% of the
+bandwidth at B = 128 (docs/kernels.md). Here one program (token, split) has three partitions:
+
+* a **producer** warp gathers each chunk's BLOCK_K rows (``cp.async``, 16 bytes a copy, rows
+  that are absent or -1 zero-filled) and the chunk's indices into a ring of STAGES shared-memory
+  slots, and signals the slot's ``full`` barrier when its copies land;
+* two **consumer** warp groups, one per half of the 512 value channels. Each computes the whole
+  64 x BLOCK_K logit tile itself (q and the rows' 512 channels, two wgmma of K = 256) so that
+  nothing crosses between them: the QK products are done twice (1.5x the minimal MMA work),
+  in exchange for no barrier between the groups and a softmax that stays inside one warp
+  group. P goes to the PV product from registers; the group's [64, 256] fp32 accumulator is
+  128 registers a thread. A group releases the slot (``empty`` barrier) once its PV product
+  has read it.
+
+It writes the split's partials (max, sum, unnormalised accumulator, log2 domain) and the
+Triton merge kernel finishes every call (sinks, normalisation, inverse RoPE, cast), also with
+one split.
+
+Covers: q bf16 / fp16 with 64 heads and D = v_dim = 512 (DeepSeek-V4's latent rows, values
+= the rows' first 512 channels), bf16 / fp16 rows of the same dtype (not the packed FP8
+caches), int32 / int64 indices, the main and extra row lists. NVIDIA sm_90 only (wgmma); it
+cannot run under the Triton interpreter, so CI compiles it ahead of time (sm_90) and only a
+card runs it (tests/kernels/test_sparse_mla_ws.py, skipped without one).
+"""
+from __future__ import annotations
+
+import torch
+import triton
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia import hopper
+from triton.experimental.gluon.language.nvidia.ampere import async_copy
+from triton.experimental.gluon.language.nvidia.hopper import mbarrier
+
+HEADS = 64
+HALF = 256    # value channels per consumer warp group (and the K of each QK product)
+# Rows a chunk and ring slots: the shared memory is q (64 KB) + STAGES x BLOCK_K rows x 1 KB
+# (192 KB in all at 4 x 32 or 2 x 64; Hopper has 227 KB). SUB: rows a producer copy group.
+# Registers a thread of the consumer worker and of the producer warp's group (setmaxnreg; the
+# default partition, consumer 0, gets the rest of 512 a thread): at 32-row chunks 216 / 64
+# compile without spills (Triton 3.6, sm_90); 64-row chunks spill 56 bytes there.
+BLOCK_K = 32
+STAGES = 4
+SUB = 8
+CONSUMER_REGS = 216
+PRODUCER_REGS = 64
+
+
+@gluon.jit
+def _chunk_range(c, n_main, lo, hi, K1, BLOCK_K: gl.constexpr):
+    """Chunk c's first list position and end: the main list's chunks, then the extra list's."""
+    if c < n_main:
+        p0 = lo + c * BLOCK_K
+        end = gl.minimum(hi, K1)
+    else:
+        p0 = gl.maximum(lo, K1) - K1 + (c - n_main) * BLOCK_K
+        end = hi - K1
+    return p0, end
+
+
+@gluon.jit
+def _producer(q_ptr, kv_ptr, idx_ptr, kv2_ptr, idx2_ptr, q_lo, q_hi, k_lo, k_hi, idx_s, q_bar,
+              full, empty, stride_kv, stride_kv2, lo, hi, K1, n_main, n_all,
+              BLOCK_K: gl.constexpr, STAGES: gl.constexpr, SUB: gl.constexpr):
+    """One warp: the token's q (its 64 heads' 512 channels) into shared memory (``q_bar``), then
+    chunk c's rows into slot c % STAGES once both consumers have released it."""
+    rows_l: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [1, 1], [1, 0])   # [SUB, 256]
+    idx_l: gl.constexpr = gl.BlockedLayout([1], [32], [1], [0])
+    cols = gl.arange(0, 256, layout=gl.SliceLayout(0, rows_l))
+    for j in gl.static_range(64 // SUB):
+        h = j * SUB + gl.arange(0, SUB, layout=gl.SliceLayout(1, rows_l))
+        qp = q_ptr + h[:, None] * 512 + cols[None, :]
+        async_copy.async_copy_global_to_shared(q_lo.slice(j * SUB, SUB), qp)
+        async_copy.async_copy_global_to_shared(q_hi.slice(j * SUB, SUB), qp + 256)
+    async_copy.mbarrier_arrive(q_bar, increment_count=False)
+    for c in range(n_all):
+        s = c % STAGES
+        # a fresh barrier's "previous" phase counts as complete: the first round does not wait
+        mbarrier.wait(empty.index(s), ((c // STAGES) & 1) ^ 1)
+        p0, end = _chunk_range(c, n_main, lo, hi, K1, BLOCK_K)
+        if c < n_main:
+            ip = idx_ptr
+            kp = kv_ptr
+            sk = stride_kv
+        else:
+            ip = idx2_ptr
+            kp = kv2_ptr
+            sk = stride_kv2
+        pos = p0 + gl.arange(0, BLOCK_K, layout=idx_l)
+        async_copy.async_copy_global_to_shared(idx_s.index(s), ip + pos, mask=pos < end)
+        for j in gl.static_range(BLOCK_K // SUB):
+            r = p0 + j * SUB + gl.arange(0, SUB, layout=gl.SliceLayout(1, rows_l))
+            idx = gl.load(ip + r, mask=r < end, other=-1)
+            ok = idx >= 0
+            row = kp + gl.where(ok, idx, 0).to(gl.int64) * sk
+            ptr = row[:, None] + cols[None, :]
+            async_copy.async_copy_global_to_shared(k_lo.index(s).slice(j * SUB, SUB), ptr,
+                                                   mask=ok[:, None])
+            async_copy.async_copy_global_to_shared(k_hi.index(s).slice(j * SUB, SUB), ptr + 256,
+                                                   mask=ok[:, None])
+        # full[s] completes when every lane's copies so far have landed (count: 32 lanes)
+        async_copy.mbarrier_arrive(full.index(s), increment_count=False)
+
+
+@gluon.jit
+def _consumer(q_lo, q_hi, k_lo, k_hi, idx_s, q_bar, full, empty, pm_ptr, pl_ptr, pacc_ptr, row0,
+              qk_scale, lo, hi, K1, n_main, n_all, PART: gl.constexpr, BLOCK_K: gl.constexpr,
+              STAGES: gl.constexpr):
+    """One warp group: value channels [PART * 256, PART * 256 + 256) of all 64 heads."""
+    s_l: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                  instr_shape=[16, BLOCK_K, 16])
+    o_l: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                  instr_shape=[16, 256, 16])
+    p_l: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_l, k_width=2)
+    m = gl.full([64], -1.0e30, gl.float32, layout=gl.SliceLayout(1, s_l))  # finite: no NaN
+    l = gl.zeros([64], gl.float32, layout=gl.SliceLayout(1, s_l))
+    acc = gl.zeros([64, 256], gl.float32, layout=o_l)
+    cols = gl.arange(0, BLOCK_K, layout=gl.SliceLayout(0, s_l))
+    mbarrier.wait(q_bar, 0)
+    for c in range(n_all):
+        s = c % STAGES
+        mbarrier.wait(full.index(s), (c // STAGES) & 1)
+        # cp.async wrote the slot (and q) through the generic proxy; wgmma reads it through the
+        # async one
+        hopper.fence_async_shared()
+        kl = k_lo.index(s)
+        kh = k_hi.index(s)
+        sc = gl.zeros([64, BLOCK_K], gl.float32, layout=s_l)
+        sc = hopper.warpgroup_mma(q_lo, kl.permute((1, 0)), sc, use_acc=False)
+        sc = hopper.warpgroup_mma(q_hi, kh.permute((1, 0)), sc)
+        p0, end = _chunk_range(c, n_main, lo, hi, K1, BLOCK_K)
+        idx = idx_s.index(s).load(gl.SliceLayout(0, s_l))
+        ok = (p0 + cols < end) & (idx >= 0)
+        sc = gl.where(ok[None, :], sc * qk_scale, float("-inf"))
+        m_new = gl.maximum(m, gl.max(sc, axis=1))
+        alpha = gl.exp2(m - m_new)
+        p = gl.exp2(sc - m_new[:, None])
+        l = l * alpha + gl.sum(p, axis=1)
+        m = m_new
+        pa = gl.convert_layout(p.to(q_lo.dtype), p_l)
+        acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_l))[:, None]
+        if PART == 0:
+            acc = hopper.warpgroup_mma(pa, kl, acc)
+        else:
+            acc = hopper.warpgroup_mma(pa, kh, acc)
+        mbarrier.arrive(empty.index(s))
+    heads = gl.arange(0, 64, layout=gl.SliceLayout(1, o_l))
+    ch = PART * 256 + gl.arange(0, 256, layout=gl.SliceLayout(0, o_l))
+    gl.store(pacc_ptr + (row0 + heads).to(gl.int64)[:, None] * 512 + ch[None, :], acc)
+    if PART == 0:
+        hs = gl.arange(0, 64, layout=gl.SliceLayout(1, s_l))
+        gl.store(pm_ptr + row0 + hs, m)
+        gl.store(pl_ptr + row0 + hs, l)
+
+
+@gluon.jit
+def _sparse_mla_ws_kernel(q_ptr, kv_ptr, idx_ptr, kv2_ptr, idx2_ptr, pm_ptr, pl_ptr, pacc_ptr,
+                          K1, K2, CHUNKS_PER_SPLIT, qk_scale, stride_qt, stride_kv, stride_kv2,
+                          stride_it, stride_i2t, BLOCK_K: gl.constexpr, STAGES: gl.constexpr,
+                          SUB: gl.constexpr, CONSUMER_REGS: gl.constexpr,
+                          PRODUCER_REGS: gl.constexpr):
+    sp = gl.program_id(0)
+    t = gl.program_id(1).to(gl.int64)
+    nsplit = gl.num_programs(0)
+    lo = sp * CHUNKS_PER_SPLIT * BLOCK_K
+    hi = gl.minimum(lo + CHUNKS_PER_SPLIT * BLOCK_K, K1 + K2)
+    n_main = (gl.maximum(gl.minimum(hi, K1) - lo, 0) + BLOCK_K - 1) // BLOCK_K
+    n_all = n_main + (gl.maximum(hi - gl.maximum(lo, K1), 0) + BLOCK_K - 1) // BLOCK_K
+
+    smem_l: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
+    dt: gl.constexpr = q_ptr.dtype.element_ty
+    q_lo = gl.allocate_shared_memory(dt, [64, 256], smem_l)
+    q_hi = gl.allocate_shared_memory(dt, [64, 256], smem_l)
+    k_lo = gl.allocate_shared_memory(dt, [STAGES, BLOCK_K, 256], smem_l)
+    k_hi = gl.allocate_shared_memory(dt, [STAGES, BLOCK_K, 256], smem_l)
+    idx_s = gl.allocate_shared_memory(idx_ptr.dtype.element_ty, [STAGES, BLOCK_K],
+                                      gl.SwizzledSharedLayout(1, 1, 1, [0]))
+    q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    full = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(STAGES):
+        mbarrier.init(full.index(i), count=32)
+        mbarrier.init(empty.index(i), count=2)
+
+    mbarrier.init(q_bar, count=32)
+
+    row0 = (t * nsplit + sp) * 64
+    # default partition (this program's 4 warps): consumer 0; workers: consumer 1, the producer
+    gl.warp_specialize([
+        (_consumer, (q_lo, q_hi, k_lo, k_hi, idx_s, q_bar, full, empty, pm_ptr, pl_ptr, pacc_ptr,
+                     row0, qk_scale, lo, hi, K1, n_main, n_all, 0, BLOCK_K, STAGES)),
+        (_consumer, (q_lo, q_hi, k_lo, k_hi, idx_s, q_bar, full, empty, pm_ptr, pl_ptr, pacc_ptr,
+                     row0, qk_scale, lo, hi, K1, n_main, n_all, 1, BLOCK_K, STAGES)),
+        (_producer, (q_ptr + t * stride_qt, kv_ptr, idx_ptr + t * stride_it, kv2_ptr,
+                     idx2_ptr + t * stride_i2t, q_lo, q_hi, k_lo, k_hi, idx_s, q_bar, full, empty,
+                     stride_kv, stride_kv2, lo, hi, K1, n_main, n_all, BLOCK_K, STAGES, SUB)),
+    ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
+
+
+# Programs per SM when picking splits (one fits: 197 KB of shared memory) and the fewest index
+# rows a split takes (each writes a [64, 512] fp32 partial).
+WAVES = 1.0
+MIN_ROWS = 256
+
+
+def ws_supported(q: torch.Tensor, kv_cache: torch.Tensor, v_dim: int | None,
+                 extra_kv_cache: torch.Tensor | None) -> str | None:
+    """Why this kernel cannot take a decode call (None: it can). q [B, S, H, D]."""
+    if q.device.type != "cuda" or torch.version.hip:
+        return "NVIDIA GPUs only"
+    if torch.cuda.get_device_capability(q.device) != (9, 0):
+        return "sm_90 only (wgmma; timed on Hopper)"
+    if q.dtype not in (torch.bfloat16, torch.float16) or q.shape[-2:] != (HEADS, 512):
+        return f"bf16 / fp16 q with {HEADS} heads x 512 channels only, got {q.dtype} {tuple(q.shape[-2:])}"
+    if (v_dim or 512) != 512:
+        return f"v_dim 512 only (the rows' first 512 channels), got {v_dim}"
+    for name, cache in (("kv_cache", kv_cache), ("extra_kv_cache", extra_kv_cache)):
+        if cache is not None and (cache.dtype != q.dtype or cache.shape[-1] != 512
+                                  or cache.stride(1) % 16 or cache.data_ptr() % 16):
+            return f"{name}: {q.dtype} rows of 512 channels, 32-byte aligned, only"
+    if q.stride(-1) != 1 or q.stride(-2) != 512 or q.data_ptr() % 16:
+        return "q's heads must be contiguous rows of 512"
+    return None
+
+
+def sparse_mla_partials(q3: torch.Tensor, kv: torch.Tensor, stride_kv: int, idx: torch.Tensor,
+                        kv2: torch.Tensor, stride_kv2: int, idx2: torch.Tensor, k2: int,
+                        scale: float, num_splits: int | None = None):
+    """The split partials of one decode call: q3 [t, 64, 512], rows kv [*, 512] (row stride
+    ``stride_kv``) picked by idx [t, K1], kv2 by idx2 [t, k2] (k2 may be 0) -> (m [t, n, 64],
+    l [t, n, 64], acc [t, n, 64, 512]) fp32 with n splits, m in the log2 domain (what
+    ``sparse_mla_kernels._sparse_mla_merge_kernel`` reads)."""
+    t = q3.shape[0]
+    k1 = idx.shape[1]
+    chunks = max(1, triton.cdiv(k1 + k2, BLOCK_K))
+    if num_splits is None:
+        sms = torch.cuda.get_device_properties(q3.device).multi_processor_count
+        want = triton.cdiv(int(WAVES * sms), t)
+        num_splits = max(1, min(want, (k1 + k2) // MIN_ROWS))
+    cps = triton.cdiv(chunks, max(1, min(num_splits, chunks)))
+    nsplit = triton.cdiv(chunks, cps)
+    f32 = dict(dtype=torch.float32, device=q3.device)
+    pm = torch.empty((t, nsplit, HEADS), **f32)
+    pl = torch.empty((t, nsplit, HEADS), **f32)
+    pacc = torch.empty((t, nsplit, HEADS, 512), **f32)
+    _sparse_mla_ws_kernel[(nsplit, t)](
+        q3, kv, idx, kv2, idx2, pm, pl, pacc, k1, k2, cps, scale * 1.4426950408889634,
+        q3.stride(0), stride_kv, stride_kv2, idx.stride(0), idx2.stride(0),
+        BLOCK_K=BLOCK_K, STAGES=STAGES, SUB=SUB, CONSUMER_REGS=CONSUMER_REGS,
+        PRODUCER_REGS=PRODUCER_REGS, num_warps=4)
+    return pm, pl, pacc
+
+
+def _aot_specs():
+    from hwinfer.kernels.triton.aot import AotSpec
+
+    sig = {n: ("constexpr" if n in ("BLOCK_K", "STAGES", "SUB", "CONSUMER_REGS", "PRODUCER_REGS")
+               else "*bf16" if n in ("q_ptr", "kv_ptr", "kv2_ptr")
+               else "*i32" if n in ("idx_ptr", "idx2_ptr")
+               else "*fp32" if n.endswith("_ptr") else "fp32" if n == "qk_scale" else "i32")
+           for n in _sparse_mla_ws_kernel.arg_names}
+    const = dict(BLOCK_K=BLOCK_K, STAGES=STAGES, SUB=SUB, CONSUMER_REGS=CONSUMER_REGS,
+                 PRODUCER_REGS=PRODUCER_REGS)
+    return [AotSpec("sparse_mla_ws[dsv4,bf16]", _sparse_mla_ws_kernel, sig, const,
+                    {"num_warps": 4}, ("sm_90",), check_shared=True,
+                    divisible=tuple(n for n in sig if n.endswith("_ptr") or n.startswith("stride")))]
+
+
+AOT_SPECS = _aot_specs()

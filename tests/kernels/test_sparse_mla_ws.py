@@ -1,0 +1,68 @@
+"""The warp-specialised Gluon sparse MLA decode (hwinfer/kernels/triton/sparse_mla_ws.py) on a
+Hopper card, against the reference op and the Triton split kernel: DeepSeek-V4 shapes (64 heads,
+512 channels, sinks, inverse RoPE) with a ring list and an extra list, -1 entries, chunks cut
+by list ends, a token with no valid row, 1 to many splits, int64 indices, fp16, and freed memory
+poisoned with NaN first (the allocator hands it to the partials). Skipped without an sm_90 GPU:
+Gluon kernels do not run under the Triton interpreter (CI compiles this one ahead of time)."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.skipif(
+    not torch.cuda.is_available() or torch.version.hip
+    or torch.cuda.get_device_capability() != (9, 0), reason="needs an NVIDIA sm_90 GPU")
+
+
+def _inputs(batch, k1, k2, dtype, index_dtype, gen):
+    dev = "cuda"
+    ring = torch.randn(batch * 2, 64, 512, generator=gen).to(dev, dtype)
+    store = torch.randn(40, 64, 512, generator=gen).to(dev, dtype) * 2
+    idx = torch.randint(0, ring.shape[0] * 64, (batch, 1, k1), generator=gen)
+    idx[torch.rand(idx.shape, generator=gen) < 0.1] = -1
+    idx2 = torch.randint(0, store.shape[0] * 64, (batch, 1, k2), generator=gen)
+    idx2[torch.rand(idx2.shape, generator=gen) < 0.1] = -1
+    idx[0] = -1   # token 0: no valid ring row ...
+    idx2[0] = -1  # ... nor entry: its output is the sink's share, 0
+    cos = torch.rand(batch, 1, 32, generator=gen).to(dev)
+    return dict(q=torch.randn(batch, 1, 64, 512, generator=gen).to(dev, dtype), kv_cache=ring,
+                indices=idx.to(dev, index_dtype), extra_kv_cache=store,
+                extra_indices=idx2.to(dev, index_dtype), sinks=torch.randn(64, generator=gen).to(dev),
+                scale=512 ** -0.5, out_rope=(cos.cos(), cos.sin()))
+
+
+def _poison():
+    """Fill most of the caching allocator's free memory with NaN, then free it again."""
+    junk = torch.full((64 << 20,), float("nan"), device="cuda")
+    del junk
+
+
+@pytest.mark.parametrize("batch,k1,k2,splits,dtype,index_dtype", [
+    (3, 128, 300, None, torch.bfloat16, torch.int32),
+    (3, 128, 300, 1, torch.bfloat16, torch.int32),
+    (2, 128, 1000, 7, torch.bfloat16, torch.int64),
+    (5, 37, 0, None, torch.float16, torch.int32),
+    (4, 64, 8192, None, torch.bfloat16, torch.int32),
+])
+def test_ws_decode_matches_reference(batch, k1, k2, splits, dtype, index_dtype):
+    from hwinfer.kernels.triton.sparse_mla import sparse_mla_decode
+    from hwinfer.kernels.triton.sparse_mla_ws import ws_supported
+    from hwinfer.ops.sparse_mla import sparse_mla_decode as reference
+
+    gen = torch.Generator().manual_seed(batch * 1000 + k2)
+    kw = _inputs(batch, k1, max(k2, 1), dtype, index_dtype, gen)
+    if k2 == 0:
+        kw.pop("extra_kv_cache"), kw.pop("extra_indices")
+    assert ws_supported(kw["q"], kw["kv_cache"], None, kw.get("extra_kv_cache")) is None
+    _poison()
+    out = sparse_mla_decode(**kw, ws=True, num_splits=splits)
+    torch.cuda.synchronize()
+    want = reference(**kw)
+    split = sparse_mla_decode(**kw, ws=False, num_splits=splits)
+    assert not out.isnan().any()
+    scale = want.float().abs().max().item()
+    err = (out.float() - want.float()).abs().max().item() / scale
+    err_split = (split.float() - want.float()).abs().max().item() / scale
+    # both kernels round P to 16 bits for the PV product; the Gluon one must be as close
+    assert err < max(2 * err_split, 1e-2), (err, err_split)
+    assert out[0].abs().max().item() == 0.0   # no valid row: the sink takes everything
