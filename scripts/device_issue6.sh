@@ -504,9 +504,10 @@ elif [ "$phase" = next10 ]; then
   mv "$out/ablation.jsonl" "$out/ablation_maxnreg80.jsonl"
   ablation 90 --groups attention --set $P:MAX_SPLITS=16
   mv "$out/ablation.jsonl" "$out/ablation_splits16.jsonl"
-  # the strict chunked cases with bf16 output products (OUT_DOTS set in the test process)
+  # the strict chunked cases with bf16 output products (set in the test process; the knob was
+  # OUT_DOTS, for every dtype, when this ran; now OUT_DOTS_16BIT, the default)
   timeout 90 python3 -c "import hwinfer.kernels.triton.delta_chunk as d, sys, pytest; \
-d.OUT_DOTS='bf16'; sys.exit(pytest.main(['tests/conformance', '--backend', 'nvidia', '--strict', \
+d.OUT_DOTS_16BIT='bf16'; sys.exit(pytest.main(['tests/conformance', '--backend', 'nvidia', '--strict', \
 '-q', '-p', 'no:cacheprovider', '-k', 'gdn_chunked or kda_chunked']))" > "$out/conformance_bf16dots.txt" 2>&1
   grep -E "passed|failed|FAILED" "$out/conformance_bf16dots.txt" | tail -6
 elif [ "$phase" = next10b ]; then

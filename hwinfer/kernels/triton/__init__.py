@@ -23,6 +23,18 @@ def num_sms(device, default: int) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count
 
 
+@functools.lru_cache(maxsize=None)
+def nvidia_capability(device) -> tuple[int, int] | None:
+    """(major, minor) of an NVIDIA CUDA ``device``; None for AMD (HIP), the CPU or the
+    interpreter. Cached: wrappers that pick a kernel form by architecture ask on every call."""
+    import torch
+
+    device = torch.device(device)
+    if INTERPRET or device.type != "cuda" or torch.version.hip:
+        return None
+    return torch.cuda.get_device_capability(device)
+
+
 def compiled_report(kernel) -> list[str]:
     """One line per variant of the ``@triton.jit`` ``kernel`` compiled in this process:
     registers and spills (ptxas's report, as Triton keeps it), warps, shared memory, and the

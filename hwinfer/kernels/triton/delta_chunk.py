@@ -78,11 +78,8 @@ from hwinfer.ops.linear_attention_chunked import L2NORM_EPS, check_inputs
 _INTERPRET = INTERPRET
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32)
 BT = 64  # chunk length (the WY kernel is written for four 16-row tiles)
-# The output stage's products when a call names no ``dots``, for every input dtype: None leaves
-# it to OUT_DOTS_16BIT (16-bit inputs on NVIDIA) and else tf32 / exact fp32.
-OUT_DOTS: str | None = None
-# The output stage with 16-bit inputs on NVIDIA when a call names no ``dots`` (and OUT_DOTS is
-# None): "bf16" operands. H100, 21st session, relative RMSE of o against the recurrent kernel 2.4-
+# The output stage's products with 16-bit inputs on NVIDIA when a call names no ``dots``: "bf16"
+# operands (fp32 inputs and AMD keep exact fp32 / tf32 products; a call's ``dots`` overrides). H100, 21st session, relative RMSE of o against the recurrent kernel 2.4-
 # 2.5e-3 -> 3.3e-3 (contract 5e-3; fla-core 0.6.0 4.4e-3 on the same inputs): KDA 1 x 16k
 # (Kimi-Linear heads) output kernel 1,012 -> 731 us, call 4,338 -> 4,063 us; GDN (Qwen3.5 heads)
 # 316 -> 222 us, call 1 x 16k 1,225 -> 1,127 us, 8 x 2k 1,021 -> 925. None keeps tf32 (and GDN's
@@ -469,7 +466,6 @@ def _run(op: str, q, k, v, g, beta, initial_state, scale, use_qk_l2norm, cu_seql
     # tf32 matmuls for 16-bit inputs on NVIDIA (their own rounding is coarser); exact fp32
     # ("ieee") for fp32 inputs, and on AMD, where tf32 is not available on every chip.
     prec = "ieee" if v.dtype == torch.float32 or torch.version.hip else "tf32"
-    dots = dots or OUT_DOTS
     if dots is None and v.dtype != torch.float32 and not torch.version.hip:
         dots = OUT_DOTS_16BIT
     if dots not in (None, "bf16", "tf32", "ieee"):

@@ -36,7 +36,7 @@ import torch
 import triton
 import triton.language as tl
 
-from hwinfer.kernels.triton import INTERPRET, moe_gemv, num_sms
+from hwinfer.kernels.triton import INTERPRET, moe_gemv, num_sms, nvidia_capability
 from hwinfer.kernels.triton.moe_gemv import gemv_ok, run_gemvs
 from hwinfer.kernels.triton.moe_tiles import (
     ACT_CODES, DOT_BF16, DOT_IEEE, DOT_SPLIT, a_tile, align_small, gate_up_rows, glu_act, kstep,
@@ -217,9 +217,7 @@ def _swap_ab(device) -> bool:
     """SWAP_AB, or where it is None, whether ``device`` is the NVIDIA sm_90 it was timed on."""
     if SWAP_AB is not None:
         return bool(SWAP_AB)
-    device = torch.device(device)
-    return (device.type == "cuda" and torch.version.hip is None
-            and torch.cuda.get_device_capability(device) == (9, 0))
+    return nvidia_capability(device) == (9, 0)
 
 
 def _tiles_for(tk: int, num_experts: int, inter: int, sms: int,

@@ -40,6 +40,8 @@ from triton.experimental.gluon.language.nvidia import hopper
 from triton.experimental.gluon.language.nvidia.ampere import async_copy
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier
 
+from hwinfer.kernels.triton import num_sms, nvidia_capability
+
 HEADS = 64
 HALF = 256    # value channels per consumer warp group (and the K of each QK product)
 # Rows a chunk and ring slots: the shared memory is q (64 KB) + STAGES x BLOCK_K rows x 1 KB
@@ -214,10 +216,11 @@ MIN_ROWS = 256
 def ws_supported(q: torch.Tensor, kv_cache: torch.Tensor, v_dim: int | None,
                  extra_kv_cache: torch.Tensor | None) -> str | None:
     """Why this kernel cannot take a decode call (None: it can). q [B, S, H, D]."""
-    if q.device.type != "cuda" or torch.version.hip:
+    cap = nvidia_capability(q.device)
+    if cap is None:
         return "NVIDIA GPUs only"
-    if torch.cuda.get_device_capability(q.device) != (9, 0):
-        return "sm_90 only (wgmma; timed on Hopper)"
+    if cap != (9, 0):
+        return f"sm_90 only (wgmma), got sm_{cap[0]}{cap[1]}"
     if q.dtype not in (torch.bfloat16, torch.float16) or q.shape[-2:] != (HEADS, 512):
         return f"bf16 / fp16 q with {HEADS} heads x 512 channels only, got {q.dtype} {tuple(q.shape[-2:])}"
     if (v_dim or 512) != 512:
@@ -242,7 +245,7 @@ def sparse_mla_partials(q3: torch.Tensor, kv: torch.Tensor, stride_kv: int, idx:
     k1 = idx.shape[1]
     chunks = max(1, triton.cdiv(k1 + k2, BLOCK_K))
     if num_splits is None:
-        sms = torch.cuda.get_device_properties(q3.device).multi_processor_count
+        sms = num_sms(q3.device, 132)
         want = triton.cdiv(int(WAVES * sms), t)
         num_splits = max(1, min(want, (k1 + k2) // MIN_ROWS))
     cps = triton.cdiv(chunks, max(1, min(num_splits, chunks)))
