@@ -108,6 +108,7 @@
 #   bash scripts/device_issue6.sh s21e      # GDN's output products in bf16; KDA's state walk forms
 #   bash scripts/device_issue6.sh s22a      # the warp-specialised Gluon sparse MLA decode: card
 #                                         # test, strict conformance, V4 shapes vs the Triton kernel
+#   bash scripts/device_issue6.sh s22b      # DeepSeek-V4-Flash 4 layers, Gluon sparse MLA off / on
 #   bash scripts/device_issue6.sh s21b      # (ran at 26c179d) KDA's output stage inside the state
 #                                         # kernel: 1.2x slower, removed; the phase now refuses
 #   bash scripts/device_issue6.sh s20e      # KDA's WY kernel in 16-channel blocks, 4 / 8 warps
@@ -987,6 +988,15 @@ elif [ "$phase" = s22a ]; then
   HWINFER_SPARSE_MLA_WS=1 strict 120 "sparse_mla_decode"
   timeout 240 python3 scripts/bench_sparse_mla.py --only dsv4 --ws > "$out/bench_ws.csv" 2> "$out/bench_ws.err"
   echo "== bench_sparse_mla --ws rc=$?"; grep -v "Warn\|warn" "$out/bench_ws.err" | grep "sparse_mla\|rror" | cut -c1-160 | tail -40
+elif [ "$phase" = s22b ]; then
+  # DeepSeek-V4-Flash, 4 real-size layers: decode with the Gluon sparse MLA off / on.
+  for ws in 0 1; do
+    HWINFER_SPARSE_MLA_WS=$ws timeout 150 python3 scripts/bench_model.py --preset deepseek-v4-flash \
+      --layers 4 --batch 1,32 --prompt ${PROMPT:-1024} --new 16 --no-eager --no-hf --kv-format bf16 \
+      --csv "$out/model.csv" \
+      > "$out/model_v4_ws$ws.txt" 2>&1
+    echo "== V4 ws=$ws rc=$?"; grep "^{\|Error" "$out/model_v4_ws$ws.txt" | cut -c1-260 | tail -3
+  done
 elif [ "$phase" = s21e ]; then
   # GDN's output stage with bf16 operands (KDA's default since 21st session), and KDA's state
   # walk without prefetch / with 16-channel blocks, per kernel (1 x 16k, 8 x 2k).
