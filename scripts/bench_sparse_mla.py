@@ -136,7 +136,7 @@ def measure(op: str, shape: str, impls: list, inputs: dict, work: float, unit: s
 WS_VARIANTS = (("ws", {}), ("ws k64 s2", dict(BLOCK_K=64, STAGES=2)),
                ("ws k32 s3", dict(STAGES=3)), ("ws k16 s8", dict(BLOCK_K=16, STAGES=8)),
                ("ws sub16", dict(SUB=16)), ("ws waves2", dict(WAVES=2.0)),
-               ("ws min_rows512", dict(MIN_ROWS=512)))
+               ("ws min_rows512", dict(MIN_ROWS=512)), ("ws overlap", dict(OVERLAP=True)))
 
 
 def ws_impl(consts: dict):

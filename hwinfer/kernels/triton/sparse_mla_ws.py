@@ -54,6 +54,8 @@ STAGES = 4
 SUB = 8
 CONSUMER_REGS = 216
 PRODUCER_REGS = 64
+# Consumers keep their PV product in flight across the next slot's wait (see _consumer).
+OVERLAP = False
 
 
 @gluon.jit
@@ -115,8 +117,11 @@ def _producer(q_ptr, kv_ptr, idx_ptr, kv2_ptr, idx2_ptr, q_lo, q_hi, k_lo, k_hi,
 @gluon.jit
 def _consumer(q_lo, q_hi, k_lo, k_hi, idx_s, q_bar, full, empty, pm_ptr, pl_ptr, pacc_ptr, row0,
               qk_scale, lo, hi, K1, n_main, n_all, PART: gl.constexpr, BLOCK_K: gl.constexpr,
-              STAGES: gl.constexpr):
-    """One warp group: value channels [PART * 256, PART * 256 + 256) of all 64 heads."""
+              STAGES: gl.constexpr, OVERLAP: gl.constexpr):
+    """One warp group: value channels [PART * 256, PART * 256 + 256) of all 64 heads.
+    OVERLAP: the PV product is left in flight while the next chunk's slot is awaited and its QK
+    products issued (the slot goes back to the producer one chunk later); else every product
+    is waited for where it is issued."""
     s_l: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                   instr_shape=[16, BLOCK_K, 16])
     o_l: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -125,6 +130,10 @@ def _consumer(q_lo, q_hi, k_lo, k_hi, idx_s, q_bar, full, empty, pm_ptr, pl_ptr,
     m = gl.full([64], -1.0e30, gl.float32, layout=gl.SliceLayout(1, s_l))  # finite: no NaN
     l = gl.zeros([64], gl.float32, layout=gl.SliceLayout(1, s_l))
     acc = gl.zeros([64, 256], gl.float32, layout=o_l)
+    if OVERLAP:
+        acc = hopper.warpgroup_mma_init(acc)
+        pa = gl.zeros([64, BLOCK_K], q_lo.dtype, layout=p_l)
+        prev = 0
     cols = gl.arange(0, BLOCK_K, layout=gl.SliceLayout(0, s_l))
     mbarrier.wait(q_bar, 0)
     for c in range(n_all):
@@ -136,8 +145,17 @@ def _consumer(q_lo, q_hi, k_lo, k_hi, idx_s, q_bar, full, empty, pm_ptr, pl_ptr,
         kl = k_lo.index(s)
         kh = k_hi.index(s)
         sc = gl.zeros([64, BLOCK_K], gl.float32, layout=s_l)
-        sc = hopper.warpgroup_mma(q_lo, kl.permute((1, 0)), sc, use_acc=False)
-        sc = hopper.warpgroup_mma(q_hi, kh.permute((1, 0)), sc)
+        if OVERLAP:
+            sc = hopper.warpgroup_mma(q_lo, kl.permute((1, 0)), sc, use_acc=False, is_async=True)
+            sc = hopper.warpgroup_mma(q_hi, kh.permute((1, 0)), sc, is_async=True)
+            # the previous chunk's PV product went in before these two: with at most two in
+            # flight it is done, and its slot goes back to the producer
+            acc, pa = hopper.warpgroup_mma_wait(2, deps=[acc, pa])
+            mbarrier.arrive(empty.index(prev), pred=c > 0)
+            sc = hopper.warpgroup_mma_wait(0, deps=[sc])
+        else:
+            sc = hopper.warpgroup_mma(q_lo, kl.permute((1, 0)), sc, use_acc=False)
+            sc = hopper.warpgroup_mma(q_hi, kh.permute((1, 0)), sc)
         p0, end = _chunk_range(c, n_main, lo, hi, K1, BLOCK_K)
         idx = idx_s.index(s).load(gl.SliceLayout(0, s_l))
         ok = (p0 + cols < end) & (idx >= 0)
@@ -150,10 +168,17 @@ def _consumer(q_lo, q_hi, k_lo, k_hi, idx_s, q_bar, full, empty, pm_ptr, pl_ptr,
         pa = gl.convert_layout(p.to(q_lo.dtype), p_l)
         acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_l))[:, None]
         if PART == 0:
-            acc = hopper.warpgroup_mma(pa, kl, acc)
+            v = kl
         else:
-            acc = hopper.warpgroup_mma(pa, kh, acc)
-        mbarrier.arrive(empty.index(s))
+            v = kh
+        if OVERLAP:
+            acc = hopper.warpgroup_mma(pa, v, acc, is_async=True)
+            prev = s
+        else:
+            acc = hopper.warpgroup_mma(pa, v, acc)
+            mbarrier.arrive(empty.index(s))
+    if OVERLAP:
+        acc, pa = hopper.warpgroup_mma_wait(0, deps=[acc, pa])
     heads = gl.arange(0, 64, layout=gl.SliceLayout(1, o_l))
     ch = PART * 256 + gl.arange(0, 256, layout=gl.SliceLayout(0, o_l))
     gl.store(pacc_ptr + (row0 + heads).to(gl.int64)[:, None] * 512 + ch[None, :], acc)
@@ -168,7 +193,7 @@ def _sparse_mla_ws_kernel(q_ptr, kv_ptr, idx_ptr, kv2_ptr, idx2_ptr, pm_ptr, pl_
                           K1, K2, CHUNKS_PER_SPLIT, qk_scale, stride_qt, stride_kv, stride_kv2,
                           stride_it, stride_i2t, BLOCK_K: gl.constexpr, STAGES: gl.constexpr,
                           SUB: gl.constexpr, CONSUMER_REGS: gl.constexpr,
-                          PRODUCER_REGS: gl.constexpr):
+                          PRODUCER_REGS: gl.constexpr, OVERLAP: gl.constexpr):
     sp = gl.program_id(0)
     t = gl.program_id(1).to(gl.int64)
     nsplit = gl.num_programs(0)
@@ -198,9 +223,9 @@ def _sparse_mla_ws_kernel(q_ptr, kv_ptr, idx_ptr, kv2_ptr, idx2_ptr, pm_ptr, pl_
     # default partition (this program's 4 warps): consumer 0; workers: consumer 1, the producer
     gl.warp_specialize([
         (_consumer, (q_lo, q_hi, k_lo, k_hi, idx_s, q_bar, full, empty, pm_ptr, pl_ptr, pacc_ptr,
-                     row0, qk_scale, lo, hi, K1, n_main, n_all, 0, BLOCK_K, STAGES)),
+                     row0, qk_scale, lo, hi, K1, n_main, n_all, 0, BLOCK_K, STAGES, OVERLAP)),
         (_consumer, (q_lo, q_hi, k_lo, k_hi, idx_s, q_bar, full, empty, pm_ptr, pl_ptr, pacc_ptr,
-                     row0, qk_scale, lo, hi, K1, n_main, n_all, 1, BLOCK_K, STAGES)),
+                     row0, qk_scale, lo, hi, K1, n_main, n_all, 1, BLOCK_K, STAGES, OVERLAP)),
         (_producer, (q_ptr + t * stride_qt, kv_ptr, idx_ptr + t * stride_it, kv2_ptr,
                      idx2_ptr + t * stride_i2t, q_lo, q_hi, k_lo, k_hi, idx_s, q_bar, full, empty,
                      stride_kv, stride_kv2, lo, hi, K1, n_main, n_all, BLOCK_K, STAGES, SUB)),
@@ -258,23 +283,26 @@ def sparse_mla_partials(q3: torch.Tensor, kv: torch.Tensor, stride_kv: int, idx:
         q3, kv, idx, kv2, idx2, pm, pl, pacc, k1, k2, cps, scale * 1.4426950408889634,
         q3.stride(0), stride_kv, stride_kv2, idx.stride(0), idx2.stride(0),
         BLOCK_K=BLOCK_K, STAGES=STAGES, SUB=SUB, CONSUMER_REGS=CONSUMER_REGS,
-        PRODUCER_REGS=PRODUCER_REGS, num_warps=4)
+        PRODUCER_REGS=PRODUCER_REGS, OVERLAP=OVERLAP, num_warps=4)
     return pm, pl, pacc
 
 
 def _aot_specs():
     from hwinfer.kernels.triton.aot import AotSpec
 
-    sig = {n: ("constexpr" if n in ("BLOCK_K", "STAGES", "SUB", "CONSUMER_REGS", "PRODUCER_REGS")
+    sig = {n: ("constexpr" if n in ("BLOCK_K", "STAGES", "SUB", "CONSUMER_REGS", "PRODUCER_REGS",
+                                    "OVERLAP")
                else "*bf16" if n in ("q_ptr", "kv_ptr", "kv2_ptr")
                else "*i32" if n in ("idx_ptr", "idx2_ptr")
                else "*fp32" if n.endswith("_ptr") else "fp32" if n == "qk_scale" else "i32")
            for n in _sparse_mla_ws_kernel.arg_names}
     const = dict(BLOCK_K=BLOCK_K, STAGES=STAGES, SUB=SUB, CONSUMER_REGS=CONSUMER_REGS,
-                 PRODUCER_REGS=PRODUCER_REGS)
-    return [AotSpec("sparse_mla_ws[dsv4,bf16]", _sparse_mla_ws_kernel, sig, const,
-                    {"num_warps": 4}, ("sm_90",), check_shared=True,
-                    divisible=tuple(n for n in sig if n.endswith("_ptr") or n.startswith("stride")))]
+                 PRODUCER_REGS=PRODUCER_REGS, OVERLAP=OVERLAP)
+    aligned = tuple(n for n in sig if n.endswith("_ptr") or n.startswith("stride"))
+    return [AotSpec(f"sparse_mla_ws[dsv4,bf16{',overlap' if overlap else ''}]",
+                    _sparse_mla_ws_kernel, sig, {**const, "OVERLAP": overlap}, {"num_warps": 4},
+                    ("sm_90",), check_shared=True, divisible=aligned)
+            for overlap in (False, True)]
 
 
 AOT_SPECS = _aot_specs()
