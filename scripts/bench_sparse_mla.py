@@ -220,6 +220,8 @@ def main() -> None:
     if sweep:
         compiled_stats()
         return
+    if with_ws:   # the Gluon kernel is decode only
+        return
     for tokens, kind in itertools.product((1024,) if quick else (1024, 8192), ("dsv4", "glm5")):
         label = f"{kind}_prefill_T{tokens}"
         if only not in label:
