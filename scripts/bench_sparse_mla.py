@@ -15,7 +15,7 @@ stderr: a readable table with max |diff| against the torch impl.
 
     python3 scripts/bench_sparse_mla.py [--quick] [--sweep | --sweep-focused] [--reference] [--only SUBSTR] [--ws]
 
-``--ws`` adds the warp-specialised Gluon decode (hwinfer/kernels/triton/sparse_mla_ws.py; the
+``--ws`` (``--ws-variants A,B``: only those of ``WS_VARIANTS``) adds the warp-specialised Gluon decode (hwinfer/kernels/triton/sparse_mla_ws.py; the
 calls it covers, bf16 V4 rows) at its default and at the ring depths / chunk sizes in
 ``WS_VARIANTS``.
 
@@ -212,7 +212,9 @@ def main() -> None:
             if sweep:
                 impls += [(name, triton_decode, kw) for name, kw in sweep_configs(focused)]
             if with_ws and "fp8cache" not in label and "glm5" not in label:
-                impls += [(f"triton {name}", ws_impl(consts), {}) for name, consts in WS_VARIANTS]
+                pick = argv[argv.index("--ws-variants") + 1].split(",") if "--ws-variants" in argv else None
+                impls += [(f"triton {name}", ws_impl(consts), {}) for name, consts in WS_VARIANTS
+                          if pick is None or name in pick]
             out = impls[1][1](**inputs)
             measure("sparse_mla_decode", label, impls, inputs, decode_bytes(inputs, out), "GB/s")
             del inputs

@@ -63,8 +63,9 @@ elif [ "$phase" = s22a ]; then
   timeout 150 python3 -m pytest tests/kernels/test_sparse_mla_ws.py -q -x -p no:cacheprovider \
     > "$out/test_ws.txt" 2>&1
   echo "== test_sparse_mla_ws rc=$?"; grep -E "passed|failed|Error|assert" "$out/test_ws.txt" | cut -c1-300 | tail -12
-  HWINFER_SPARSE_MLA_WS=1 strict 90 "sparse_mla_decode"
+  [ "${WS_STRICT:-1}" = 1 ] && HWINFER_SPARSE_MLA_WS=1 strict 90 "sparse_mla_decode"
   timeout 200 python3 scripts/bench_sparse_mla.py --only ${WS_ONLY:-dsv4} --ws ${WS_QUICK:+--quick} \
+    ${WS_VARIANTS:+--ws-variants "$WS_VARIANTS"} \
     > "$out/bench_ws.csv" 2> "$out/bench_ws.err"
   echo "== bench_sparse_mla --ws rc=$?"; grep -v "Warn\|warn" "$out/bench_ws.err" | grep "sparse_mla\|rror" | cut -c1-160 | tail -40
 elif [ "$phase" = s22b ]; then
