@@ -7,8 +7,10 @@ context at ratio 128), HCA also with both caches packed (fp8_ds_mla: 584 B a row
 counted as such); and GLM-5 absorbed MLA (D=576, v_dim=512, top-2048, no sinks). S=1.
 The Triton decode is timed in CUDA graph replays (the engine's decode path), the rest eagerly.
 Bytes = gathered KV rows (every index valid: K * D * 2 per token, counted once) + q + o, against
-the H200's 4,270 GB/s. Prefill: V4 CSA (K = 128 + 512) and GLM-5 (K = 2048) over T tokens,
-FLOPs = 2 * T * H * K * (D + v_dim), against 780 TFLOP/s bf16.
+the H200's 4,270 GB/s ("triton" is the default path, on NVIDIA sm_90 the warp-specialised
+Gluon kernel for the V4 bf16 shapes; "triton split" forces the Triton split kernel). Prefill:
+V4 CSA (K = 128 + 512) and GLM-5 (K = 2048) over T tokens, FLOPs = 2 * T * H * K * (D +
+v_dim), against 780 TFLOP/s bf16.
 
 stdout: one CSV line per measurement (op,impl,shape,us,gbps_or_tflops,unit,pct_of_peak);
 stderr: a readable table with max |diff| against the torch impl.
@@ -136,7 +138,9 @@ def measure(op: str, shape: str, impls: list, inputs: dict, work: float, unit: s
 WS_VARIANTS = (("ws", {}), ("ws k64 s2", dict(BLOCK_K=64, STAGES=2)),
                ("ws k32 s3", dict(STAGES=3)), ("ws k16 s8", dict(BLOCK_K=16, STAGES=8)),
                ("ws sub16", dict(SUB=16)), ("ws waves2", dict(WAVES=2.0)),
-               ("ws min_rows512", dict(MIN_ROWS=512)), ("ws overlap", dict(OVERLAP=True)))
+               ("ws min_rows512", dict(MIN_ROWS=512)), ("ws overlap", dict(OVERLAP=True)),
+               ("ws k64 s2 overlap", dict(BLOCK_K=64, STAGES=2, OVERLAP=True)),
+               ("ws k64 s2 r224", dict(BLOCK_K=64, STAGES=2, CONSUMER_REGS=224, PRODUCER_REGS=56)))
 
 
 def ws_impl(consts: dict):
@@ -206,7 +210,10 @@ def main() -> None:
             if only not in label:
                 continue
             inputs = make()
-            impls = [("torch", torch_decode, {}), ("triton", triton_decode, {})]
+            # "triton": the default path (on NVIDIA sm_90 the Gluon kernel where it applies);
+            # "triton split": the Triton split kernel itself
+            impls = [("torch", torch_decode, {}), ("triton", triton_decode, {}),
+                     ("triton split", triton_decode, {"ws": False})]
             if with_ref and batch <= 32:
                 impls.append(("reference", ref_decode, {}))
             if sweep:

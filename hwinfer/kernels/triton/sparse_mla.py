@@ -39,7 +39,7 @@ import os
 import torch
 import triton
 
-from hwinfer.kernels.triton import num_sms
+from hwinfer.kernels.triton import num_sms, nvidia_capability
 from hwinfer.kernels.triton.sparse_mla_kernels import _dims, _sparse_mla_merge_kernel, _sparse_mla_split_kernel
 from hwinfer.ops.sparse_mla import check_packed_caches
 
@@ -65,8 +65,8 @@ DECODE_TUNING = {
 # CUDA default's two stages need 246 KB of shared memory (over Hopper's 227 KB): one stage.
 PACKED_DECODE_TUNING = {"cuda": dict(num_stages=1), "hip": {}}
 # The warp-specialised Gluon decode (:mod:`.sparse_mla_ws`) for the calls it covers: None = by
-# device (not yet: no card has timed it), True / False force it (so does a call's ``ws=``
-# keyword); ``HWINFER_SPARSE_MLA_WS=1`` / ``0`` (read at import) sets it.
+# device (NVIDIA sm_90, where a card validated and timed it), True / False force it (so does a
+# call's ``ws=`` keyword); ``HWINFER_SPARSE_MLA_WS=1`` / ``0`` (read at import) sets it.
 WS_DECODE: bool | None = {"1": True, "0": False}.get(os.environ.get("HWINFER_SPARSE_MLA_WS", ""))
 PREFILL_TUNING = {
     "cuda": dict(block_v=512, block_k=64, acc_budget=32768, num_warps=8, num_stages=2),
@@ -177,7 +177,9 @@ def _use_ws(q, kv_cache, v_dim, extra_kv_cache, want: bool | None) -> bool:
 
 
 def _ws_default(device: torch.device) -> bool:
-    return False
+    """On NVIDIA sm_90, where it was validated and timed (H200, 22nd session: card test, strict
+    conformance with it forced, V4 HCA B = 128 690 -> 552 us)."""
+    return nvidia_capability(device) == (9, 0)
 
 
 def sparse_mla_decode(q: torch.Tensor, kv_cache: torch.Tensor, indices: torch.Tensor,
@@ -195,7 +197,9 @@ def sparse_mla_decode(q: torch.Tensor, kv_cache: torch.Tensor, indices: torch.Te
     block_h heads per program (default: all, up to acc_budget // block_v), block_v output
     channels per program, block_k rows per chunk, num_splits of the index list (1 = no merge
     kernel; None = heuristic from waves / min_rows), num_warps, num_stages, acc_budget, waves,
-    min_rows.
+    min_rows. On NVIDIA sm_90 the calls :mod:`.sparse_mla_ws` covers (bf16 / fp16, 64 heads x
+    512, unpacked rows) run its warp-specialised Gluon kernel instead (``ws=False``, or any
+    tiling keyword above but num_splits, keeps the Triton kernel; ``WS_DECODE``).
     """
     b, s, h, d = q.shape
     dv = d if v_dim is None else int(v_dim)
@@ -209,7 +213,10 @@ def sparse_mla_decode(q: torch.Tensor, kv_cache: torch.Tensor, indices: torch.Te
         kv2, k2, stride_kv2 = extra_kv_cache, idx2.shape[1], extra_kv_cache.stride(1)
     else:
         idx2, kv2, k2, stride_kv2 = idx, kv_cache, 0, 0
-    if _use_ws(q, kv_cache, v_dim, extra_kv_cache, tuning.pop("ws", None)):
+    ws = tuning.pop("ws", None)
+    if ws is None and any(v is not None for v in tuning.values()):
+        ws = False   # a Triton tiling asked for by name (sweeps): the Triton kernel
+    if _use_ws(q, kv_cache, v_dim, extra_kv_cache, ws):
         from hwinfer.kernels.triton.sparse_mla_ws import sparse_mla_partials
         pm, pl, pacc = sparse_mla_partials(q3, kv_cache, kv_cache.stride(1), idx, kv2, stride_kv2,
                                            idx2, k2, scale, num_splits)

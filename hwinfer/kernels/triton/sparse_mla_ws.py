@@ -45,16 +45,18 @@ from hwinfer.kernels.triton import num_sms, nvidia_capability
 HEADS = 64
 HALF = 256    # value channels per consumer warp group (and the K of each QK product)
 # Rows a chunk and ring slots: the shared memory is q (64 KB) + STAGES x BLOCK_K rows x 1 KB
-# (192 KB in all at 4 x 32 or 2 x 64; Hopper has 227 KB). SUB: rows a producer copy group.
+# (192 KB at 2 x 64 or 4 x 32; Hopper has 227 KB). SUB: rows a producer copy group.
 # Registers a thread of the consumer worker and of the producer warp's group (setmaxnreg; the
-# default partition, consumer 0, gets the rest of 512 a thread): at 32-row chunks 216 / 64
-# compile without spills (Triton 3.6, sm_90); 64-row chunks spill 56 bytes there.
-BLOCK_K = 32
-STAGES = 4
+# default partition, consumer 0, gets the rest of 512). H200, 22nd session (V4 HCA, 128 + 8,192
+# rows, B = 128; the Triton split kernel 690 us): 4 x 32-row slots 655 us, **2 x 64 552-568**
+# (224 / 56 registers: 552), 64-row chunks spill 56 bytes at 216 / 64 (Triton 3.6).
+BLOCK_K = 64
+STAGES = 2
 SUB = 8
-CONSUMER_REGS = 216
-PRODUCER_REGS = 64
-# Consumers keep their PV product in flight across the next slot's wait (see _consumer).
+CONSUMER_REGS = 224
+PRODUCER_REGS = 56
+# Consumers keep their PV product in flight across the next slot's wait (see _consumer): 655 ->
+# 613 us with 32-row chunks, 552 -> 639 us with 64-row ones (H200, 22nd session): off.
 OVERLAP = False
 
 
