@@ -135,12 +135,11 @@ def measure(op: str, shape: str, impls: list, inputs: dict, work: float, unit: s
 
 
 # (name, module constants of hwinfer.kernels.triton.sparse_mla_ws) timed with --ws
-WS_VARIANTS = (("ws", {}), ("ws k64 s2", dict(BLOCK_K=64, STAGES=2)),
-               ("ws k32 s3", dict(STAGES=3)), ("ws k16 s8", dict(BLOCK_K=16, STAGES=8)),
+_K32 = dict(BLOCK_K=32, CONSUMER_REGS=216, PRODUCER_REGS=64)   # spill-free for 32-row chunks
+WS_VARIANTS = (("ws", {}), ("ws k32 s4", dict(_K32, STAGES=4)), ("ws k32 s3", dict(_K32, STAGES=3)),
+               ("ws r216", dict(CONSUMER_REGS=216, PRODUCER_REGS=64)), ("ws overlap", dict(OVERLAP=True)),
                ("ws sub16", dict(SUB=16)), ("ws waves2", dict(WAVES=2.0)),
-               ("ws min_rows512", dict(MIN_ROWS=512)), ("ws overlap", dict(OVERLAP=True)),
-               ("ws k64 s2 overlap", dict(BLOCK_K=64, STAGES=2, OVERLAP=True)),
-               ("ws k64 s2 r224", dict(BLOCK_K=64, STAGES=2, CONSUMER_REGS=224, PRODUCER_REGS=56)))
+               ("ws min_rows512", dict(MIN_ROWS=512)))
 
 
 def ws_impl(consts: dict):

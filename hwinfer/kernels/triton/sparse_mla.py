@@ -170,7 +170,7 @@ def _use_ws(q, kv_cache, v_dim, extra_kv_cache, want: bool | None) -> bool:
     want = WS_DECODE if want is None else want
     if want is None:
         want = _ws_default(q.device)
-    if not want:
+    if not want or nvidia_capability(q.device) != (9, 0):   # (no Gluon import elsewhere)
         return False
     from hwinfer.kernels.triton.sparse_mla_ws import ws_supported
     return ws_supported(q, kv_cache, v_dim, extra_kv_cache) is None
