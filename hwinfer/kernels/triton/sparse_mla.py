@@ -125,10 +125,8 @@ def _launch(q3, kv, stride_kv, idx, kv2, stride_kv2, idx2, k2, sinks, out_rope, 
         num_splits = max(1, min(want, rows // max(1, min_rows)))
     cps = triton.cdiv(chunks, max(1, min(num_splits, chunks)))
     nsplit = triton.cdiv(chunks, cps)
-    has_rope = out_rope is not None  # unused pointers below get o3 as a placeholder
-    cos, sin = (x.reshape(t, -1).contiguous() for x in out_rope) if has_rope else (o3, o3)
-    rope_start, stride_cs = (dv - 2 * cos.shape[1], cos.stride(0)) if has_rope else (0, 0)
-    sink = sinks.contiguous() if sinks is not None else o3
+    has_rope = out_rope is not None
+    sink, cos, sin, rope_start, stride_cs = _finish_args(sinks, out_rope, o3)
     f32 = dict(dtype=torch.float32, device=q3.device)
     pm, pl, pacc = (torch.empty((t, nsplit, h), **f32), torch.empty((t, nsplit, h), **f32),
                     torch.empty((t, nsplit, h, dv), **f32)) if nsplit > 1 else (o3, o3, o3)
@@ -147,15 +145,25 @@ def _launch(q3, kv, stride_kv, idx, kv2, stride_kv2, idx2, k2, sinks, out_rope, 
         _merge(pm, pl, pacc, sinks, out_rope, o3)
 
 
+def _finish_args(sinks, out_rope, o3):
+    """(sink, cos, sin, rope_start, stride_cs) as the split and merge kernels take them; unused
+    pointers get o3 as a placeholder."""
+    if out_rope is None:
+        cos = sin = o3
+        rope_start = stride_cs = 0
+    else:
+        cos, sin = (x.reshape(o3.shape[0], -1).contiguous() for x in out_rope)
+        rope_start, stride_cs = o3.shape[-1] - 2 * cos.shape[1], cos.stride(0)
+    return sinks.contiguous() if sinks is not None else o3, cos, sin, rope_start, stride_cs
+
+
 def _merge(pm, pl, pacc, sinks, out_rope, o3):
     """o3 [t, H, dv] from split partials pm, pl [t, n, H], pacc [t, n, H, dv] (sinks, the
     normalisation, the inverse RoPE of ``out_rope`` and the cast)."""
     t, nsplit, h = pm.shape
     dv = o3.shape[-1]
+    sink, cos, sin, rope_start, stride_cs = _finish_args(sinks, out_rope, o3)
     has_rope = out_rope is not None
-    cos, sin = (x.reshape(t, -1).contiguous() for x in out_rope) if has_rope else (o3, o3)
-    rope_start, stride_cs = (dv - 2 * cos.shape[1], cos.stride(0)) if has_rope else (0, 0)
-    sink = sinks.contiguous() if sinks is not None else o3
     bc = min(64, triton.next_power_of_2(dv))
     _sparse_mla_merge_kernel[(triton.cdiv(h, 16), triton.cdiv(dv, bc), t)](
         pm, pl, pacc, sink, cos, sin, o3, h, dv, nsplit, rope_start, stride_cs,
@@ -165,21 +173,14 @@ def _merge(pm, pl, pacc, sinks, out_rope, o3):
 
 def _use_ws(q, kv_cache, v_dim, extra_kv_cache, want: bool | None) -> bool:
     """Whether a decode call runs the warp-specialised Gluon kernel (:mod:`.sparse_mla_ws`):
-    the call's ``ws`` keyword, else ``WS_DECODE``, else by device; and only where the kernel's
-    own check accepts the call (otherwise the Triton kernel runs)."""
+    the call's ``ws`` keyword, else ``WS_DECODE`` (None: yes), and only on NVIDIA sm_90, where a
+    card validated and timed it (H200, 22nd session: V4 HCA B = 128 690 -> 552 us), for calls
+    the kernel's own check accepts; otherwise the Triton kernel runs."""
     want = WS_DECODE if want is None else want
-    if want is None:
-        want = _ws_default(q.device)
-    if not want or nvidia_capability(q.device) != (9, 0):   # (no Gluon import elsewhere)
+    if want is False or nvidia_capability(q.device) != (9, 0):   # (no Gluon import elsewhere)
         return False
     from hwinfer.kernels.triton.sparse_mla_ws import ws_supported
     return ws_supported(q, kv_cache, v_dim, extra_kv_cache) is None
-
-
-def _ws_default(device: torch.device) -> bool:
-    """On NVIDIA sm_90, where it was validated and timed (H200, 22nd session: card test, strict
-    conformance with it forced, V4 HCA B = 128 690 -> 552 us)."""
-    return nvidia_capability(device) == (9, 0)
 
 
 def sparse_mla_decode(q: torch.Tensor, kv_cache: torch.Tensor, indices: torch.Tensor,
