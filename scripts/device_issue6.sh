@@ -60,12 +60,12 @@ elif [ "$phase" = diagnose ]; then
 elif [ "$phase" = s22a ]; then
   # The warp-specialised Gluon sparse MLA decode (sparse_mla_ws.py): its card test, strict
   # sparse MLA conformance with it forced on, then V4 decode shapes against the Triton kernel.
-  timeout 150 python3 -m pytest tests/kernels/test_sparse_mla_ws.py -q -x -p no:cacheprovider \
+  timeout ${WS_TEST_S:-150} python3 -m pytest tests/kernels/test_sparse_mla_ws.py -q -x -p no:cacheprovider \
     > "$out/test_ws.txt" 2>&1
   rc=$?; echo "== test_sparse_mla_ws rc=$rc"; grep -E "passed|failed|Error|assert" "$out/test_ws.txt" | cut -c1-300 | tail -12
   [ $rc = 124 ] && { echo "the test hung (a deadlock?): no strict run, no timing"; exit 1; }
   [ "${WS_STRICT:-1}" = 1 ] && HWINFER_SPARSE_MLA_WS=1 strict 90 "sparse_mla_decode"
-  timeout 200 python3 scripts/bench_sparse_mla.py --only ${WS_ONLY:-dsv4} --ws ${WS_QUICK:+--quick} \
+  timeout ${WS_BENCH_S:-200} python3 scripts/bench_sparse_mla.py --only ${WS_ONLY:-dsv4} --ws ${WS_QUICK:+--quick} \
     ${WS_VARIANTS:+--ws-variants "$WS_VARIANTS"} \
     > "$out/bench_ws.csv" 2> "$out/bench_ws.err"
   echo "== bench_sparse_mla --ws rc=$?"; grep -v "Warn\|warn" "$out/bench_ws.err" | grep "sparse_mla\|rror" | cut -c1-160 | tail -40

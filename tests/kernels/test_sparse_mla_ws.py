@@ -37,6 +37,14 @@ def _poison():
     del junk
 
 
+# the default and the forms the bench times against it (module constants, set for the call)
+VARIANTS = {"default": {}, "idx-in-loop": dict(PREFETCH_IDX=False), "qk-split": dict(QK_SPLIT=True),
+            "qk-split-overlap": dict(QK_SPLIT=True, OVERLAP=True),
+            "k32-qk-split": dict(BLOCK_K=32, STAGES=4, CONSUMER_REGS=216, PRODUCER_REGS=64,
+                                 QK_SPLIT=True)}
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
 @pytest.mark.parametrize("batch,k1,k2,splits,dtype,index_dtype", [
     (3, 128, 300, None, torch.bfloat16, torch.int32),
     (3, 128, 300, 1, torch.bfloat16, torch.int32),
@@ -44,7 +52,9 @@ def _poison():
     (5, 37, 0, None, torch.float16, torch.int32),
     (4, 64, 8192, None, torch.bfloat16, torch.int32),
 ])
-def test_ws_decode_matches_reference(batch, k1, k2, splits, dtype, index_dtype):
+def test_ws_decode_matches_reference(batch, k1, k2, splits, dtype, index_dtype, variant,
+                                     monkeypatch):
+    from hwinfer.kernels.triton import sparse_mla_ws
     from hwinfer.kernels.triton.sparse_mla import sparse_mla_decode
     from hwinfer.kernels.triton.sparse_mla_ws import ws_supported
     from hwinfer.ops.sparse_mla import sparse_mla_decode as reference
@@ -54,6 +64,8 @@ def test_ws_decode_matches_reference(batch, k1, k2, splits, dtype, index_dtype):
     if k2 == 0:
         kw.pop("extra_kv_cache"), kw.pop("extra_indices")
     assert ws_supported(kw["q"], kw["kv_cache"], None, kw.get("extra_kv_cache")) is None
+    for name, value in VARIANTS[variant].items():
+        monkeypatch.setattr(sparse_mla_ws, name, value)
     _poison()
     out = sparse_mla_decode(**kw, ws=True, num_splits=splits)
     torch.cuda.synchronize()

@@ -42,6 +42,10 @@ from triton.experimental.gluon.language.nvidia.hopper import mbarrier
 
 from hwinfer.kernels.triton import num_sms, nvidia_capability
 
+# A barrier of the calling partition's threads: ``gl.barrier`` from Triton 3.7 (CI),
+# ``gl.thread_barrier`` in 3.6 (the card's)
+_barrier = getattr(gl, "barrier", None) or gl.thread_barrier
+
 HEADS = 64
 HALF = 256    # value channels per consumer warp group (and the K of each QK product)
 # Rows a chunk and ring slots: the shared memory is q (64 KB) + STAGES x BLOCK_K rows x 1 KB
@@ -58,6 +62,13 @@ PRODUCER_REGS = 56
 # Consumers keep their PV product in flight across the next slot's wait (see _consumer): 655 ->
 # 613 us with 32-row chunks, 552 -> 639 us with 64-row ones (H200, 22nd session): off.
 OVERLAP = False
+# The producer loads each chunk's indices one chunk ahead (one coalesced load, staged through
+# shared memory) instead of eight dependent loads a chunk, one before each 8-row copy group.
+PREFETCH_IDX = True
+# The consumers split the QK product by key channels (each its own 256, K = 256) and add the
+# other's partial logits through shared memory (2 x 16 KB, two barriers a chunk): the minimal
+# MMA work and half the q / row reads of shared memory, for the two groups in lockstep.
+QK_SPLIT = False
 
 
 @gluon.jit
@@ -73,11 +84,27 @@ def _chunk_range(c, n_main, lo, hi, K1, BLOCK_K: gl.constexpr):
 
 
 @gluon.jit
-def _producer(q_ptr, kv_ptr, idx_ptr, kv2_ptr, idx2_ptr, q_lo, q_hi, k_lo, k_hi, idx_s, q_bar,
-              full, empty, stride_kv, stride_kv2, lo, hi, K1, n_main, n_all,
-              BLOCK_K: gl.constexpr, STAGES: gl.constexpr, SUB: gl.constexpr):
+def _chunk_indices(c, idx_ptr, idx2_ptr, n_main, n_all, lo, hi, K1, BLOCK_K: gl.constexpr,
+                   layout: gl.constexpr):
+    """Chunk c's BLOCK_K row indices, -1 past its list's end or past the last chunk."""
+    p0, end = _chunk_range(c, n_main, lo, hi, K1, BLOCK_K)
+    if c < n_main:
+        ip = idx_ptr
+    else:
+        ip = idx2_ptr
+    pos = p0 + gl.arange(0, BLOCK_K, layout=layout)
+    return gl.load(ip + pos, mask=(pos < end) & (c < n_all), other=-1)
+
+
+@gluon.jit
+def _producer(q_ptr, kv_ptr, idx_ptr, kv2_ptr, idx2_ptr, q_lo, q_hi, k_lo, k_hi, idx_s, pidx,
+              q_bar, full, empty, stride_kv, stride_kv2, lo, hi, K1, n_main, n_all,
+              BLOCK_K: gl.constexpr, STAGES: gl.constexpr, SUB: gl.constexpr,
+              PREFETCH_IDX: gl.constexpr):
     """One warp: the token's q (its 64 heads' 512 channels) into shared memory (``q_bar``), then
-    chunk c's rows into slot c % STAGES once both consumers have released it."""
+    chunk c's rows into slot c % STAGES once both consumers have released it. PREFETCH_IDX: the
+    next chunk's indices are loaded while this chunk's copies are issued, and each copy group
+    reads its rows' indices from ``pidx`` (shared memory, this warp's own)."""
     rows_l: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [1, 1], [1, 0])   # [SUB, 256]
     idx_l: gl.constexpr = gl.BlockedLayout([1], [32], [1], [0])
     cols = gl.arange(0, 256, layout=gl.SliceLayout(0, rows_l))
@@ -87,7 +114,14 @@ def _producer(q_ptr, kv_ptr, idx_ptr, kv2_ptr, idx2_ptr, q_lo, q_hi, k_lo, k_hi,
         async_copy.async_copy_global_to_shared(q_lo.slice(j * SUB, SUB), qp)
         async_copy.async_copy_global_to_shared(q_hi.slice(j * SUB, SUB), qp + 256)
     async_copy.mbarrier_arrive(q_bar, increment_count=False)
+    if PREFETCH_IDX:
+        nxt = _chunk_indices(0, idx_ptr, idx2_ptr, n_main, n_all, lo, hi, K1, BLOCK_K, idx_l)
     for c in range(n_all):
+        if PREFETCH_IDX:
+            cur = nxt
+            # in flight while this chunk waits for its slot and issues its copies
+            nxt = _chunk_indices(c + 1, idx_ptr, idx2_ptr, n_main, n_all, lo, hi, K1, BLOCK_K,
+                                 idx_l)
         s = c % STAGES
         # a fresh barrier's "previous" phase counts as complete: the first round does not wait
         mbarrier.wait(empty.index(s), ((c // STAGES) & 1) ^ 1)
@@ -102,9 +136,16 @@ def _producer(q_ptr, kv_ptr, idx_ptr, kv2_ptr, idx2_ptr, q_lo, q_hi, k_lo, k_hi,
             sk = stride_kv2
         pos = p0 + gl.arange(0, BLOCK_K, layout=idx_l)
         async_copy.async_copy_global_to_shared(idx_s.index(s), ip + pos, mask=pos < end)
+        if PREFETCH_IDX:
+            _barrier()   # the last chunk's reads of pidx are done
+            pidx.store(cur)
+            _barrier()
         for j in gl.static_range(BLOCK_K // SUB):
-            r = p0 + j * SUB + gl.arange(0, SUB, layout=gl.SliceLayout(1, rows_l))
-            idx = gl.load(ip + r, mask=r < end, other=-1)
+            if PREFETCH_IDX:
+                idx = pidx.slice(j * SUB, SUB).load(gl.SliceLayout(1, rows_l))
+            else:
+                r = p0 + j * SUB + gl.arange(0, SUB, layout=gl.SliceLayout(1, rows_l))
+                idx = gl.load(ip + r, mask=r < end, other=-1)
             ok = idx >= 0
             row = kp + gl.where(ok, idx, 0).to(gl.int64) * sk
             ptr = row[:, None] + cols[None, :]
@@ -117,13 +158,16 @@ def _producer(q_ptr, kv_ptr, idx_ptr, kv2_ptr, idx2_ptr, q_lo, q_hi, k_lo, k_hi,
 
 
 @gluon.jit
-def _consumer(q_lo, q_hi, k_lo, k_hi, idx_s, q_bar, full, empty, pm_ptr, pl_ptr, pacc_ptr, row0,
-              qk_scale, lo, hi, K1, n_main, n_all, PART: gl.constexpr, BLOCK_K: gl.constexpr,
-              STAGES: gl.constexpr, OVERLAP: gl.constexpr):
+def _consumer(q_lo, q_hi, k_lo, k_hi, idx_s, xbuf, q_bar, full, empty, xfull, xempty, pm_ptr,
+              pl_ptr, pacc_ptr, row0, qk_scale, lo, hi, K1, n_main, n_all, PART: gl.constexpr,
+              BLOCK_K: gl.constexpr, STAGES: gl.constexpr, OVERLAP: gl.constexpr,
+              QK_SPLIT: gl.constexpr):
     """One warp group: value channels [PART * 256, PART * 256 + 256) of all 64 heads.
     OVERLAP: the PV product is left in flight while the next chunk's slot is awaited and its QK
     products issued (the slot goes back to the producer one chunk later); else every product
-    is waited for where it is issued."""
+    is waited for where it is issued. QK_SPLIT: the logits from this group's 256 key channels
+    plus the other group's partial (``xbuf[1 - PART]``, ready on ``xfull``; a group overwrites
+    its own partial once the other has read it, ``xempty``)."""
     s_l: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                   instr_shape=[16, BLOCK_K, 16])
     o_l: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -147,7 +191,22 @@ def _consumer(q_lo, q_hi, k_lo, k_hi, idx_s, q_bar, full, empty, pm_ptr, pl_ptr,
         kl = k_lo.index(s)
         kh = k_hi.index(s)
         sc = gl.zeros([64, BLOCK_K], gl.float32, layout=s_l)
-        if OVERLAP:
+        if QK_SPLIT:
+            if PART == 0:
+                sc = hopper.warpgroup_mma(q_lo, kl.permute((1, 0)), sc, use_acc=False)
+            else:
+                sc = hopper.warpgroup_mma(q_hi, kh.permute((1, 0)), sc, use_acc=False)
+            if OVERLAP:   # the previous chunk's PV product is done: its slot goes back
+                acc, pa = hopper.warpgroup_mma_wait(0, deps=[acc, pa])
+                mbarrier.arrive(empty.index(prev), pred=c > 0)
+            # a fresh barrier's "previous" phase counts as complete: chunk 0 does not wait
+            mbarrier.wait(xempty.index(PART), (c & 1) ^ 1)
+            xbuf.index(PART).store(sc)
+            mbarrier.arrive(xfull.index(PART))   # after a barrier of this group: all stored
+            mbarrier.wait(xfull.index(1 - PART), c & 1)
+            sc = sc + xbuf.index(1 - PART).load(s_l)
+            mbarrier.arrive(xempty.index(1 - PART))
+        elif OVERLAP:
             sc = hopper.warpgroup_mma(q_lo, kl.permute((1, 0)), sc, use_acc=False, is_async=True)
             sc = hopper.warpgroup_mma(q_hi, kh.permute((1, 0)), sc, is_async=True)
             # the previous chunk's PV product went in before these two: with at most two in
@@ -195,7 +254,9 @@ def _sparse_mla_ws_kernel(q_ptr, kv_ptr, idx_ptr, kv2_ptr, idx2_ptr, pm_ptr, pl_
                           K1, K2, CHUNKS_PER_SPLIT, qk_scale, stride_qt, stride_kv, stride_kv2,
                           stride_it, stride_i2t, BLOCK_K: gl.constexpr, STAGES: gl.constexpr,
                           SUB: gl.constexpr, CONSUMER_REGS: gl.constexpr,
-                          PRODUCER_REGS: gl.constexpr, OVERLAP: gl.constexpr):
+                          PRODUCER_REGS: gl.constexpr, OVERLAP: gl.constexpr,
+                          PREFETCH_IDX: gl.constexpr, QK_SPLIT: gl.constexpr,
+                          XROWS: gl.constexpr):
     sp = gl.program_id(0)
     t = gl.program_id(1).to(gl.int64)
     nsplit = gl.num_programs(0)
@@ -212,25 +273,39 @@ def _sparse_mla_ws_kernel(q_ptr, kv_ptr, idx_ptr, kv2_ptr, idx2_ptr, pm_ptr, pl_
     k_hi = gl.allocate_shared_memory(dt, [STAGES, BLOCK_K, 256], smem_l)
     idx_s = gl.allocate_shared_memory(idx_ptr.dtype.element_ty, [STAGES, BLOCK_K],
                                       gl.SwizzledSharedLayout(1, 1, 1, [0]))
+    pidx = gl.allocate_shared_memory(idx_ptr.dtype.element_ty, [BLOCK_K],
+                                     gl.SwizzledSharedLayout(1, 1, 1, [0]))
+    # the consumers' partial logits (QK_SPLIT; else a token [2, 1, BLOCK_K] that is never used)
+    # (128-byte swizzle: 1 bank conflict a wavefront from the wgmma layout, an unswizzled 3)
+    xbuf = gl.allocate_shared_memory(gl.float32, [2, XROWS, BLOCK_K], gl.NVMMASharedLayout(
+        swizzle_byte_width=128, element_bitwidth=32, rank=2))
     q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    xfull = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    xempty = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     full = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(STAGES):
         mbarrier.init(full.index(i), count=32)
         mbarrier.init(empty.index(i), count=2)
+    for i in gl.static_range(2):
+        mbarrier.init(xfull.index(i), count=1)
+        mbarrier.init(xempty.index(i), count=1)
 
     mbarrier.init(q_bar, count=32)
 
     row0 = (t * nsplit + sp) * 64
     # default partition (this program's 4 warps): consumer 0; workers: consumer 1, the producer
     gl.warp_specialize([
-        (_consumer, (q_lo, q_hi, k_lo, k_hi, idx_s, q_bar, full, empty, pm_ptr, pl_ptr, pacc_ptr,
-                     row0, qk_scale, lo, hi, K1, n_main, n_all, 0, BLOCK_K, STAGES, OVERLAP)),
-        (_consumer, (q_lo, q_hi, k_lo, k_hi, idx_s, q_bar, full, empty, pm_ptr, pl_ptr, pacc_ptr,
-                     row0, qk_scale, lo, hi, K1, n_main, n_all, 1, BLOCK_K, STAGES, OVERLAP)),
+        (_consumer, (q_lo, q_hi, k_lo, k_hi, idx_s, xbuf, q_bar, full, empty, xfull, xempty,
+                     pm_ptr, pl_ptr, pacc_ptr, row0, qk_scale, lo, hi, K1, n_main, n_all, 0,
+                     BLOCK_K, STAGES, OVERLAP, QK_SPLIT)),
+        (_consumer, (q_lo, q_hi, k_lo, k_hi, idx_s, xbuf, q_bar, full, empty, xfull, xempty,
+                     pm_ptr, pl_ptr, pacc_ptr, row0, qk_scale, lo, hi, K1, n_main, n_all, 1,
+                     BLOCK_K, STAGES, OVERLAP, QK_SPLIT)),
         (_producer, (q_ptr + t * stride_qt, kv_ptr, idx_ptr + t * stride_it, kv2_ptr,
-                     idx2_ptr + t * stride_i2t, q_lo, q_hi, k_lo, k_hi, idx_s, q_bar, full, empty,
-                     stride_kv, stride_kv2, lo, hi, K1, n_main, n_all, BLOCK_K, STAGES, SUB)),
+                     idx2_ptr + t * stride_i2t, q_lo, q_hi, k_lo, k_hi, idx_s, pidx, q_bar, full,
+                     empty, stride_kv, stride_kv2, lo, hi, K1, n_main, n_all, BLOCK_K, STAGES, SUB,
+                     PREFETCH_IDX)),
     ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
 
 
@@ -270,6 +345,8 @@ def sparse_mla_partials(q3: torch.Tensor, kv: torch.Tensor, stride_kv: int, idx:
     ``sparse_mla_kernels._sparse_mla_merge_kernel`` reads)."""
     t = q3.shape[0]
     k1 = idx.shape[1]
+    if idx2.dtype != idx.dtype:   # one index type a kernel (the lists share its loads)
+        idx, idx2 = idx.long(), idx2.long()
     chunks = max(1, triton.cdiv(k1 + k2, BLOCK_K))
     if num_splits is None:
         sms = num_sms(q3.device, 132)
@@ -285,26 +362,30 @@ def sparse_mla_partials(q3: torch.Tensor, kv: torch.Tensor, stride_kv: int, idx:
         q3, kv, idx, kv2, idx2, pm, pl, pacc, k1, k2, cps, scale * 1.4426950408889634,
         q3.stride(0), stride_kv, stride_kv2, idx.stride(0), idx2.stride(0),
         BLOCK_K=BLOCK_K, STAGES=STAGES, SUB=SUB, CONSUMER_REGS=CONSUMER_REGS,
-        PRODUCER_REGS=PRODUCER_REGS, OVERLAP=OVERLAP, num_warps=4)
+        PRODUCER_REGS=PRODUCER_REGS, OVERLAP=OVERLAP, PREFETCH_IDX=PREFETCH_IDX,
+        QK_SPLIT=QK_SPLIT, XROWS=64 if QK_SPLIT else 1, num_warps=4)
     return pm, pl, pacc
 
 
 def _aot_specs():
     from hwinfer.kernels.triton.aot import AotSpec
 
-    sig = {n: ("constexpr" if n in ("BLOCK_K", "STAGES", "SUB", "CONSUMER_REGS", "PRODUCER_REGS",
-                                    "OVERLAP")
+    consts = dict(BLOCK_K=BLOCK_K, STAGES=STAGES, SUB=SUB, CONSUMER_REGS=CONSUMER_REGS,
+                  PRODUCER_REGS=PRODUCER_REGS, OVERLAP=OVERLAP, PREFETCH_IDX=PREFETCH_IDX,
+                  QK_SPLIT=QK_SPLIT, XROWS=64 if QK_SPLIT else 1)
+    sig = {n: ("constexpr" if n in consts
                else "*bf16" if n in ("q_ptr", "kv_ptr", "kv2_ptr")
                else "*i32" if n in ("idx_ptr", "idx2_ptr")
                else "*fp32" if n.endswith("_ptr") else "fp32" if n == "qk_scale" else "i32")
            for n in _sparse_mla_ws_kernel.arg_names}
-    const = dict(BLOCK_K=BLOCK_K, STAGES=STAGES, SUB=SUB, CONSUMER_REGS=CONSUMER_REGS,
-                 PRODUCER_REGS=PRODUCER_REGS, OVERLAP=OVERLAP)
     aligned = tuple(n for n in sig if n.endswith("_ptr") or n.startswith("stride"))
-    return [AotSpec(f"sparse_mla_ws[dsv4,bf16{',overlap' if overlap else ''}]",
-                    _sparse_mla_ws_kernel, sig, {**const, "OVERLAP": overlap}, {"num_warps": 4},
-                    ("sm_90",), check_shared=True, divisible=aligned)
-            for overlap in (False, True)]
+    # the default, and the forms the bench times against it
+    forms = {"": {}, ",overlap": dict(OVERLAP=not OVERLAP),
+             ",qk_split": dict(QK_SPLIT=not QK_SPLIT, XROWS=1 if QK_SPLIT else 64)}
+    return [AotSpec(f"sparse_mla_ws[dsv4,bf16{tag}]", _sparse_mla_ws_kernel, sig,
+                    {**consts, **change}, {"num_warps": 4}, ("sm_90",), check_shared=True,
+                    divisible=aligned)
+            for tag, change in forms.items()]
 
 
 AOT_SPECS = _aot_specs()
