@@ -13,6 +13,8 @@
 #                                         # .out/nvidia-sm90.part.csv between parts (carry it)
 #   bash scripts/device_issue6.sh s22a      # the warp-specialised Gluon sparse MLA decode: card
 #                                         # test, strict conformance, V4 shapes vs the Triton kernel
+#   bash scripts/device_issue6.sh s23a      # the Gluon kernel's forms (prefetched indices, QK
+#                                         # split): card test each, strict, V4 shapes timed
 #   bash scripts/device_issue6.sh s22b      # DeepSeek-V4-Flash 4 layers, Gluon sparse MLA off / on
 #   bash scripts/device_issue6.sh bench     # whole-model speed vs transformers and the roofline,
 #                                         # every kernel benchmark (--quick)
@@ -69,6 +71,18 @@ elif [ "$phase" = s22a ]; then
     ${WS_VARIANTS:+--ws-variants "$WS_VARIANTS"} \
     > "$out/bench_ws.csv" 2> "$out/bench_ws.err"
   echo "== bench_sparse_mla --ws rc=$?"; grep -v "Warn\|warn" "$out/bench_ws.err" | grep "sparse_mla\|rror" | cut -c1-160 | tail -40
+elif [ "$phase" = s23a ]; then
+  # The Gluon kernel's forms one at a time (a deadlock in one costs only its timeout), strict
+  # conformance with the default forced on, then the V4 shapes against the Triton kernel.
+  for v in ${WS_TESTS:-default idx_in_loop qk_split qk_overlap k32_qk}; do
+    timeout 100 python3 -m pytest tests/kernels/test_sparse_mla_ws.py -q -p no:cacheprovider \
+      -k "$v" > "$out/test_ws_$v.txt" 2>&1
+    echo "== test_sparse_mla_ws $v rc=$?"; grep -E "passed|failed|Error|assert" "$out/test_ws_$v.txt" | cut -c1-200 | tail -4
+  done
+  HWINFER_SPARSE_MLA_WS=1 strict 90 "sparse_mla_decode"
+  timeout ${WS_BENCH_S:-200} python3 scripts/bench_sparse_mla.py --only ${WS_ONLY:-dsv4} --ws --quick \
+    ${WS_VARIANTS:+--ws-variants "$WS_VARIANTS"} > "$out/bench_ws.csv" 2> "$out/bench_ws.err"
+  echo "== bench_sparse_mla --ws rc=$?"; grep -v "Warn\|warn" "$out/bench_ws.err" | grep "sparse_mla\|rror" | cut -c1-160 | tail -60
 elif [ "$phase" = s22b ]; then
   # DeepSeek-V4-Flash, 4 real-size layers: decode with the Gluon sparse MLA off / on.
   for ws in 0 1; do
