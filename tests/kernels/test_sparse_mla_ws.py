@@ -40,6 +40,7 @@ def _poison():
 # the default and the forms the bench times against it (module constants, set for the call)
 VARIANTS = {"default": {}, "idx_in_loop": dict(PREFETCH_IDX=False), "qk_split": dict(QK_SPLIT=True),
             "qk_overlap": dict(QK_SPLIT=True, OVERLAP=True),
+            "pw4_qk": dict(PRODUCER_WARPS=4, QK_SPLIT=True),
             "k32_qk": dict(BLOCK_K=32, STAGES=4, CONSUMER_REGS=216, PRODUCER_REGS=64,
                                  QK_SPLIT=True)}
 

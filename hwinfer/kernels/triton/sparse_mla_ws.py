@@ -49,7 +49,8 @@ _barrier = getattr(gl, "barrier", None) or gl.thread_barrier
 HEADS = 64
 HALF = 256    # value channels per consumer warp group (and the K of each QK product)
 # Rows a chunk and ring slots: the shared memory is q (64 KB) + STAGES x BLOCK_K rows x 1 KB
-# (192 KB at 2 x 64 or 4 x 32; Hopper has 227 KB). SUB: rows a producer copy group.
+# (192 KB at 2 x 64 or 4 x 32; Hopper has 227 KB). SUB: rows a producer copy group;
+# PRODUCER_WARPS: warps that issue the copies (1, 2 or 4: the 9 warps are padded to 12 anyway).
 # Registers a thread of the consumer worker and of the producer warp's group (setmaxnreg; the
 # default partition, consumer 0, gets the rest of 512). H200, 22nd session (V4 HCA, 128 + 8,192
 # rows, B = 128; the Triton split kernel 690 us): 4 x 32-row slots 655 us, **2 x 64 552-568**
@@ -57,6 +58,7 @@ HALF = 256    # value channels per consumer warp group (and the K of each QK pro
 BLOCK_K = 64
 STAGES = 2
 SUB = 8
+PRODUCER_WARPS = 1
 CONSUMER_REGS = 224
 PRODUCER_REGS = 56
 # Consumers keep their PV product in flight across the next slot's wait (see _consumer): 655 ->
@@ -100,13 +102,13 @@ def _chunk_indices(c, idx_ptr, idx2_ptr, n_main, n_all, lo, hi, K1, BLOCK_K: gl.
 def _producer(q_ptr, kv_ptr, idx_ptr, kv2_ptr, idx2_ptr, q_lo, q_hi, k_lo, k_hi, idx_s, pidx,
               q_bar, full, empty, stride_kv, stride_kv2, lo, hi, K1, n_main, n_all,
               BLOCK_K: gl.constexpr, STAGES: gl.constexpr, SUB: gl.constexpr,
-              PREFETCH_IDX: gl.constexpr):
-    """One warp: the token's q (its 64 heads' 512 channels) into shared memory (``q_bar``), then
+              PREFETCH_IDX: gl.constexpr, WARPS: gl.constexpr):
+    """WARPS warps (1, 2 or 4; a copy group's SUB rows split between them): the token's q (its 64 heads' 512 channels) into shared memory (``q_bar``), then
     chunk c's rows into slot c % STAGES once both consumers have released it. PREFETCH_IDX: the
     next chunk's indices are loaded while this chunk's copies are issued, and each copy group
     reads its rows' indices from ``pidx`` (shared memory, this warp's own)."""
-    rows_l: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [1, 1], [1, 0])   # [SUB, 256]
-    idx_l: gl.constexpr = gl.BlockedLayout([1], [32], [1], [0])
+    rows_l: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [WARPS, 1], [1, 0])   # [SUB, 256]
+    idx_l: gl.constexpr = gl.BlockedLayout([1], [32], [WARPS], [0])
     cols = gl.arange(0, 256, layout=gl.SliceLayout(0, rows_l))
     for j in gl.static_range(64 // SUB):
         h = j * SUB + gl.arange(0, SUB, layout=gl.SliceLayout(1, rows_l))
@@ -253,7 +255,8 @@ def _consumer(q_lo, q_hi, k_lo, k_hi, idx_s, xbuf, q_bar, full, empty, xfull, xe
 def _sparse_mla_ws_kernel(q_ptr, kv_ptr, idx_ptr, kv2_ptr, idx2_ptr, pm_ptr, pl_ptr, pacc_ptr,
                           K1, K2, CHUNKS_PER_SPLIT, qk_scale, stride_qt, stride_kv, stride_kv2,
                           stride_it, stride_i2t, BLOCK_K: gl.constexpr, STAGES: gl.constexpr,
-                          SUB: gl.constexpr, CONSUMER_REGS: gl.constexpr,
+                          SUB: gl.constexpr, PRODUCER_WARPS: gl.constexpr,
+                          CONSUMER_REGS: gl.constexpr,
                           PRODUCER_REGS: gl.constexpr, OVERLAP: gl.constexpr,
                           PREFETCH_IDX: gl.constexpr, QK_SPLIT: gl.constexpr,
                           XROWS: gl.constexpr):
@@ -285,13 +288,13 @@ def _sparse_mla_ws_kernel(q_ptr, kv_ptr, idx_ptr, kv2_ptr, idx2_ptr, pm_ptr, pl_
     full = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(STAGES):
-        mbarrier.init(full.index(i), count=32)
+        mbarrier.init(full.index(i), count=32 * PRODUCER_WARPS)   # every producer thread
         mbarrier.init(empty.index(i), count=2)
     for i in gl.static_range(2):
         mbarrier.init(xfull.index(i), count=1)
         mbarrier.init(xempty.index(i), count=1)
 
-    mbarrier.init(q_bar, count=32)
+    mbarrier.init(q_bar, count=32 * PRODUCER_WARPS)
 
     row0 = (t * nsplit + sp) * 64
     # default partition (this program's 4 warps): consumer 0; workers: consumer 1, the producer
@@ -305,8 +308,8 @@ def _sparse_mla_ws_kernel(q_ptr, kv_ptr, idx_ptr, kv2_ptr, idx2_ptr, pm_ptr, pl_
         (_producer, (q_ptr + t * stride_qt, kv_ptr, idx_ptr + t * stride_it, kv2_ptr,
                      idx2_ptr + t * stride_i2t, q_lo, q_hi, k_lo, k_hi, idx_s, pidx, q_bar, full,
                      empty, stride_kv, stride_kv2, lo, hi, K1, n_main, n_all, BLOCK_K, STAGES, SUB,
-                     PREFETCH_IDX)),
-    ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
+                     PREFETCH_IDX, PRODUCER_WARPS)),
+    ], [4, PRODUCER_WARPS], [CONSUMER_REGS, PRODUCER_REGS])
 
 
 # Programs per SM when picking splits (one fits: 197 KB of shared memory) and the fewest index
@@ -361,7 +364,8 @@ def sparse_mla_partials(q3: torch.Tensor, kv: torch.Tensor, stride_kv: int, idx:
     _sparse_mla_ws_kernel[(nsplit, t)](
         q3, kv, idx, kv2, idx2, pm, pl, pacc, k1, k2, cps, scale * 1.4426950408889634,
         q3.stride(0), stride_kv, stride_kv2, idx.stride(0), idx2.stride(0),
-        BLOCK_K=BLOCK_K, STAGES=STAGES, SUB=SUB, CONSUMER_REGS=CONSUMER_REGS,
+        BLOCK_K=BLOCK_K, STAGES=STAGES, SUB=SUB, PRODUCER_WARPS=PRODUCER_WARPS,
+        CONSUMER_REGS=CONSUMER_REGS,
         PRODUCER_REGS=PRODUCER_REGS, OVERLAP=OVERLAP, PREFETCH_IDX=PREFETCH_IDX,
         QK_SPLIT=QK_SPLIT, XROWS=64 if QK_SPLIT else 1, num_warps=4)
     return pm, pl, pacc
@@ -370,7 +374,8 @@ def sparse_mla_partials(q3: torch.Tensor, kv: torch.Tensor, stride_kv: int, idx:
 def _aot_specs():
     from hwinfer.kernels.triton.aot import AotSpec
 
-    consts = dict(BLOCK_K=BLOCK_K, STAGES=STAGES, SUB=SUB, CONSUMER_REGS=CONSUMER_REGS,
+    consts = dict(BLOCK_K=BLOCK_K, STAGES=STAGES, SUB=SUB, PRODUCER_WARPS=PRODUCER_WARPS,
+                  CONSUMER_REGS=CONSUMER_REGS,
                   PRODUCER_REGS=PRODUCER_REGS, OVERLAP=OVERLAP, PREFETCH_IDX=PREFETCH_IDX,
                   QK_SPLIT=QK_SPLIT, XROWS=64 if QK_SPLIT else 1)
     sig = {n: ("constexpr" if n in consts
