@@ -144,7 +144,8 @@ WS_VARIANTS = (("ws", {}), ("ws idx-in-loop", dict(PREFETCH_IDX=False)),
                ("ws k32 s4", dict(_K32, STAGES=4)), ("ws k32 s4 qk-split", dict(_K32, STAGES=4, QK_SPLIT=True)),
                ("ws k32 s4 overlap", dict(_K32, STAGES=4, OVERLAP=True)),
                ("ws r216", dict(CONSUMER_REGS=216, PRODUCER_REGS=64)), ("ws sub16", dict(SUB=16)),
-               ("ws waves2", dict(WAVES=2.0)), ("ws min_rows512", dict(MIN_ROWS=512)))
+               ("ws waves2", dict(WAVES=2.0, FILL_WAVES=False)),
+               ("ws splits-ceil", dict(FILL_WAVES=False)), ("ws min_rows512", dict(MIN_ROWS=512)))
 
 
 def ws_impl(consts: dict):

@@ -312,10 +312,28 @@ def _sparse_mla_ws_kernel(q_ptr, kv_ptr, idx_ptr, kv2_ptr, idx2_ptr, pm_ptr, pl_
     ], [4, PRODUCER_WARPS], [CONSUMER_REGS, PRODUCER_REGS])
 
 
-# Programs per SM when picking splits (one fits: 197 KB of shared memory) and the fewest index
-# rows a split takes (each writes a [64, 512] fp32 partial).
+# Splits of a token's rows: FILL_WAVES picks the count that fills the last wave of programs best
+# (one program an SM: 197 KB of shared memory), else the old rule, ceil(WAVES x SMs / tokens)
+# (B = 32 on 132 SMs: 5 splits, 160 programs, a second wave 21% full). A split takes at least
+# MIN_ROWS index rows (each writes a [64, 512] fp32 partial).
+FILL_WAVES = True
 WAVES = 1.0
 MIN_ROWS = 256
+
+
+def pick_splits(tokens: int, rows: int, sms: int) -> int:
+    """Splits per token: among 1 .. rows // MIN_ROWS (and at most two waves' worth: each split
+    costs a partial), the one whose programs (tokens x splits) leave the fewest SMs idle in
+    their last wave, the smallest on a tie."""
+    most = max(1, rows // MIN_ROWS)
+    if not FILL_WAVES:
+        return max(1, min(triton.cdiv(int(WAVES * sms), tokens), most))
+    most = min(most, triton.cdiv(2 * sms, tokens))
+
+    def used(n: int) -> float:   # the fraction of the SM-waves that run a program
+        programs = tokens * n
+        return programs / (sms * triton.cdiv(programs, sms))
+    return max(range(1, most + 1), key=lambda n: (round(used(n), 2), -n))
 
 
 def ws_supported(q: torch.Tensor, kv_cache: torch.Tensor, v_dim: int | None,
@@ -352,9 +370,7 @@ def sparse_mla_partials(q3: torch.Tensor, kv: torch.Tensor, stride_kv: int, idx:
         idx, idx2 = idx.long(), idx2.long()
     chunks = max(1, triton.cdiv(k1 + k2, BLOCK_K))
     if num_splits is None:
-        sms = num_sms(q3.device, 132)
-        want = triton.cdiv(int(WAVES * sms), t)
-        num_splits = max(1, min(want, (k1 + k2) // MIN_ROWS))
+        num_splits = pick_splits(t, k1 + k2, num_sms(q3.device, 132))
     cps = triton.cdiv(chunks, max(1, min(num_splits, chunks)))
     nsplit = triton.cdiv(chunks, cps)
     f32 = dict(dtype=torch.float32, device=q3.device)
