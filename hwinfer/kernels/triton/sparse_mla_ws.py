@@ -103,10 +103,11 @@ def _producer(q_ptr, kv_ptr, idx_ptr, kv2_ptr, idx2_ptr, q_lo, q_hi, k_lo, k_hi,
               q_bar, full, empty, stride_kv, stride_kv2, lo, hi, K1, n_main, n_all,
               BLOCK_K: gl.constexpr, STAGES: gl.constexpr, SUB: gl.constexpr,
               PREFETCH_IDX: gl.constexpr, WARPS: gl.constexpr):
-    """WARPS warps (1, 2 or 4; a copy group's SUB rows split between them): the token's q (its 64 heads' 512 channels) into shared memory (``q_bar``), then
-    chunk c's rows into slot c % STAGES once both consumers have released it. PREFETCH_IDX: the
-    next chunk's indices are loaded while this chunk's copies are issued, and each copy group
-    reads its rows' indices from ``pidx`` (shared memory, this warp's own)."""
+    """WARPS warps (1, 2 or 4; a copy group's SUB rows split between them): the token's q (its
+    64 heads' 512 channels) into shared memory (``q_bar``), then chunk c's rows into slot
+    c % STAGES once both consumers have released it. PREFETCH_IDX: the next chunk's indices are
+    loaded while this chunk's copies are issued, and each copy group reads its rows' indices
+    from ``pidx`` (shared memory, the producer's own)."""
     rows_l: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [WARPS, 1], [1, 0])   # [SUB, 256]
     idx_l: gl.constexpr = gl.BlockedLayout([1], [32], [WARPS], [0])
     cols = gl.arange(0, 256, layout=gl.SliceLayout(0, rows_l))
