@@ -58,7 +58,7 @@ HALF = 256    # value channels per consumer warp group (and the K of each QK pro
 BLOCK_K = 64
 STAGES = 2
 SUB = 8
-PRODUCER_WARPS = 1
+PRODUCER_WARPS = 4
 CONSUMER_REGS = 224
 PRODUCER_REGS = 56
 # Consumers keep their PV product in flight across the next slot's wait (see _consumer): 655 ->
@@ -70,7 +70,7 @@ PREFETCH_IDX = True
 # The consumers split the QK product by key channels (each its own 256, K = 256) and add the
 # other's partial logits through shared memory (2 x 16 KB, two barriers a chunk): the minimal
 # MMA work and half the q / row reads of shared memory, for the two groups in lockstep.
-QK_SPLIT = False
+QK_SPLIT = True
 
 
 @gluon.jit
