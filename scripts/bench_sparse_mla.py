@@ -137,15 +137,12 @@ def measure(op: str, shape: str, impls: list, inputs: dict, work: float, unit: s
 # (name, module constants of hwinfer.kernels.triton.sparse_mla_ws) timed with --ws
 _K32 = dict(BLOCK_K=32, CONSUMER_REGS=216, PRODUCER_REGS=64)   # spill-free for 32-row chunks
 WS_VARIANTS = (("ws", {}), ("ws idx-in-loop", dict(PREFETCH_IDX=False)),
-               ("ws qk-split", dict(QK_SPLIT=True)),
-               ("ws qk-split overlap", dict(QK_SPLIT=True, OVERLAP=True)),
-               ("ws overlap", dict(OVERLAP=True)), ("ws pw2", dict(PRODUCER_WARPS=2)),
-               ("ws pw4", dict(PRODUCER_WARPS=4)), ("ws pw4 qk-split", dict(PRODUCER_WARPS=4, QK_SPLIT=True)),
-               ("ws k32 s4", dict(_K32, STAGES=4)), ("ws k32 s4 qk-split", dict(_K32, STAGES=4, QK_SPLIT=True)),
-               ("ws k32 s4 overlap", dict(_K32, STAGES=4, OVERLAP=True)),
+               ("ws qk-twice", dict(QK_SPLIT=False)), ("ws pw1", dict(PRODUCER_WARPS=1)),
+               ("ws pw2", dict(PRODUCER_WARPS=2)), ("ws overlap", dict(OVERLAP=True)),
+               ("ws k32 s4", dict(_K32, STAGES=4)), ("ws k32 s4 overlap", dict(_K32, STAGES=4, OVERLAP=True)),
                ("ws r216", dict(CONSUMER_REGS=216, PRODUCER_REGS=64)), ("ws sub16", dict(SUB=16)),
-               ("ws waves2", dict(WAVES=2.0, FILL_WAVES=False)),
-               ("ws splits-ceil", dict(FILL_WAVES=False)), ("ws min_rows512", dict(MIN_ROWS=512)))
+               ("ws splits-ceil", dict(FILL_WAVES=False)), ("ws waves2", dict(WAVES=2.0, FILL_WAVES=False)),
+               ("ws min_rows512", dict(MIN_ROWS=512)))
 
 
 def ws_impl(consts: dict):

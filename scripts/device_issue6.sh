@@ -13,8 +13,8 @@
 #                                         # .out/nvidia-sm90.part.csv between parts (carry it)
 #   bash scripts/device_issue6.sh s22a      # the warp-specialised Gluon sparse MLA decode: card
 #                                         # test, strict conformance, V4 shapes vs the Triton kernel
-#   bash scripts/device_issue6.sh s23a      # the Gluon kernel's forms (prefetched indices, QK
-#                                         # split): card test each, strict, V4 shapes timed
+#   bash scripts/device_issue6.sh s23a      # the Gluon kernel's forms (WS_TESTS, WS_VARIANTS):
+#                                         # card test each, strict, V4 shapes timed
 #   bash scripts/device_issue6.sh s22b      # DeepSeek-V4-Flash 4 layers, Gluon sparse MLA off / on
 #   bash scripts/device_issue6.sh bench     # whole-model speed vs transformers and the roofline,
 #                                         # every kernel benchmark (--quick)
@@ -74,7 +74,7 @@ elif [ "$phase" = s22a ]; then
 elif [ "$phase" = s23a ]; then
   # The Gluon kernel's forms one at a time (a deadlock in one costs only its timeout), strict
   # conformance with the default forced on, then the V4 shapes against the Triton kernel.
-  for v in ${WS_TESTS:-default idx_in_loop qk_split qk_overlap pw4_qk k32_qk}; do
+  for v in ${WS_TESTS:-default pw1_qk_twice pw1_qk_split idx_in_loop overlap k32}; do
     timeout 100 python3 -m pytest tests/kernels/test_sparse_mla_ws.py -q -p no:cacheprovider \
       -k "$v" > "$out/test_ws_$v.txt" 2>&1
     echo "== test_sparse_mla_ws $v rc=$?"; grep -E "passed|failed|Error|assert" "$out/test_ws_$v.txt" | cut -c1-200 | tail -4

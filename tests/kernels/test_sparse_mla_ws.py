@@ -37,12 +37,13 @@ def _poison():
     del junk
 
 
-# the default and the forms the bench times against it (module constants, set for the call)
-VARIANTS = {"default": {}, "idx_in_loop": dict(PREFETCH_IDX=False), "qk_split": dict(QK_SPLIT=True),
-            "qk_overlap": dict(QK_SPLIT=True, OVERLAP=True),
-            "pw4_qk": dict(PRODUCER_WARPS=4, QK_SPLIT=True),
-            "k32_qk": dict(BLOCK_K=32, STAGES=4, CONSUMER_REGS=216, PRODUCER_REGS=64,
-                                 QK_SPLIT=True)}
+# the default (4 producer warps, QK split) and the forms the bench times against it (module
+# constants, set for the call)
+VARIANTS = {"default": {}, "pw1_qk_twice": dict(PRODUCER_WARPS=1, QK_SPLIT=False),
+            "pw1_qk_split": dict(PRODUCER_WARPS=1),
+            "idx_in_loop": dict(PREFETCH_IDX=False, PRODUCER_WARPS=1, QK_SPLIT=False),
+            "overlap": dict(OVERLAP=True),
+            "k32": dict(BLOCK_K=32, STAGES=4, CONSUMER_REGS=216, PRODUCER_REGS=64)}
 
 
 @pytest.mark.parametrize("variant", list(VARIANTS))

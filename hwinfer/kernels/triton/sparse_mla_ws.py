@@ -9,16 +9,20 @@ with a barrier each chunk), and the gathered rows of the next chunk are the only
 flight while the MMAs and the softmax run one after the other. On the H200 it read 37% of the
 bandwidth at B = 128 (docs/kernels.md). Here one program (token, split) has three partitions:
 
-* a **producer** warp gathers each chunk's BLOCK_K rows (``cp.async``, 16 bytes a copy, rows
-  that are absent or -1 zero-filled) and the chunk's indices into a ring of STAGES shared-memory
-  slots, and signals the slot's ``full`` barrier when its copies land;
-* two **consumer** warp groups, one per half of the 512 value channels. Each computes the whole
-  64 x BLOCK_K logit tile itself (q and the rows' 512 channels, two wgmma of K = 256) so that
-  nothing crosses between them: the QK products are done twice (1.5x the minimal MMA work),
-  in exchange for no barrier between the groups and a softmax that stays inside one warp
-  group. P goes to the PV product from registers; the group's [64, 256] fp32 accumulator is
-  128 registers a thread. A group releases the slot (``empty`` barrier) once its PV product
-  has read it.
+* a **producer** (PRODUCER_WARPS warps, 4 by default) gathers each chunk's BLOCK_K rows
+  (``cp.async``, 16 bytes a copy, rows that are absent or -1 zero-filled) and the chunk's
+  indices into a ring of STAGES shared-memory slots, and signals the slot's ``full`` barrier
+  when its copies land. It loads the next chunk's indices while issuing this chunk's copies
+  (PREFETCH_IDX): each 8-row copy group used to wait for its own index load first;
+* two **consumer** warp groups, one per half of the 512 channels. With QK_SPLIT (the default)
+  each computes the logits of its own 256 key channels (one wgmma of K = 256), publishes them
+  in shared memory and adds the other group's (``xfull`` / ``xempty`` barriers, 2 x 16 KB):
+  the minimal MMA work, and each group reads only its half of q and of the rows. Without it,
+  each group computes the whole 64 x BLOCK_K logit tile itself (two wgmma) and nothing
+  crosses between them, for 1.5x the MMA work. Either way the online softmax stays inside
+  the group, P goes to the PV product from registers (the [64, 256] fp32 accumulator is 128
+  registers a thread) and the group releases the slot (``empty``) once that product has read
+  it.
 
 It writes the split's partials (max, sum, unnormalised accumulator, log2 domain) and the
 Triton merge kernel finishes every call (sinks, normalisation, inverse RoPE, cast), also with
@@ -49,12 +53,16 @@ _barrier = getattr(gl, "barrier", None) or gl.thread_barrier
 HEADS = 64
 HALF = 256    # value channels per consumer warp group (and the K of each QK product)
 # Rows a chunk and ring slots: the shared memory is q (64 KB) + STAGES x BLOCK_K rows x 1 KB
-# (192 KB at 2 x 64 or 4 x 32; Hopper has 227 KB). SUB: rows a producer copy group;
+# (192 KB at 2 x 64 or 4 x 32) + the QK split's partial logits (2 x 64 x BLOCK_K fp32, 32 KB):
+# 225 KB of Hopper's 227 at 2 x 64. SUB: rows a producer copy group;
 # PRODUCER_WARPS: warps that issue the copies (1, 2 or 4: the 9 warps are padded to 12 anyway).
-# Registers a thread of the consumer worker and of the producer warp's group (setmaxnreg; the
-# default partition, consumer 0, gets the rest of 512). H200, 22nd session (V4 HCA, 128 + 8,192
-# rows, B = 128; the Triton split kernel 690 us): 4 x 32-row slots 655 us, **2 x 64 552-568**
-# (224 / 56 registers: 552), 64-row chunks spill 56 bytes at 216 / 64 (Triton 3.6).
+# Registers a thread of the consumer worker and of the producer's warps (setmaxnreg; the
+# default partition, consumer 0, gets the rest). H200, 22nd session (V4 HCA, 128 + 8,192 rows,
+# B = 128; the Triton split kernel 690 us), one producer warp, QK twice: 4 x 32-row slots 655
+# us, **2 x 64 552-568** (224 / 56 registers: 552), 64-row chunks spill 56 bytes at 216 / 64.
+# H100, 23rd session (split kernel 728-736 us; docs/kernels.md): indices prefetched 562 -> 482,
+# QK split 460, 2 / 4 producer warps 456 / 429, **4 warps + QK split 405-422** (the default;
+# 90% of the card's 3,024 GB/s copy bandwidth); 4 x 32-row slots 470, SUB = 16 408, OVERLAP 486.
 BLOCK_K = 64
 STAGES = 2
 SUB = 8
@@ -62,14 +70,18 @@ PRODUCER_WARPS = 4
 CONSUMER_REGS = 224
 PRODUCER_REGS = 56
 # Consumers keep their PV product in flight across the next slot's wait (see _consumer): 655 ->
-# 613 us with 32-row chunks, 552 -> 639 us with 64-row ones (H200, 22nd session): off.
+# 613 us with 32-row chunks, 552 -> 639 us with 64-row ones (H200, 22nd session); with the
+# QK split 411 -> 486 (H100, 23rd): off.
 OVERLAP = False
 # The producer loads each chunk's indices one chunk ahead (one coalesced load, staged through
-# shared memory) instead of eight dependent loads a chunk, one before each 8-row copy group.
+# shared memory) instead of eight dependent loads a chunk, one before each 8-row copy group
+# (its compiled code waited on each; H100: 562 -> 482 us with one producer warp, 435 -> 408
+# with four and the QK split).
 PREFETCH_IDX = True
 # The consumers split the QK product by key channels (each its own 256, K = 256) and add the
 # other's partial logits through shared memory (2 x 16 KB, two barriers a chunk): the minimal
-# MMA work and half the q / row reads of shared memory, for the two groups in lockstep.
+# MMA work and half the q / row reads of shared memory, for the two groups in lockstep (H100:
+# 482 -> 460 us with one producer warp, 429 -> 405-422 with four).
 QK_SPLIT = True
 
 
@@ -314,9 +326,10 @@ def _sparse_mla_ws_kernel(q_ptr, kv_ptr, idx_ptr, kv2_ptr, idx2_ptr, pm_ptr, pl_
 
 
 # Splits of a token's rows: FILL_WAVES picks the count that fills the last wave of programs best
-# (one program an SM: 197 KB of shared memory), else the old rule, ceil(WAVES x SMs / tokens)
-# (B = 32 on 132 SMs: 5 splits, 160 programs, a second wave 21% full). A split takes at least
-# MIN_ROWS index rows (each writes a [64, 512] fp32 partial).
+# (one program an SM: 225 KB of shared memory), else the old rule, ceil(WAVES x SMs / tokens)
+# (B = 32 on 132 SMs: 5 splits, 160 programs, a second wave 21% full; H100, HCA B = 32: 168.7
+# -> 112.9 us, B = 128 425.1 -> 408.2). A split takes at least MIN_ROWS index rows (each
+# writes a [64, 512] fp32 partial).
 FILL_WAVES = True
 WAVES = 1.0
 MIN_ROWS = 256
@@ -403,7 +416,8 @@ def _aot_specs():
     aligned = tuple(n for n in sig if n.endswith("_ptr") or n.startswith("stride"))
     # the default, and the forms the bench times against it
     forms = {"": {}, ",overlap": dict(OVERLAP=not OVERLAP),
-             ",qk_split": dict(QK_SPLIT=not QK_SPLIT, XROWS=1 if QK_SPLIT else 64)}
+             ",qk_twice" if QK_SPLIT else ",qk_split": dict(QK_SPLIT=not QK_SPLIT,
+                                                            XROWS=1 if QK_SPLIT else 64)}
     return [AotSpec(f"sparse_mla_ws[dsv4,bf16{tag}]", _sparse_mla_ws_kernel, sig,
                     {**consts, **change}, {"num_warps": 4}, ("sm_90",), check_shared=True,
                     divisible=aligned)
