@@ -17,9 +17,9 @@ stderr: a readable table with max |diff| against the torch impl.
 
     python3 scripts/bench_sparse_mla.py [--quick] [--sweep | --sweep-focused] [--reference] [--only SUBSTR] [--ws]
 
-``--ws`` (``--ws-variants A,B``: only those of ``WS_VARIANTS``) adds the warp-specialised Gluon decode (hwinfer/kernels/triton/sparse_mla_ws.py; the
+``--ws`` (``--ws-variants A,B``: only those named) adds the warp-specialised Gluon decode (hwinfer/kernels/triton/sparse_mla_ws.py; the
 calls it covers, bf16 V4 rows) at its default and at the ring depths / chunk sizes in
-``WS_VARIANTS``.
+``WS_VARIANTS``, and on the packed-cache shapes its FP8 form (sparse_mla_ws_fp8.py, ``WS_FP8_VARIANTS``).
 
 ``--sweep`` (``--sweep-focused``: 10 tilings around the default, then each variant's registers
 and spills) times the Triton tilings (block_v x block_h x num_warps x block_k x num_splits) on
@@ -145,9 +145,17 @@ WS_VARIANTS = (("ws", {}), ("ws idx-in-loop", dict(PREFETCH_IDX=False)),
                ("ws min_rows512", dict(MIN_ROWS=512)))
 
 
-def ws_impl(consts: dict):
+# (name, module constants of hwinfer.kernels.triton.sparse_mla_ws_fp8) timed with --ws on the
+# packed-cache shapes
+WS_FP8_VARIANTS = (("ws fp8", {}), ("ws fp8 s3", dict(STAGES=3)), ("ws fp8 pw1", dict(PRODUCER_WARPS=1)),
+                   ("ws fp8 r216", dict(CONSUMER_REGS=216, PRODUCER_REGS=64)))
+
+
+def ws_impl(consts: dict, module: str = "sparse_mla_ws"):
     """sparse_mla_decode forced onto the Gluon kernel with ``consts`` set during the call."""
-    from hwinfer.kernels.triton import sparse_mla_ws as ws
+    import importlib
+
+    ws = importlib.import_module(f"hwinfer.kernels.triton.{module}")
 
     def run(**inputs):
         old = {k: getattr(ws, k) for k in consts}
@@ -220,9 +228,11 @@ def main() -> None:
                 impls.append(("reference", ref_decode, {}))
             if sweep:
                 impls += [(name, triton_decode, kw) for name, kw in sweep_configs(focused)]
-            if with_ws and "fp8cache" not in label and "glm5" not in label:
+            if with_ws and "glm5" not in label:
                 pick = argv[argv.index("--ws-variants") + 1].split(",") if "--ws-variants" in argv else None
-                impls += [(f"triton {name}", ws_impl(consts), {}) for name, consts in WS_VARIANTS
+                fp8 = "fp8cache" in label
+                impls += [(f"triton {name}", ws_impl(consts, "sparse_mla_ws_fp8" if fp8 else "sparse_mla_ws"), {})
+                          for name, consts in (WS_FP8_VARIANTS if fp8 else WS_VARIANTS)
                           if pick is None or name in pick]
             out = impls[1][1](**inputs)
             measure("sparse_mla_decode", label, impls, inputs, decode_bytes(inputs, out), "GB/s")

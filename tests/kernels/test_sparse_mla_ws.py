@@ -80,3 +80,43 @@ def test_ws_decode_matches_reference(batch, k1, k2, splits, dtype, index_dtype, 
     # both kernels round P to 16 bits for the PV product; the Gluon one must be as close
     assert err < max(2 * err_split, 1e-2), (err, err_split)
     assert out[0].abs().max().item() == 0.0   # no valid row: the sink takes everything
+
+
+@pytest.mark.parametrize("variant", ["default", "s3", "pw1"])
+@pytest.mark.parametrize("batch,k1,k2,splits,index_dtype", [
+    (3, 128, 300, None, torch.int32),
+    (2, 128, 1000, 7, torch.int64),
+    (5, 37, 0, 1, torch.int32),
+    (4, 64, 8192, None, torch.int32),
+])
+def test_ws_fp8_decode_matches_reference(batch, k1, k2, splits, index_dtype, variant,
+                                         monkeypatch):
+    """The packed-cache form (sparse_mla_ws_fp8.py): fp8_ds_mla rows, against the reference op
+    (which unpacks them exactly) and the Triton split kernel on the same packed rows."""
+    from hwinfer.kernels.triton import sparse_mla_ws_fp8
+    from hwinfer.kernels.triton.sparse_mla import sparse_mla_decode
+    from hwinfer.ops.kv_pack import pack_fp8_ds_mla
+    from hwinfer.ops.sparse_mla import sparse_mla_decode as reference
+
+    gen = torch.Generator().manual_seed(batch * 1000 + k2 + 1)
+    kw = _inputs(batch, k1, max(k2, 1), torch.bfloat16, index_dtype, gen)
+    kw["kv_cache"] = pack_fp8_ds_mla(kw["kv_cache"])
+    kw["extra_kv_cache"] = pack_fp8_ds_mla(kw["extra_kv_cache"])
+    if k2 == 0:
+        kw.pop("extra_kv_cache"), kw.pop("extra_indices")
+    assert sparse_mla_ws_fp8.ws_fp8_supported(kw["q"], kw["kv_cache"], None,
+                                              kw.get("extra_kv_cache")) is None
+    for name, value in {"default": {}, "s3": dict(STAGES=3),
+                        "pw1": dict(PRODUCER_WARPS=1)}[variant].items():
+        monkeypatch.setattr(sparse_mla_ws_fp8, name, value)
+    _poison()
+    out = sparse_mla_decode(**kw, ws=True, num_splits=splits)
+    torch.cuda.synchronize()
+    want = reference(**kw)
+    split = sparse_mla_decode(**kw, ws=False, num_splits=splits)
+    assert not out.isnan().any()
+    scale = want.float().abs().max().item()
+    err = (out.float() - want.float()).abs().max().item() / scale
+    err_split = (split.float() - want.float()).abs().max().item() / scale
+    assert err < max(2 * err_split, 1e-2), (err, err_split)
+    assert out[0].abs().max().item() == 0.0   # no valid row: the sink takes everything

@@ -68,6 +68,10 @@ PACKED_DECODE_TUNING = {"cuda": dict(num_stages=1), "hip": {}}
 # device (NVIDIA sm_90, where a card validated and timed it), True / False force it (so does a
 # call's ``ws=`` keyword); ``HWINFER_SPARSE_MLA_WS=1`` / ``0`` (read at import) sets it.
 WS_DECODE: bool | None = {"1": True, "0": False}.get(os.environ.get("HWINFER_SPARSE_MLA_WS", ""))
+# Its packed-cache form (:mod:`.sparse_mla_ws_fp8`): off by default until a card has run it
+# (compiled for sm_90 in CI only); the ``ws=True`` keyword or ``HWINFER_SPARSE_MLA_WS_FP8=1``
+# turns it on.
+WS_FP8_DECODE: bool = os.environ.get("HWINFER_SPARSE_MLA_WS_FP8", "") == "1"
 PREFILL_TUNING = {
     "cuda": dict(block_v=512, block_k=64, acc_budget=32768, num_warps=8, num_stages=2),
     "hip": dict(block_v=256, block_k=32, acc_budget=16384, num_warps=8, num_stages=2),
@@ -171,16 +175,24 @@ def _merge(pm, pl, pacc, sinks, out_rope, o3):
         HAS_ROPE=has_rope, num_warps=4)
 
 
-def _use_ws(q, kv_cache, v_dim, extra_kv_cache, want: bool | None) -> bool:
-    """Whether a decode call runs the warp-specialised Gluon kernel (:mod:`.sparse_mla_ws`):
-    the call's ``ws`` keyword, else ``WS_DECODE`` (None: yes), and only on NVIDIA sm_90, where a
-    card validated and timed it (H200, 22nd session: V4 HCA B = 128 690 -> 552 us), for calls
-    the kernel's own check accepts; otherwise the Triton kernel runs."""
-    want = WS_DECODE if want is None else want
-    if want is False or nvidia_capability(q.device) != (9, 0):   # (no Gluon import elsewhere)
-        return False
-    from hwinfer.kernels.triton.sparse_mla_ws import ws_supported
-    return ws_supported(q, kv_cache, v_dim, extra_kv_cache) is None
+def _ws_partials(q, kv_cache, v_dim, extra_kv_cache, want: bool | None):
+    """The warp-specialised Gluon kernel's partials function for a decode call, or None for the
+    Triton kernel: the call's ``ws`` keyword, else ``WS_DECODE`` (None: yes) for bf16 / fp16
+    rows (:mod:`.sparse_mla_ws`; H200, 22nd session: V4 HCA B = 128 690 -> 552 us) and
+    ``WS_FP8_DECODE`` for packed ones (:mod:`.sparse_mla_ws_fp8`); only on NVIDIA sm_90, for
+    calls the kernel's own check accepts."""
+    packed = kv_cache.dtype == torch.uint8
+    if want is None:
+        want = WS_FP8_DECODE if packed else WS_DECODE is not False
+    if not want or nvidia_capability(q.device) != (9, 0):   # (no Gluon import elsewhere)
+        return None
+    if packed:
+        from hwinfer.kernels.triton import sparse_mla_ws_fp8 as ws
+        ok = ws.ws_fp8_supported(q, kv_cache, v_dim, extra_kv_cache) is None
+        return ws.sparse_mla_fp8_partials if ok else None
+    from hwinfer.kernels.triton import sparse_mla_ws as ws
+    ok = ws.ws_supported(q, kv_cache, v_dim, extra_kv_cache) is None
+    return ws.sparse_mla_partials if ok else None
 
 
 def sparse_mla_decode(q: torch.Tensor, kv_cache: torch.Tensor, indices: torch.Tensor,
@@ -200,7 +212,8 @@ def sparse_mla_decode(q: torch.Tensor, kv_cache: torch.Tensor, indices: torch.Te
     kernel; None = heuristic from waves / min_rows), num_warps, num_stages, acc_budget, waves,
     min_rows. On NVIDIA sm_90 the calls :mod:`.sparse_mla_ws` covers (bf16 / fp16, 64 heads x
     512, unpacked rows) run its warp-specialised Gluon kernel instead (``ws=False``, or any
-    tiling keyword above but num_splits, keeps the Triton kernel; ``WS_DECODE``).
+    tiling keyword above but num_splits, keeps the Triton kernel; ``WS_DECODE``); packed rows
+    through :mod:`.sparse_mla_ws_fp8` only when asked (``ws=True``, ``WS_FP8_DECODE``).
     """
     b, s, h, d = q.shape
     dv = d if v_dim is None else int(v_dim)
@@ -217,10 +230,10 @@ def sparse_mla_decode(q: torch.Tensor, kv_cache: torch.Tensor, indices: torch.Te
     ws = tuning.pop("ws", None)
     if ws is None and any(v is not None for v in tuning.values()):
         ws = False   # a Triton tiling asked for by name (sweeps): the Triton kernel
-    if _use_ws(q, kv_cache, v_dim, extra_kv_cache, ws):
-        from hwinfer.kernels.triton.sparse_mla_ws import sparse_mla_partials
-        pm, pl, pacc = sparse_mla_partials(q3, kv_cache, kv_cache.stride(1), idx, kv2, stride_kv2,
-                                           idx2, k2, scale, num_splits)
+    partials = _ws_partials(q, kv_cache, v_dim, extra_kv_cache, ws)
+    if partials is not None:
+        pm, pl, pacc = partials(q3, kv_cache, kv_cache.stride(1), idx, kv2, stride_kv2, idx2, k2,
+                                scale, num_splits)
         _merge(pm, pl, pacc, sinks, out_rope, out.view(t, h, dv))
         return out
     _launch(q3, kv_cache, kv_cache.stride(1), idx, kv2, stride_kv2, idx2, k2, sinks, out_rope,

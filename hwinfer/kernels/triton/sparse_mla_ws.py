@@ -173,6 +173,44 @@ def _producer(q_ptr, kv_ptr, idx_ptr, kv2_ptr, idx2_ptr, q_lo, q_hi, k_lo, k_hi,
 
 
 @gluon.jit
+def _exchange_logits(sc, xbuf, xfull, xempty, c, PART: gl.constexpr, s_l: gl.constexpr):
+    """QK split: publish this group's partial logits of chunk c, return them plus the other
+    group's. A group overwrites its buffer only once the other has read the last one."""
+    # a fresh barrier's "previous" phase counts as complete: chunk 0 does not wait
+    mbarrier.wait(xempty.index(PART), (c & 1) ^ 1)
+    xbuf.index(PART).store(sc)
+    mbarrier.arrive(xfull.index(PART))   # after a barrier of this group: all stored
+    mbarrier.wait(xfull.index(1 - PART), c & 1)
+    sc = sc + xbuf.index(1 - PART).load(s_l)
+    mbarrier.arrive(xempty.index(1 - PART))
+    return sc
+
+
+@gluon.jit
+def _softmax_step(sc, ok, m, l, qk_scale):
+    """One chunk of the online softmax (log2 domain): logits sc [64, BLOCK_K] where ``ok``
+    [BLOCK_K] -> (P, the accumulator's rescale factor, the new row max and sum)."""
+    sc = gl.where(ok[None, :], sc * qk_scale, float("-inf"))
+    m_new = gl.maximum(m, gl.max(sc, axis=1))
+    alpha = gl.exp2(m - m_new)
+    p = gl.exp2(sc - m_new[:, None])
+    return p, alpha, m_new, l * alpha + gl.sum(p, axis=1)
+
+
+@gluon.jit
+def _store_partials(acc, m, l, pm_ptr, pl_ptr, pacc_ptr, row0, PART: gl.constexpr,
+                    s_l: gl.constexpr, o_l: gl.constexpr):
+    """This group's [64, 256] accumulator, and (group 0) the row max and sum, of one split."""
+    heads = gl.arange(0, 64, layout=gl.SliceLayout(1, o_l))
+    ch = PART * 256 + gl.arange(0, 256, layout=gl.SliceLayout(0, o_l))
+    gl.store(pacc_ptr + (row0 + heads).to(gl.int64)[:, None] * 512 + ch[None, :], acc)
+    if PART == 0:
+        hs = gl.arange(0, 64, layout=gl.SliceLayout(1, s_l))
+        gl.store(pm_ptr + row0 + hs, m)
+        gl.store(pl_ptr + row0 + hs, l)
+
+
+@gluon.jit
 def _consumer(q_lo, q_hi, k_lo, k_hi, idx_s, xbuf, q_bar, full, empty, xfull, xempty, pm_ptr,
               pl_ptr, pacc_ptr, row0, qk_scale, lo, hi, K1, n_main, n_all, PART: gl.constexpr,
               BLOCK_K: gl.constexpr, STAGES: gl.constexpr, OVERLAP: gl.constexpr,
@@ -214,13 +252,7 @@ def _consumer(q_lo, q_hi, k_lo, k_hi, idx_s, xbuf, q_bar, full, empty, xfull, xe
             if OVERLAP:   # the previous chunk's PV product is done: its slot goes back
                 acc, pa = hopper.warpgroup_mma_wait(0, deps=[acc, pa])
                 mbarrier.arrive(empty.index(prev), pred=c > 0)
-            # a fresh barrier's "previous" phase counts as complete: chunk 0 does not wait
-            mbarrier.wait(xempty.index(PART), (c & 1) ^ 1)
-            xbuf.index(PART).store(sc)
-            mbarrier.arrive(xfull.index(PART))   # after a barrier of this group: all stored
-            mbarrier.wait(xfull.index(1 - PART), c & 1)
-            sc = sc + xbuf.index(1 - PART).load(s_l)
-            mbarrier.arrive(xempty.index(1 - PART))
+            sc = _exchange_logits(sc, xbuf, xfull, xempty, c, PART, s_l)
         elif OVERLAP:
             sc = hopper.warpgroup_mma(q_lo, kl.permute((1, 0)), sc, use_acc=False, is_async=True)
             sc = hopper.warpgroup_mma(q_hi, kh.permute((1, 0)), sc, is_async=True)
@@ -235,12 +267,7 @@ def _consumer(q_lo, q_hi, k_lo, k_hi, idx_s, xbuf, q_bar, full, empty, xfull, xe
         p0, end = _chunk_range(c, n_main, lo, hi, K1, BLOCK_K)
         idx = idx_s.index(s).load(gl.SliceLayout(0, s_l))
         ok = (p0 + cols < end) & (idx >= 0)
-        sc = gl.where(ok[None, :], sc * qk_scale, float("-inf"))
-        m_new = gl.maximum(m, gl.max(sc, axis=1))
-        alpha = gl.exp2(m - m_new)
-        p = gl.exp2(sc - m_new[:, None])
-        l = l * alpha + gl.sum(p, axis=1)
-        m = m_new
+        p, alpha, m, l = _softmax_step(sc, ok, m, l, qk_scale)
         pa = gl.convert_layout(p.to(q_lo.dtype), p_l)
         acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_l))[:, None]
         if PART == 0:
@@ -255,13 +282,7 @@ def _consumer(q_lo, q_hi, k_lo, k_hi, idx_s, xbuf, q_bar, full, empty, xfull, xe
             mbarrier.arrive(empty.index(s))
     if OVERLAP:
         acc, pa = hopper.warpgroup_mma_wait(0, deps=[acc, pa])
-    heads = gl.arange(0, 64, layout=gl.SliceLayout(1, o_l))
-    ch = PART * 256 + gl.arange(0, 256, layout=gl.SliceLayout(0, o_l))
-    gl.store(pacc_ptr + (row0 + heads).to(gl.int64)[:, None] * 512 + ch[None, :], acc)
-    if PART == 0:
-        hs = gl.arange(0, 64, layout=gl.SliceLayout(1, s_l))
-        gl.store(pm_ptr + row0 + hs, m)
-        gl.store(pl_ptr + row0 + hs, l)
+    _store_partials(acc, m, l, pm_ptr, pl_ptr, pacc_ptr, row0, PART, s_l, o_l)
 
 
 @gluon.jit

@@ -1,0 +1,306 @@
+"""Warp-specialised sparse MLA decode over DeepSeek-V4's packed FP8 cache rows, in Gluon, for
+NVIDIA Hopper. Contract: :func:`hwinfer.ops.sparse_mla.sparse_mla_decode` with ``fp8_ds_mla``
+caches (uint8 [..., 584], :mod:`hwinfer.ops.kv_pack`); selected by
+:mod:`hwinfer.kernels.triton.sparse_mla` where :func:`ws_fp8_supported` accepts the call.
+
+The structure of :mod:`.sparse_mla_ws` (its docstring says why), with the rows' bytes decoded
+on the way in:
+
+* the **producer** copies each row raw, in 8-byte pieces (rows are 8-byte aligned: 584 = 73 x
+  8), into three regions of a ring slot: bytes 0-511 (the 448 e4m3 NoPE codes and the first
+  half of the RoPE channels), bytes 448-575 (the 64 bf16 RoPE channels, 64 bytes fetched twice
+  so that they lie contiguous) and bytes 576-583 (the seven UE8M0 group scales);
+* each **consumer** decodes its 256 channels of the chunk (group 0: NoPE groups 0-3; group 1:
+  NoPE groups 4-6 and the RoPE channels) into its own bf16 tile in shared memory, e4m3 x
+  2^(scale - 127), releases the raw slot at once, then runs the QK split, the online softmax and
+  the PV product of :mod:`.sparse_mla_ws` on that tile.
+
+A 584-byte row is 57% of a bf16 row's bytes. Shared memory at 4 x 32-row slots: q 64 KB, raw
+slots 4 x 20.25 KB, the two bf16 tiles 32 KB, the exchanged logits 16 KB: 193 KB. Covers q bf16
+with 64 heads x 512, v_dim 512, packed main and extra caches, int32 / int64 indices. NVIDIA
+sm_90 only; compiled ahead of time in CI, run only on a card (tests/kernels/test_sparse_mla_ws.py).
+"""
+from __future__ import annotations
+
+import torch
+import triton
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia import hopper
+from triton.experimental.gluon.language.nvidia.ampere import async_copy
+from triton.experimental.gluon.language.nvidia.hopper import mbarrier
+
+from hwinfer.kernels.triton import num_sms, nvidia_capability
+from hwinfer.kernels.triton.sparse_mla_ws import (HEADS, _barrier, _chunk_indices, _chunk_range,
+                                                  _exchange_logits, _softmax_step,
+                                                  _store_partials, pick_splits)
+from hwinfer.ops.kv_pack import FP8_DS_BYTES
+
+WORDS = gl.constexpr(FP8_DS_BYTES // 8)   # 73 8-byte words a row
+BLOCK_K = 32
+STAGES = 4
+SUB = 8
+PRODUCER_WARPS = 4
+CONSUMER_REGS = 224
+PRODUCER_REGS = 56
+
+
+@gluon.jit
+def _producer(q_ptr, kv_ptr, idx_ptr, kv2_ptr, idx2_ptr, q_lo, q_hi, raw_a, raw_r, raw_s, idx_s,
+              pidx, q_bar, full, empty, stride_kv, stride_kv2, lo, hi, K1, n_main, n_all,
+              BLOCK_K: gl.constexpr, STAGES: gl.constexpr, SUB: gl.constexpr,
+              WARPS: gl.constexpr):
+    """q into shared memory (``q_bar``), then chunk c's rows, raw, into slot c % STAGES: words
+    0-63 of a row to ``raw_a``, words 56-71 (the RoPE bytes) to ``raw_r``, word 72 (the scales)
+    to ``raw_s``. kv pointers are int64 words; strides in words."""
+    q_l: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [WARPS, 1], [1, 0])     # [SUB, 256]
+    a_l: gl.constexpr = gl.BlockedLayout([1, 2], [1, 32], [WARPS, 1], [1, 0])     # [SUB, 64]
+    r_l: gl.constexpr = gl.BlockedLayout([1, 1], [2, 16], [WARPS, 1], [1, 0])     # [SUB, 16]
+    idx_l: gl.constexpr = gl.BlockedLayout([1], [32], [WARPS], [0])
+    qc = gl.arange(0, 256, layout=gl.SliceLayout(0, q_l))
+    for j in gl.static_range(64 // SUB):
+        h = j * SUB + gl.arange(0, SUB, layout=gl.SliceLayout(1, q_l))
+        qp = q_ptr + h[:, None] * 512 + qc[None, :]
+        async_copy.async_copy_global_to_shared(q_lo.slice(j * SUB, SUB), qp)
+        async_copy.async_copy_global_to_shared(q_hi.slice(j * SUB, SUB), qp + 256)
+    async_copy.mbarrier_arrive(q_bar, increment_count=False)
+    ac = gl.arange(0, 64, layout=gl.SliceLayout(0, a_l))
+    rc = 56 + gl.arange(0, 16, layout=gl.SliceLayout(0, r_l))
+    nxt = _chunk_indices(0, idx_ptr, idx2_ptr, n_main, n_all, lo, hi, K1, BLOCK_K, idx_l)
+    for c in range(n_all):
+        cur = nxt
+        # in flight while this chunk waits for its slot and issues its copies
+        nxt = _chunk_indices(c + 1, idx_ptr, idx2_ptr, n_main, n_all, lo, hi, K1, BLOCK_K, idx_l)
+        s = c % STAGES
+        mbarrier.wait(empty.index(s), ((c // STAGES) & 1) ^ 1)
+        p0, end = _chunk_range(c, n_main, lo, hi, K1, BLOCK_K)
+        if c < n_main:
+            ip = idx_ptr
+            kp = kv_ptr
+            sk = stride_kv
+        else:
+            ip = idx2_ptr
+            kp = kv2_ptr
+            sk = stride_kv2
+        pos = p0 + gl.arange(0, BLOCK_K, layout=idx_l)
+        async_copy.async_copy_global_to_shared(idx_s.index(s), ip + pos, mask=pos < end)
+        ok = cur >= 0
+        async_copy.async_copy_global_to_shared(
+            raw_s.index(s), kp + gl.where(ok, cur, 0).to(gl.int64) * sk + (WORDS - 1), mask=ok)
+        _barrier()   # the last chunk's reads of pidx are done
+        pidx.store(cur)
+        _barrier()
+        for j in gl.static_range(BLOCK_K // SUB):
+            ia = pidx.slice(j * SUB, SUB).load(gl.SliceLayout(1, a_l))
+            oka = ia >= 0
+            rowa = kp + gl.where(oka, ia, 0).to(gl.int64) * sk
+            async_copy.async_copy_global_to_shared(raw_a.index(s).slice(j * SUB, SUB),
+                                                   rowa[:, None] + ac[None, :], mask=oka[:, None])
+            ir = pidx.slice(j * SUB, SUB).load(gl.SliceLayout(1, r_l))
+            okr = ir >= 0
+            rowr = kp + gl.where(okr, ir, 0).to(gl.int64) * sk
+            async_copy.async_copy_global_to_shared(raw_r.index(s).slice(j * SUB, SUB),
+                                                   rowr[:, None] + rc[None, :], mask=okr[:, None])
+        async_copy.mbarrier_arrive(full.index(s), increment_count=False)
+
+
+@gluon.jit
+def _decode_group(codes_u8, scale_bytes, g: gl.constexpr, dec_l: gl.constexpr,
+                  sb_l: gl.constexpr):
+    """NoPE group g of a chunk: its 64 e4m3 codes a row [BLOCK_K, 64] (shared uint8) times the
+    row's power-of-two scale 2^(byte - 127), as bf16 (exact)."""
+    codes = codes_u8.slice(g * 64, 64, dim=1).load(dec_l)
+    sel = gl.arange(0, 8, layout=gl.SliceLayout(0, sb_l)) == g
+    byte = gl.sum(gl.where(sel[None, :], scale_bytes, 0), axis=1)
+    # the exponent field of an fp32 is the biased exponent: byte << 23 is 2^(byte - 127)
+    scale = (byte << 23).to(gl.float32, bitcast=True)
+    scale = gl.convert_layout(scale, gl.SliceLayout(1, dec_l))
+    vals = codes.to(gl.float8e4nv, bitcast=True).to(gl.float32) * scale[:, None]
+    return vals.to(gl.bfloat16)
+
+
+@gluon.jit
+def _consumer(q_lo, q_hi, raw_a, raw_r, raw_s, kb, idx_s, xbuf, q_bar, full, empty, xfull,
+              xempty, pm_ptr, pl_ptr, pacc_ptr, row0, qk_scale, lo, hi, K1, n_main, n_all,
+              PART: gl.constexpr, BLOCK_K: gl.constexpr, STAGES: gl.constexpr):
+    """One warp group: channels [PART * 256, PART * 256 + 256) of all 64 heads, decoded from
+    each slot into ``kb`` (bf16 [BLOCK_K, 256], this group's own), then as in
+    :func:`hwinfer.kernels.triton.sparse_mla_ws._consumer` with the QK split."""
+    s_l: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                  instr_shape=[16, BLOCK_K, 16])
+    o_l: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                  instr_shape=[16, 256, 16])
+    p_l: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_l, k_width=2)
+    dec_l: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])    # [BLOCK_K, 64]
+    sb_l: gl.constexpr = gl.BlockedLayout([1, 8], [32, 1], [4, 1], [1, 0])    # [BLOCK_K, 8]
+    m = gl.full([64], -1.0e30, gl.float32, layout=gl.SliceLayout(1, s_l))  # finite: no NaN
+    l = gl.zeros([64], gl.float32, layout=gl.SliceLayout(1, s_l))
+    acc = gl.zeros([64, 256], gl.float32, layout=o_l)
+    cols = gl.arange(0, BLOCK_K, layout=gl.SliceLayout(0, s_l))
+    mbarrier.wait(q_bar, 0)
+    for c in range(n_all):
+        s = c % STAGES
+        mbarrier.wait(full.index(s), (c // STAGES) & 1)
+        codes = raw_a.index(s)._reinterpret(gl.uint8, [BLOCK_K, 512],
+                                            gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
+        scale_bytes = raw_s.index(s)._reinterpret(
+            gl.uint8, [BLOCK_K, 8], gl.SwizzledSharedLayout(1, 1, 1, [1, 0])).load(sb_l)
+        scale_bytes = scale_bytes.to(gl.int32)
+        if PART == 0:
+            for g in gl.static_range(4):
+                kb.slice(g * 64, 64, dim=1).store(_decode_group(codes, scale_bytes, g, dec_l, sb_l))
+        else:
+            for g in gl.static_range(3):
+                kb.slice(g * 64, 64, dim=1).store(
+                    _decode_group(codes, scale_bytes, 4 + g, dec_l, sb_l))
+            rope = raw_r.index(s)._reinterpret(gl.bfloat16, [BLOCK_K, 64],
+                                               gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
+            kb.slice(192, 64, dim=1).store(rope.load(dec_l))
+        idx = idx_s.index(s).load(gl.SliceLayout(0, s_l))
+        # the slot's bytes are in registers or kb now: back to the producer (after a barrier of
+        # this group); kb was written through the generic proxy, wgmma reads it through the
+        # async one
+        mbarrier.arrive(empty.index(s))
+        hopper.fence_async_shared()
+        _barrier()
+        sc = gl.zeros([64, BLOCK_K], gl.float32, layout=s_l)
+        if PART == 0:
+            sc = hopper.warpgroup_mma(q_lo, kb.permute((1, 0)), sc, use_acc=False)
+        else:
+            sc = hopper.warpgroup_mma(q_hi, kb.permute((1, 0)), sc, use_acc=False)
+        sc = _exchange_logits(sc, xbuf, xfull, xempty, c, PART, s_l)
+        p0, end = _chunk_range(c, n_main, lo, hi, K1, BLOCK_K)
+        ok = (p0 + cols < end) & (idx >= 0)
+        p, alpha, m, l = _softmax_step(sc, ok, m, l, qk_scale)
+        pa = gl.convert_layout(p.to(gl.bfloat16), p_l)
+        acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_l))[:, None]
+        # synchronous: kb is rewritten by the next chunk's decode
+        acc = hopper.warpgroup_mma(pa, kb, acc)
+    _store_partials(acc, m, l, pm_ptr, pl_ptr, pacc_ptr, row0, PART, s_l, o_l)
+
+
+@gluon.jit
+def _sparse_mla_ws_fp8_kernel(q_ptr, kv_ptr, idx_ptr, kv2_ptr, idx2_ptr, pm_ptr, pl_ptr,
+                              pacc_ptr, K1, K2, CHUNKS_PER_SPLIT, qk_scale, stride_qt,
+                              stride_kv, stride_kv2, stride_it, stride_i2t,
+                              BLOCK_K: gl.constexpr, STAGES: gl.constexpr, SUB: gl.constexpr,
+                              PRODUCER_WARPS: gl.constexpr, CONSUMER_REGS: gl.constexpr,
+                              PRODUCER_REGS: gl.constexpr):
+    sp = gl.program_id(0)
+    t = gl.program_id(1).to(gl.int64)
+    nsplit = gl.num_programs(0)
+    lo = sp * CHUNKS_PER_SPLIT * BLOCK_K
+    hi = gl.minimum(lo + CHUNKS_PER_SPLIT * BLOCK_K, K1 + K2)
+    n_main = (gl.maximum(gl.minimum(hi, K1) - lo, 0) + BLOCK_K - 1) // BLOCK_K
+    n_all = n_main + (gl.maximum(hi - gl.maximum(lo, K1), 0) + BLOCK_K - 1) // BLOCK_K
+
+    bf16_l: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16,
+                                                rank=2)
+    plain: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [1, 0])
+    q_lo = gl.allocate_shared_memory(gl.bfloat16, [64, 256], bf16_l)
+    q_hi = gl.allocate_shared_memory(gl.bfloat16, [64, 256], bf16_l)
+    raw_a = gl.allocate_shared_memory(gl.int64, [STAGES, BLOCK_K, 64], plain)
+    raw_r = gl.allocate_shared_memory(gl.int64, [STAGES, BLOCK_K, 16], plain)
+    raw_s = gl.allocate_shared_memory(gl.int64, [STAGES, BLOCK_K],
+                                      gl.SwizzledSharedLayout(1, 1, 1, [0]))
+    kb0 = gl.allocate_shared_memory(gl.bfloat16, [BLOCK_K, 256], bf16_l)
+    kb1 = gl.allocate_shared_memory(gl.bfloat16, [BLOCK_K, 256], bf16_l)
+    idx_s = gl.allocate_shared_memory(idx_ptr.dtype.element_ty, [STAGES, BLOCK_K],
+                                      gl.SwizzledSharedLayout(1, 1, 1, [0]))
+    pidx = gl.allocate_shared_memory(idx_ptr.dtype.element_ty, [BLOCK_K],
+                                     gl.SwizzledSharedLayout(1, 1, 1, [0]))
+    xbuf = gl.allocate_shared_memory(gl.float32, [2, 64, BLOCK_K], gl.NVMMASharedLayout(
+        swizzle_byte_width=128, element_bitwidth=32, rank=2))
+    q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    xfull = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    xempty = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    full = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(STAGES):
+        mbarrier.init(full.index(i), count=32 * PRODUCER_WARPS)   # every producer thread
+        mbarrier.init(empty.index(i), count=2)
+    for i in gl.static_range(2):
+        mbarrier.init(xfull.index(i), count=1)
+        mbarrier.init(xempty.index(i), count=1)
+    mbarrier.init(q_bar, count=32 * PRODUCER_WARPS)
+
+    row0 = (t * nsplit + sp) * 64
+    gl.warp_specialize([
+        (_consumer, (q_lo, q_hi, raw_a, raw_r, raw_s, kb0, idx_s, xbuf, q_bar, full, empty,
+                     xfull, xempty, pm_ptr, pl_ptr, pacc_ptr, row0, qk_scale, lo, hi, K1, n_main,
+                     n_all, 0, BLOCK_K, STAGES)),
+        (_consumer, (q_lo, q_hi, raw_a, raw_r, raw_s, kb1, idx_s, xbuf, q_bar, full, empty,
+                     xfull, xempty, pm_ptr, pl_ptr, pacc_ptr, row0, qk_scale, lo, hi, K1, n_main,
+                     n_all, 1, BLOCK_K, STAGES)),
+        (_producer, (q_ptr + t * stride_qt, kv_ptr, idx_ptr + t * stride_it, kv2_ptr,
+                     idx2_ptr + t * stride_i2t, q_lo, q_hi, raw_a, raw_r, raw_s, idx_s, pidx,
+                     q_bar, full, empty, stride_kv, stride_kv2, lo, hi, K1, n_main, n_all,
+                     BLOCK_K, STAGES, SUB, PRODUCER_WARPS)),
+    ], [4, PRODUCER_WARPS], [CONSUMER_REGS, PRODUCER_REGS])
+
+
+def ws_fp8_supported(q: torch.Tensor, kv_cache: torch.Tensor, v_dim: int | None,
+                     extra_kv_cache: torch.Tensor | None) -> str | None:
+    """Why this kernel cannot take a decode call (None: it can). q [B, S, H, D]."""
+    cap = nvidia_capability(q.device)
+    if cap != (9, 0):
+        return "NVIDIA sm_90 only (wgmma)"
+    if q.dtype != torch.bfloat16 or q.shape[-2:] != (HEADS, 512):
+        return f"bf16 q with {HEADS} heads x 512 channels only, got {q.dtype} {tuple(q.shape[-2:])}"
+    if (v_dim or 512) != 512:
+        return f"v_dim 512 only, got {v_dim}"
+    for name, cache in (("kv_cache", kv_cache), ("extra_kv_cache", extra_kv_cache)):
+        if cache is not None and (cache.dtype != torch.uint8 or cache.shape[-1] != FP8_DS_BYTES
+                                  or any(st % 8 for st in cache.stride()[:-1])
+                                  or cache.data_ptr() % 16):
+            return f"{name}: packed fp8_ds_mla rows (uint8, {FP8_DS_BYTES} bytes, 8-byte aligned) only"
+    if q.stride(-1) != 1 or q.stride(-2) != 512 or q.data_ptr() % 16:
+        return "q's heads must be contiguous rows of 512"
+    return None
+
+
+def sparse_mla_fp8_partials(q3: torch.Tensor, kv: torch.Tensor, stride_kv: int, idx: torch.Tensor,
+                            kv2: torch.Tensor, stride_kv2: int, idx2: torch.Tensor, k2: int,
+                            scale: float, num_splits: int | None = None):
+    """As :func:`hwinfer.kernels.triton.sparse_mla_ws.sparse_mla_partials`, for packed rows:
+    kv / kv2 uint8 caches [..., 584] (read as int64 words), row strides in bytes (multiples of
+    8)."""
+    t = q3.shape[0]
+    k1 = idx.shape[1]
+    if idx2.dtype != idx.dtype:
+        idx, idx2 = idx.long(), idx2.long()
+    chunks = max(1, triton.cdiv(k1 + k2, BLOCK_K))
+    if num_splits is None:
+        num_splits = pick_splits(t, k1 + k2, num_sms(q3.device, 132))
+    cps = triton.cdiv(chunks, max(1, min(num_splits, chunks)))
+    nsplit = triton.cdiv(chunks, cps)
+    f32 = dict(dtype=torch.float32, device=q3.device)
+    pm = torch.empty((t, nsplit, HEADS), **f32)
+    pl = torch.empty((t, nsplit, HEADS), **f32)
+    pacc = torch.empty((t, nsplit, HEADS, 512), **f32)
+    _sparse_mla_ws_fp8_kernel[(nsplit, t)](
+        q3, kv.view(torch.int64), idx, kv2.view(torch.int64), idx2, pm, pl, pacc, k1, k2, cps,
+        scale * 1.4426950408889634, q3.stride(0), stride_kv // 8, stride_kv2 // 8, idx.stride(0),
+        idx2.stride(0), BLOCK_K=BLOCK_K, STAGES=STAGES, SUB=SUB, PRODUCER_WARPS=PRODUCER_WARPS,
+        CONSUMER_REGS=CONSUMER_REGS, PRODUCER_REGS=PRODUCER_REGS, num_warps=4)
+    return pm, pl, pacc
+
+
+def _aot_specs():
+    from hwinfer.kernels.triton.aot import AotSpec
+
+    consts = dict(BLOCK_K=BLOCK_K, STAGES=STAGES, SUB=SUB, PRODUCER_WARPS=PRODUCER_WARPS,
+                  CONSUMER_REGS=CONSUMER_REGS, PRODUCER_REGS=PRODUCER_REGS)
+    sig = {n: ("constexpr" if n in consts
+               else "*bf16" if n == "q_ptr" else "*i64" if n in ("kv_ptr", "kv2_ptr")
+               else "*i32" if n in ("idx_ptr", "idx2_ptr")
+               else "*fp32" if n.endswith("_ptr") else "fp32" if n == "qk_scale" else "i32")
+           for n in _sparse_mla_ws_fp8_kernel.arg_names}
+    # row strides in words (73 a row) are not multiples of 16; pointers and q's stride are
+    aligned = tuple(n for n in sig if n.endswith("_ptr") or n in ("stride_qt", "stride_it",
+                                                                   "stride_i2t"))
+    return [AotSpec("sparse_mla_ws_fp8[dsv4]", _sparse_mla_ws_fp8_kernel, sig, consts,
+                    {"num_warps": 4}, ("sm_90",), check_shared=True, divisible=aligned)]
+
+
+AOT_SPECS = _aot_specs()
