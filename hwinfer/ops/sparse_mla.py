@@ -376,8 +376,10 @@ SPARSE_MLA_DECODE = define_op(
         Case("dsv4_ring_plus_entries", _decode_extra_case(3, 8, 64)),
         Case("dsv4_fp8_cache_s2", _packed(_decode_case(2, 2, 8, 512, rope=64))),
         Case("dsv4_fp8_ring_plus_entries", _packed(_decode_extra_case(2, 8, 512))),
-        # DeepSeek-V4's own head count: the shape NVIDIA Hopper's Gluon kernel takes
+        # DeepSeek-V4's own head count: the shape NVIDIA Hopper's Gluon kernels take (bf16, packed)
         Case("dsv4_h64_ring_plus_entries", _decode_extra_case(2, 64, 512, window=16, topk=12)),
+        Case("dsv4_h64_fp8_ring_plus_entries",
+             _packed(_decode_extra_case(2, 64, 512, window=16, topk=12))),
     ],
     tolerance=_TOL,
 )

@@ -16,7 +16,9 @@ on the way in:
   the PV product of :mod:`.sparse_mla_ws` on that tile.
 
 A 584-byte row is 57% of a bf16 row's bytes. Shared memory at 4 x 32-row slots: q 64 KB, raw
-slots 4 x 20.25 KB, the two bf16 tiles 32 KB, the exchanged logits 16 KB: 193 KB. Covers q bf16
+slots 4 x 20.25 KB, the two bf16 tiles 32 KB, the exchanged logits 16 KB: 194 KB (64-row
+chunks do not fit). H100, 23rd session (V4 HCA, 128 + 8,192 rows): B = 128 1,377 us with the
+Triton kernel -> 549, B = 32 438 -> 150; 3 slots 571 / 151 (docs/kernels.md). Covers q bf16
 with 64 heads x 512, v_dim 512, packed main and extra caches, int32 / int64 indices. NVIDIA
 sm_90 only; compiled ahead of time in CI, run only on a card (tests/kernels/test_sparse_mla_ws.py).
 """
