@@ -2,7 +2,8 @@
 Hopper card, against the reference op and the Triton split kernel: DeepSeek-V4 shapes (64 heads,
 512 channels, sinks, inverse RoPE) with a ring list and an extra list, -1 entries, chunks cut
 by list ends, a token with no valid row, 1 to many splits, int64 indices, fp16, and freed memory
-poisoned with NaN first (the allocator hands it to the partials). Skipped without an sm_90 GPU:
+poisoned with NaN first (the allocator hands it to the partials); the same for the packed FP8
+form (sparse_mla_ws_fp8.py). Skipped without an sm_90 GPU:
 Gluon kernels do not run under the Triton interpreter (CI compiles this one ahead of time)."""
 from __future__ import annotations
 
@@ -37,6 +38,38 @@ def _poison():
     del junk
 
 
+def _check_against_reference_and_split(kw, splits):
+    """The Gluon kernel (forced) on freed memory poisoned first, against the reference op and
+    the Triton split kernel on the same inputs."""
+    from hwinfer.kernels.triton.sparse_mla import sparse_mla_decode
+    from hwinfer.ops.sparse_mla import sparse_mla_decode as reference
+
+    _poison()
+    out = sparse_mla_decode(**kw, ws=True, num_splits=splits)
+    torch.cuda.synchronize()
+    want = reference(**kw)
+    split = sparse_mla_decode(**kw, ws=False, num_splits=splits)
+    assert not out.isnan().any()
+    scale = want.float().abs().max().item()
+    err = (out.float() - want.float()).abs().max().item() / scale
+    err_split = (split.float() - want.float()).abs().max().item() / scale
+    # both kernels round P to 16 bits for the PV product; the Gluon one must be as close
+    assert err < max(2 * err_split, 1e-2), (err, err_split)
+    assert out[0].abs().max().item() == 0.0   # no valid row: the sink takes everything
+
+
+def _case(batch, k1, k2, dtype, index_dtype, seed, packed=False):
+    from hwinfer.ops.kv_pack import pack_fp8_ds_mla
+
+    kw = _inputs(batch, k1, max(k2, 1), dtype, index_dtype, torch.Generator().manual_seed(seed))
+    if packed:
+        kw["kv_cache"] = pack_fp8_ds_mla(kw["kv_cache"])
+        kw["extra_kv_cache"] = pack_fp8_ds_mla(kw["extra_kv_cache"])
+    if k2 == 0:
+        kw.pop("extra_kv_cache"), kw.pop("extra_indices")
+    return kw
+
+
 # the default (4 producer warps, QK split) and the forms the bench times against it (module
 # constants, set for the call)
 VARIANTS = {"default": {}, "pw1_qk_twice": dict(PRODUCER_WARPS=1, QK_SPLIT=False),
@@ -57,32 +90,19 @@ VARIANTS = {"default": {}, "pw1_qk_twice": dict(PRODUCER_WARPS=1, QK_SPLIT=False
 def test_ws_decode_matches_reference(batch, k1, k2, splits, dtype, index_dtype, variant,
                                      monkeypatch):
     from hwinfer.kernels.triton import sparse_mla_ws
-    from hwinfer.kernels.triton.sparse_mla import sparse_mla_decode
-    from hwinfer.kernels.triton.sparse_mla_ws import ws_supported
-    from hwinfer.ops.sparse_mla import sparse_mla_decode as reference
 
-    gen = torch.Generator().manual_seed(batch * 1000 + k2)
-    kw = _inputs(batch, k1, max(k2, 1), dtype, index_dtype, gen)
-    if k2 == 0:
-        kw.pop("extra_kv_cache"), kw.pop("extra_indices")
-    assert ws_supported(kw["q"], kw["kv_cache"], None, kw.get("extra_kv_cache")) is None
+    kw = _case(batch, k1, k2, dtype, index_dtype, batch * 1000 + k2)
+    assert sparse_mla_ws.ws_supported(kw["q"], kw["kv_cache"], None,
+                                      kw.get("extra_kv_cache")) is None
     for name, value in VARIANTS[variant].items():
         monkeypatch.setattr(sparse_mla_ws, name, value)
-    _poison()
-    out = sparse_mla_decode(**kw, ws=True, num_splits=splits)
-    torch.cuda.synchronize()
-    want = reference(**kw)
-    split = sparse_mla_decode(**kw, ws=False, num_splits=splits)
-    assert not out.isnan().any()
-    scale = want.float().abs().max().item()
-    err = (out.float() - want.float()).abs().max().item() / scale
-    err_split = (split.float() - want.float()).abs().max().item() / scale
-    # both kernels round P to 16 bits for the PV product; the Gluon one must be as close
-    assert err < max(2 * err_split, 1e-2), (err, err_split)
-    assert out[0].abs().max().item() == 0.0   # no valid row: the sink takes everything
+    _check_against_reference_and_split(kw, splits)
 
 
-@pytest.mark.parametrize("variant", ["default", "s3", "pw1"])
+FP8_VARIANTS = {"default": {}, "s3": dict(STAGES=3), "pw1": dict(PRODUCER_WARPS=1)}
+
+
+@pytest.mark.parametrize("variant", list(FP8_VARIANTS))
 @pytest.mark.parametrize("batch,k1,k2,splits,index_dtype", [
     (3, 128, 300, None, torch.int32),
     (2, 128, 1000, 7, torch.int64),
@@ -94,29 +114,10 @@ def test_ws_fp8_decode_matches_reference(batch, k1, k2, splits, index_dtype, var
     """The packed-cache form (sparse_mla_ws_fp8.py): fp8_ds_mla rows, against the reference op
     (which unpacks them exactly) and the Triton split kernel on the same packed rows."""
     from hwinfer.kernels.triton import sparse_mla_ws_fp8
-    from hwinfer.kernels.triton.sparse_mla import sparse_mla_decode
-    from hwinfer.ops.kv_pack import pack_fp8_ds_mla
-    from hwinfer.ops.sparse_mla import sparse_mla_decode as reference
 
-    gen = torch.Generator().manual_seed(batch * 1000 + k2 + 1)
-    kw = _inputs(batch, k1, max(k2, 1), torch.bfloat16, index_dtype, gen)
-    kw["kv_cache"] = pack_fp8_ds_mla(kw["kv_cache"])
-    kw["extra_kv_cache"] = pack_fp8_ds_mla(kw["extra_kv_cache"])
-    if k2 == 0:
-        kw.pop("extra_kv_cache"), kw.pop("extra_indices")
+    kw = _case(batch, k1, k2, torch.bfloat16, index_dtype, batch * 1000 + k2 + 1, packed=True)
     assert sparse_mla_ws_fp8.ws_fp8_supported(kw["q"], kw["kv_cache"], None,
                                               kw.get("extra_kv_cache")) is None
-    for name, value in {"default": {}, "s3": dict(STAGES=3),
-                        "pw1": dict(PRODUCER_WARPS=1)}[variant].items():
+    for name, value in FP8_VARIANTS[variant].items():
         monkeypatch.setattr(sparse_mla_ws_fp8, name, value)
-    _poison()
-    out = sparse_mla_decode(**kw, ws=True, num_splits=splits)
-    torch.cuda.synchronize()
-    want = reference(**kw)
-    split = sparse_mla_decode(**kw, ws=False, num_splits=splits)
-    assert not out.isnan().any()
-    scale = want.float().abs().max().item()
-    err = (out.float() - want.float()).abs().max().item() / scale
-    err_split = (split.float() - want.float()).abs().max().item() / scale
-    assert err < max(2 * err_split, 1e-2), (err, err_split)
-    assert out[0].abs().max().item() == 0.0   # no valid row: the sink takes everything
+    _check_against_reference_and_split(kw, splits)

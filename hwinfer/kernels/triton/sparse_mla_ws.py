@@ -111,6 +111,34 @@ def _chunk_indices(c, idx_ptr, idx2_ptr, n_main, n_all, lo, hi, K1, BLOCK_K: gl.
 
 
 @gluon.jit
+def _chunk_source(c, n_main, idx_ptr, kv_ptr, stride_kv, idx2_ptr, kv2_ptr, stride_kv2):
+    """Chunk c's index list, rows and row stride: the main list's, then the extra list's."""
+    if c < n_main:
+        ip = idx_ptr
+        kp = kv_ptr
+        sk = stride_kv
+    else:
+        ip = idx2_ptr
+        kp = kv2_ptr
+        sk = stride_kv2
+    return ip, kp, sk
+
+
+@gluon.jit
+def _load_q(q_ptr, q_lo, q_hi, q_bar, SUB: gl.constexpr, WARPS: gl.constexpr):
+    """The token's q (64 heads x 512, bf16 / fp16) into shared memory as two [64, 256] halves;
+    ``q_bar`` completes when the copies land."""
+    q_l: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [WARPS, 1], [1, 0])   # [SUB, 256]
+    cols = gl.arange(0, 256, layout=gl.SliceLayout(0, q_l))
+    for j in gl.static_range(64 // SUB):
+        h = j * SUB + gl.arange(0, SUB, layout=gl.SliceLayout(1, q_l))
+        qp = q_ptr + h[:, None] * 512 + cols[None, :]
+        async_copy.async_copy_global_to_shared(q_lo.slice(j * SUB, SUB), qp)
+        async_copy.async_copy_global_to_shared(q_hi.slice(j * SUB, SUB), qp + 256)
+    async_copy.mbarrier_arrive(q_bar, increment_count=False)
+
+
+@gluon.jit
 def _producer(q_ptr, kv_ptr, idx_ptr, kv2_ptr, idx2_ptr, q_lo, q_hi, k_lo, k_hi, idx_s, pidx,
               q_bar, full, empty, stride_kv, stride_kv2, lo, hi, K1, n_main, n_all,
               BLOCK_K: gl.constexpr, STAGES: gl.constexpr, SUB: gl.constexpr,
@@ -123,12 +151,7 @@ def _producer(q_ptr, kv_ptr, idx_ptr, kv2_ptr, idx2_ptr, q_lo, q_hi, k_lo, k_hi,
     rows_l: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [WARPS, 1], [1, 0])   # [SUB, 256]
     idx_l: gl.constexpr = gl.BlockedLayout([1], [32], [WARPS], [0])
     cols = gl.arange(0, 256, layout=gl.SliceLayout(0, rows_l))
-    for j in gl.static_range(64 // SUB):
-        h = j * SUB + gl.arange(0, SUB, layout=gl.SliceLayout(1, rows_l))
-        qp = q_ptr + h[:, None] * 512 + cols[None, :]
-        async_copy.async_copy_global_to_shared(q_lo.slice(j * SUB, SUB), qp)
-        async_copy.async_copy_global_to_shared(q_hi.slice(j * SUB, SUB), qp + 256)
-    async_copy.mbarrier_arrive(q_bar, increment_count=False)
+    _load_q(q_ptr, q_lo, q_hi, q_bar, SUB, WARPS)
     if PREFETCH_IDX:
         nxt = _chunk_indices(0, idx_ptr, idx2_ptr, n_main, n_all, lo, hi, K1, BLOCK_K, idx_l)
     for c in range(n_all):
@@ -141,14 +164,8 @@ def _producer(q_ptr, kv_ptr, idx_ptr, kv2_ptr, idx2_ptr, q_lo, q_hi, k_lo, k_hi,
         # a fresh barrier's "previous" phase counts as complete: the first round does not wait
         mbarrier.wait(empty.index(s), ((c // STAGES) & 1) ^ 1)
         p0, end = _chunk_range(c, n_main, lo, hi, K1, BLOCK_K)
-        if c < n_main:
-            ip = idx_ptr
-            kp = kv_ptr
-            sk = stride_kv
-        else:
-            ip = idx2_ptr
-            kp = kv2_ptr
-            sk = stride_kv2
+        ip, kp, sk = _chunk_source(c, n_main, idx_ptr, kv_ptr, stride_kv, idx2_ptr, kv2_ptr,
+                                   stride_kv2)
         pos = p0 + gl.arange(0, BLOCK_K, layout=idx_l)
         async_copy.async_copy_global_to_shared(idx_s.index(s), ip + pos, mask=pos < end)
         if PREFETCH_IDX:
@@ -170,6 +187,31 @@ def _producer(q_ptr, kv_ptr, idx_ptr, kv2_ptr, idx2_ptr, q_lo, q_hi, k_lo, k_hi,
                                                    mask=ok[:, None])
         # full[s] completes when every lane's copies so far have landed (count: 32 lanes)
         async_copy.mbarrier_arrive(full.index(s), increment_count=False)
+
+
+@gluon.jit
+def _split_bounds(K1, K2, CHUNKS_PER_SPLIT, BLOCK_K: gl.constexpr):
+    """This program's split: its list positions [lo, hi) of the main + extra lists, and its
+    chunks in the main list and in all."""
+    lo = gl.program_id(0) * CHUNKS_PER_SPLIT * BLOCK_K
+    hi = gl.minimum(lo + CHUNKS_PER_SPLIT * BLOCK_K, K1 + K2)
+    n_main = (gl.maximum(gl.minimum(hi, K1) - lo, 0) + BLOCK_K - 1) // BLOCK_K
+    n_all = n_main + (gl.maximum(hi - gl.maximum(lo, K1), 0) + BLOCK_K - 1) // BLOCK_K
+    return lo, hi, n_main, n_all
+
+
+@gluon.jit
+def _init_barriers(q_bar, full, empty, xfull, xempty, STAGES: gl.constexpr,
+                   PRODUCER_WARPS: gl.constexpr):
+    """q and ``full`` complete on every producer thread's copies; ``empty`` on both consumers;
+    the logit exchange's on one group each."""
+    for i in gl.static_range(STAGES):
+        mbarrier.init(full.index(i), count=32 * PRODUCER_WARPS)
+        mbarrier.init(empty.index(i), count=2)
+    for i in gl.static_range(2):
+        mbarrier.init(xfull.index(i), count=1)
+        mbarrier.init(xempty.index(i), count=1)
+    mbarrier.init(q_bar, count=32 * PRODUCER_WARPS)
 
 
 @gluon.jit
@@ -294,13 +336,8 @@ def _sparse_mla_ws_kernel(q_ptr, kv_ptr, idx_ptr, kv2_ptr, idx2_ptr, pm_ptr, pl_
                           PRODUCER_REGS: gl.constexpr, OVERLAP: gl.constexpr,
                           PREFETCH_IDX: gl.constexpr, QK_SPLIT: gl.constexpr,
                           XROWS: gl.constexpr):
-    sp = gl.program_id(0)
     t = gl.program_id(1).to(gl.int64)
-    nsplit = gl.num_programs(0)
-    lo = sp * CHUNKS_PER_SPLIT * BLOCK_K
-    hi = gl.minimum(lo + CHUNKS_PER_SPLIT * BLOCK_K, K1 + K2)
-    n_main = (gl.maximum(gl.minimum(hi, K1) - lo, 0) + BLOCK_K - 1) // BLOCK_K
-    n_all = n_main + (gl.maximum(hi - gl.maximum(lo, K1), 0) + BLOCK_K - 1) // BLOCK_K
+    lo, hi, n_main, n_all = _split_bounds(K1, K2, CHUNKS_PER_SPLIT, BLOCK_K)
 
     smem_l: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
     dt: gl.constexpr = q_ptr.dtype.element_ty
@@ -321,16 +358,9 @@ def _sparse_mla_ws_kernel(q_ptr, kv_ptr, idx_ptr, kv2_ptr, idx2_ptr, pm_ptr, pl_
     xempty = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     full = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    for i in gl.static_range(STAGES):
-        mbarrier.init(full.index(i), count=32 * PRODUCER_WARPS)   # every producer thread
-        mbarrier.init(empty.index(i), count=2)
-    for i in gl.static_range(2):
-        mbarrier.init(xfull.index(i), count=1)
-        mbarrier.init(xempty.index(i), count=1)
+    _init_barriers(q_bar, full, empty, xfull, xempty, STAGES, PRODUCER_WARPS)
 
-    mbarrier.init(q_bar, count=32 * PRODUCER_WARPS)
-
-    row0 = (t * nsplit + sp) * 64
+    row0 = (t * gl.num_programs(0) + gl.program_id(0)) * 64
     # default partition (this program's 4 warps): consumer 0; workers: consumer 1, the producer
     gl.warp_specialize([
         (_consumer, (q_lo, q_hi, k_lo, k_hi, idx_s, xbuf, q_bar, full, empty, xfull, xempty,
@@ -371,6 +401,20 @@ def pick_splits(tokens: int, rows: int, sms: int) -> int:
     return max(range(1, most + 1), key=lambda n: (round(used(n), 2), -n))
 
 
+def split_partials(q3: torch.Tensor, rows: int, block_k: int, num_splits: int | None):
+    """Chunks a split and splits (``pick_splits`` unless given) for ``rows`` index rows a token
+    in chunks of block_k, and the empty fp32 partials (m, l [t, n, 64], acc [t, n, 64, 512])."""
+    t = q3.shape[0]
+    chunks = max(1, triton.cdiv(rows, block_k))
+    if num_splits is None:
+        num_splits = pick_splits(t, rows, num_sms(q3.device, 132))
+    cps = triton.cdiv(chunks, max(1, min(num_splits, chunks)))
+    nsplit = triton.cdiv(chunks, cps)
+    f32 = dict(dtype=torch.float32, device=q3.device)
+    return (cps, nsplit, torch.empty((t, nsplit, HEADS), **f32),
+            torch.empty((t, nsplit, HEADS), **f32), torch.empty((t, nsplit, HEADS, 512), **f32))
+
+
 def ws_supported(q: torch.Tensor, kv_cache: torch.Tensor, v_dim: int | None,
                  extra_kv_cache: torch.Tensor | None) -> str | None:
     """Why this kernel cannot take a decode call (None: it can). q [B, S, H, D]."""
@@ -403,15 +447,7 @@ def sparse_mla_partials(q3: torch.Tensor, kv: torch.Tensor, stride_kv: int, idx:
     k1 = idx.shape[1]
     if idx2.dtype != idx.dtype:   # one index type a kernel (the lists share its loads)
         idx, idx2 = idx.long(), idx2.long()
-    chunks = max(1, triton.cdiv(k1 + k2, BLOCK_K))
-    if num_splits is None:
-        num_splits = pick_splits(t, k1 + k2, num_sms(q3.device, 132))
-    cps = triton.cdiv(chunks, max(1, min(num_splits, chunks)))
-    nsplit = triton.cdiv(chunks, cps)
-    f32 = dict(dtype=torch.float32, device=q3.device)
-    pm = torch.empty((t, nsplit, HEADS), **f32)
-    pl = torch.empty((t, nsplit, HEADS), **f32)
-    pacc = torch.empty((t, nsplit, HEADS, 512), **f32)
+    cps, nsplit, pm, pl, pacc = split_partials(q3, k1 + k2, BLOCK_K, num_splits)
     _sparse_mla_ws_kernel[(nsplit, t)](
         q3, kv, idx, kv2, idx2, pm, pl, pacc, k1, k2, cps, scale * 1.4426950408889634,
         q3.stride(0), stride_kv, stride_kv2, idx.stride(0), idx2.stride(0),

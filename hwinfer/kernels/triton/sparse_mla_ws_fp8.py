@@ -32,10 +32,11 @@ from triton.experimental.gluon.language.nvidia import hopper
 from triton.experimental.gluon.language.nvidia.ampere import async_copy
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier
 
-from hwinfer.kernels.triton import num_sms, nvidia_capability
+from hwinfer.kernels.triton import nvidia_capability
 from hwinfer.kernels.triton.sparse_mla_ws import (HEADS, _barrier, _chunk_indices, _chunk_range,
-                                                  _exchange_logits, _softmax_step,
-                                                  _store_partials, pick_splits)
+                                                  _chunk_source, _exchange_logits,
+                                                  _init_barriers, _load_q, _softmax_step,
+                                                  _split_bounds, _store_partials, split_partials)
 from hwinfer.ops.kv_pack import FP8_DS_BYTES
 
 WORDS = gl.constexpr(FP8_DS_BYTES // 8)   # 73 8-byte words a row
@@ -55,17 +56,10 @@ def _producer(q_ptr, kv_ptr, idx_ptr, kv2_ptr, idx2_ptr, q_lo, q_hi, raw_a, raw_
     """q into shared memory (``q_bar``), then chunk c's rows, raw, into slot c % STAGES: words
     0-63 of a row to ``raw_a``, words 56-71 (the RoPE bytes) to ``raw_r``, word 72 (the scales)
     to ``raw_s``. kv pointers are int64 words; strides in words."""
-    q_l: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [WARPS, 1], [1, 0])     # [SUB, 256]
     a_l: gl.constexpr = gl.BlockedLayout([1, 2], [1, 32], [WARPS, 1], [1, 0])     # [SUB, 64]
     r_l: gl.constexpr = gl.BlockedLayout([1, 1], [2, 16], [WARPS, 1], [1, 0])     # [SUB, 16]
     idx_l: gl.constexpr = gl.BlockedLayout([1], [32], [WARPS], [0])
-    qc = gl.arange(0, 256, layout=gl.SliceLayout(0, q_l))
-    for j in gl.static_range(64 // SUB):
-        h = j * SUB + gl.arange(0, SUB, layout=gl.SliceLayout(1, q_l))
-        qp = q_ptr + h[:, None] * 512 + qc[None, :]
-        async_copy.async_copy_global_to_shared(q_lo.slice(j * SUB, SUB), qp)
-        async_copy.async_copy_global_to_shared(q_hi.slice(j * SUB, SUB), qp + 256)
-    async_copy.mbarrier_arrive(q_bar, increment_count=False)
+    _load_q(q_ptr, q_lo, q_hi, q_bar, SUB, WARPS)
     ac = gl.arange(0, 64, layout=gl.SliceLayout(0, a_l))
     rc = 56 + gl.arange(0, 16, layout=gl.SliceLayout(0, r_l))
     nxt = _chunk_indices(0, idx_ptr, idx2_ptr, n_main, n_all, lo, hi, K1, BLOCK_K, idx_l)
@@ -76,14 +70,8 @@ def _producer(q_ptr, kv_ptr, idx_ptr, kv2_ptr, idx2_ptr, q_lo, q_hi, raw_a, raw_
         s = c % STAGES
         mbarrier.wait(empty.index(s), ((c // STAGES) & 1) ^ 1)
         p0, end = _chunk_range(c, n_main, lo, hi, K1, BLOCK_K)
-        if c < n_main:
-            ip = idx_ptr
-            kp = kv_ptr
-            sk = stride_kv
-        else:
-            ip = idx2_ptr
-            kp = kv2_ptr
-            sk = stride_kv2
+        ip, kp, sk = _chunk_source(c, n_main, idx_ptr, kv_ptr, stride_kv, idx2_ptr, kv2_ptr,
+                                   stride_kv2)
         pos = p0 + gl.arange(0, BLOCK_K, layout=idx_l)
         async_copy.async_copy_global_to_shared(idx_s.index(s), ip + pos, mask=pos < end)
         ok = cur >= 0
@@ -188,13 +176,8 @@ def _sparse_mla_ws_fp8_kernel(q_ptr, kv_ptr, idx_ptr, kv2_ptr, idx2_ptr, pm_ptr,
                               BLOCK_K: gl.constexpr, STAGES: gl.constexpr, SUB: gl.constexpr,
                               PRODUCER_WARPS: gl.constexpr, CONSUMER_REGS: gl.constexpr,
                               PRODUCER_REGS: gl.constexpr):
-    sp = gl.program_id(0)
     t = gl.program_id(1).to(gl.int64)
-    nsplit = gl.num_programs(0)
-    lo = sp * CHUNKS_PER_SPLIT * BLOCK_K
-    hi = gl.minimum(lo + CHUNKS_PER_SPLIT * BLOCK_K, K1 + K2)
-    n_main = (gl.maximum(gl.minimum(hi, K1) - lo, 0) + BLOCK_K - 1) // BLOCK_K
-    n_all = n_main + (gl.maximum(hi - gl.maximum(lo, K1), 0) + BLOCK_K - 1) // BLOCK_K
+    lo, hi, n_main, n_all = _split_bounds(K1, K2, CHUNKS_PER_SPLIT, BLOCK_K)
 
     bf16_l: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16,
                                                 rank=2)
@@ -218,15 +201,9 @@ def _sparse_mla_ws_fp8_kernel(q_ptr, kv_ptr, idx_ptr, kv2_ptr, idx2_ptr, pm_ptr,
     xempty = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     full = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    for i in gl.static_range(STAGES):
-        mbarrier.init(full.index(i), count=32 * PRODUCER_WARPS)   # every producer thread
-        mbarrier.init(empty.index(i), count=2)
-    for i in gl.static_range(2):
-        mbarrier.init(xfull.index(i), count=1)
-        mbarrier.init(xempty.index(i), count=1)
-    mbarrier.init(q_bar, count=32 * PRODUCER_WARPS)
+    _init_barriers(q_bar, full, empty, xfull, xempty, STAGES, PRODUCER_WARPS)
 
-    row0 = (t * nsplit + sp) * 64
+    row0 = (t * gl.num_programs(0) + gl.program_id(0)) * 64
     gl.warp_specialize([
         (_consumer, (q_lo, q_hi, raw_a, raw_r, raw_s, kb0, idx_s, xbuf, q_bar, full, empty,
                      xfull, xempty, pm_ptr, pl_ptr, pacc_ptr, row0, qk_scale, lo, hi, K1, n_main,
@@ -255,7 +232,8 @@ def ws_fp8_supported(q: torch.Tensor, kv_cache: torch.Tensor, v_dim: int | None,
         if cache is not None and (cache.dtype != torch.uint8 or cache.shape[-1] != FP8_DS_BYTES
                                   or any(st % 8 for st in cache.stride()[:-1])
                                   or cache.data_ptr() % 16):
-            return f"{name}: packed fp8_ds_mla rows (uint8, {FP8_DS_BYTES} bytes, 8-byte aligned) only"
+            return (f"{name}: packed fp8_ds_mla rows (uint8, {FP8_DS_BYTES} bytes, 8-byte "
+                    "aligned) only")
     if q.stride(-1) != 1 or q.stride(-2) != 512 or q.data_ptr() % 16:
         return "q's heads must be contiguous rows of 512"
     return None
@@ -271,15 +249,7 @@ def sparse_mla_fp8_partials(q3: torch.Tensor, kv: torch.Tensor, stride_kv: int, 
     k1 = idx.shape[1]
     if idx2.dtype != idx.dtype:
         idx, idx2 = idx.long(), idx2.long()
-    chunks = max(1, triton.cdiv(k1 + k2, BLOCK_K))
-    if num_splits is None:
-        num_splits = pick_splits(t, k1 + k2, num_sms(q3.device, 132))
-    cps = triton.cdiv(chunks, max(1, min(num_splits, chunks)))
-    nsplit = triton.cdiv(chunks, cps)
-    f32 = dict(dtype=torch.float32, device=q3.device)
-    pm = torch.empty((t, nsplit, HEADS), **f32)
-    pl = torch.empty((t, nsplit, HEADS), **f32)
-    pacc = torch.empty((t, nsplit, HEADS, 512), **f32)
+    cps, nsplit, pm, pl, pacc = split_partials(q3, k1 + k2, BLOCK_K, num_splits)
     _sparse_mla_ws_fp8_kernel[(nsplit, t)](
         q3, kv.view(torch.int64), idx, kv2.view(torch.int64), idx2, pm, pl, pacc, k1, k2, cps,
         scale * 1.4426950408889634, q3.stride(0), stride_kv // 8, stride_kv2 // 8, idx.stride(0),
