@@ -74,7 +74,7 @@ elif [ "$phase" = s22a ]; then
 elif [ "$phase" = s23a ]; then
   # The Gluon kernel's forms one at a time (a deadlock in one costs only its timeout), strict
   # conformance with the default forced on, then the V4 shapes against the Triton kernel.
-  for v in ${WS_TESTS:-default pw1_qk_twice pw1_qk_split idx_in_loop overlap k32}; do
+  for v in ${WS_TESTS:-default pw1_qk_twice pw1_qk_split idx_in_loop overlap k32 fp8}; do
     timeout 100 python3 -m pytest tests/kernels/test_sparse_mla_ws.py -q -p no:cacheprovider \
       -k "$v" > "$out/test_ws_$v.txt" 2>&1
     echo "== test_sparse_mla_ws $v rc=$?"; grep -E "passed|failed|Error|assert" "$out/test_ws_$v.txt" | cut -c1-200 | tail -4
