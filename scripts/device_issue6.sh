@@ -11,8 +11,6 @@
 #   bash scripts/device_issue6.sh lane 0/3  # one part of the sm_90 lane (0/3, 1/3, 2/3, bench):
 #                                         # copy $OUT/results/nvidia-sm90.csv to
 #                                         # .out/nvidia-sm90.part.csv between parts (carry it)
-#   bash scripts/device_issue6.sh s22a      # the warp-specialised Gluon sparse MLA decode: card
-#                                         # test, strict conformance, V4 shapes vs the Triton kernel
 #   bash scripts/device_issue6.sh s23a      # the Gluon kernel's forms (WS_TESTS, WS_VARIANTS):
 #                                         # card test each, strict, V4 shapes timed
 #   bash scripts/device_issue6.sh s22b      # DeepSeek-V4-Flash 4 layers, Gluon sparse MLA off / on
@@ -21,7 +19,8 @@
 # The phases of earlier sessions (s11a ... s21e and the named ones before them), which
 # docs/kernels.md, docs/engine.md and docs/hardware-runs.md quote as the commands of their
 # numbers, ran at the trees those docs name; they are in git history, e.g.
-# `git show c29c3a5:scripts/device_issue6.sh` (the last tree that had them all).
+# `git show c29c3a5:scripts/device_issue6.sh` (the last tree that had them all; `s22a`, which
+# `s23a` replaces, is at a5916f9).
 # Carry .whl (fla-core 0.6.0) for the fla comparisons. Results in $OUT.
 set -uo pipefail
 phase=${1:-check}
@@ -59,18 +58,6 @@ elif [ "$phase" = diagnose ]; then
       -p no:cacheprovider -rf --tb=line > "$out/shadow.txt" 2>&1
     grep -E "^FAILED|passed|failed" "$out/shadow.txt" | cut -c1-400 | tail -30
   fi
-elif [ "$phase" = s22a ]; then
-  # The warp-specialised Gluon sparse MLA decode (sparse_mla_ws.py): its card test, strict
-  # sparse MLA conformance with it forced on, then V4 decode shapes against the Triton kernel.
-  timeout ${WS_TEST_S:-150} python3 -m pytest tests/kernels/test_sparse_mla_ws.py -q -x -p no:cacheprovider \
-    > "$out/test_ws.txt" 2>&1
-  rc=$?; echo "== test_sparse_mla_ws rc=$rc"; grep -E "passed|failed|Error|assert" "$out/test_ws.txt" | cut -c1-300 | tail -12
-  [ $rc = 124 ] && { echo "the test hung (a deadlock?): no strict run, no timing"; exit 1; }
-  [ "${WS_STRICT:-1}" = 1 ] && HWINFER_SPARSE_MLA_WS=1 strict 90 "sparse_mla_decode"
-  timeout ${WS_BENCH_S:-200} python3 scripts/bench_sparse_mla.py --only ${WS_ONLY:-dsv4} --ws ${WS_QUICK:+--quick} \
-    ${WS_VARIANTS:+--ws-variants "$WS_VARIANTS"} \
-    > "$out/bench_ws.csv" 2> "$out/bench_ws.err"
-  echo "== bench_sparse_mla --ws rc=$?"; grep -v "Warn\|warn" "$out/bench_ws.err" | grep "sparse_mla\|rror" | cut -c1-160 | tail -40
 elif [ "$phase" = s23a ]; then
   # The Gluon kernel's forms one at a time (a deadlock in one costs only its timeout), strict
   # conformance with the default forced on, then the V4 shapes against the Triton kernel.

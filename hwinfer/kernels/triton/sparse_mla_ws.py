@@ -36,6 +36,8 @@ card runs it (tests/kernels/test_sparse_mla_ws.py, skipped without one).
 """
 from __future__ import annotations
 
+import functools
+
 import torch
 import triton
 from triton.experimental import gluon
@@ -389,10 +391,17 @@ MIN_ROWS = 256
 def pick_splits(tokens: int, rows: int, sms: int) -> int:
     """Splits per token: among 1 .. rows // MIN_ROWS (and at most two waves' worth: each split
     costs a partial), the one whose programs (tokens x splits) leave the fewest SMs idle in
-    their last wave, the smallest on a tie."""
-    most = max(1, rows // MIN_ROWS)
-    if not FILL_WAVES:
-        return max(1, min(triton.cdiv(int(WAVES * sms), tokens), most))
+    their last wave, the smallest on a tie. Asked on every decode call: cached per shape (and
+    the module constants, which the bench changes)."""
+    return _pick_splits(tokens, rows, sms, FILL_WAVES, WAVES, MIN_ROWS)
+
+
+@functools.lru_cache(maxsize=4096)
+def _pick_splits(tokens: int, rows: int, sms: int, fill: bool, waves: float,
+                 min_rows: int) -> int:
+    most = max(1, rows // min_rows)
+    if not fill:
+        return max(1, min(triton.cdiv(int(waves * sms), tokens), most))
     most = min(most, triton.cdiv(2 * sms, tokens))
 
     def used(n: int) -> float:   # the fraction of the SM-waves that run a program
