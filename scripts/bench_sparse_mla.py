@@ -148,7 +148,8 @@ WS_VARIANTS = (("ws", {}), ("ws idx-in-loop", dict(PREFETCH_IDX=False)),
 # (name, module constants of hwinfer.kernels.triton.sparse_mla_ws_fp8) timed with --ws on the
 # packed-cache shapes
 WS_FP8_VARIANTS = (("ws fp8", {}), ("ws fp8 s3", dict(STAGES=3)), ("ws fp8 pw1", dict(PRODUCER_WARPS=1)),
-                   ("ws fp8 r216", dict(CONSUMER_REGS=216, PRODUCER_REGS=64)))
+                   ("ws fp8 r216", dict(CONSUMER_REGS=216, PRODUCER_REGS=64)),
+                   ("ws fp8 pairs", dict(PAIRS=True)), ("ws fp8 pairs s2", dict(PAIRS=True, PAIR_STAGES=2)))
 
 
 def ws_impl(consts: dict, module: str = "sparse_mla_ws"):

@@ -99,12 +99,17 @@ def test_ws_decode_matches_reference(batch, k1, k2, splits, dtype, index_dtype, 
     _check_against_reference_and_split(kw, splits)
 
 
-FP8_VARIANTS = {"default": {}, "s3": dict(STAGES=3), "pw1": dict(PRODUCER_WARPS=1)}
+# PAIRS: two 32-row raw slots a consumer step (3 or 2 slots)
+FP8_VARIANTS = {"default": {}, "s3": dict(STAGES=3), "pw1": dict(PRODUCER_WARPS=1),
+                "pairs": dict(PAIRS=True), "pairs_s2": dict(PAIRS=True, PAIR_STAGES=2)}
 
 
 @pytest.mark.parametrize("variant", list(FP8_VARIANTS))
 @pytest.mark.parametrize("batch,k1,k2,splits,index_dtype", [
     (3, 128, 300, None, torch.int32),
+    # 7 chunks of 32: a step whose halves are the main list's last (4 rows) and the extra
+    # list's first, and a last step with one half of padding
+    (3, 100, 77, 1, torch.int32),
     (2, 128, 1000, 7, torch.int64),
     (5, 37, 0, 1, torch.int32),
     (4, 64, 8192, None, torch.int32),
