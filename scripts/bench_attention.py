@@ -7,8 +7,9 @@ Shapes (bf16, real head counts and dims of the models that call the op in prefil
   kimi-mla  Hq 32, Hkv 32, Dk 192, Dv 128 (Kimi-Linear MLA, non-absorbed)
   dsv4-swa  Hq 64, Hkv 1, D 512, V = K, window 128, sinks (DeepSeek-V4 sliding layers)
 each at 1 x 1,024, 1 x 8,192 and 32 sequences of 512 .. 1,536 tokens (mean 1,024).
-FLOPs per call = 2 * (Dk + Dv) * Hq * (query, key) pairs visible under the mask; roofline 780
-TFLOP/s (device/H200.md). Error: max |Triton - torch| where the torch impl runs (on CUDA it
+FLOPs per call = 2 * (Dk + Dv) * Hq * (query, key) pairs visible under the mask; roofline: the
+card's measured bf16 matmul rate (hwinfer/ci/ceilings.py; ~780 TFLOP/s on the H200, device/H200.md).
+Error: max |Triton - torch| where the torch impl runs (on CUDA it
 refuses sinks; the conformance suite checks those cases against the reference).
 
 stdout: CSV `op,impl,shape,us,gbps_or_tflops,unit,pct_of_peak`; stderr: a readable table.
@@ -27,11 +28,11 @@ import triton.testing
 
 import hwinfer.kernels.triton.attention as triton_module
 
+from hwinfer.ci.ceilings import describe, matmul_tflops
 from hwinfer.kernels.torch.attention import attention as torch_attention
 from hwinfer.kernels.torch.attention import check_attention_impl
 from hwinfer.kernels.triton.attention import attention as triton_attention
 
-PEAK_TFLOPS = 780.0
 MODELS = {  # name: (Hq, Hkv, Dk, Dv or None for V = K, window, sinks, gate)
     "qwen3.5": (8, 2, 256, 256, None, False, True),
     "gemma4": (8, 4, 256, 256, 512, False, False),
@@ -106,10 +107,10 @@ def bench(model: str, kind: str, sweep: bool = False) -> None:
             print(f"{shape:<22} {name:<18} failed: {type(exc).__name__}: {str(exc)[:100]}", file=sys.stderr)
             continue
         tf = flops / ms / 1e9
-        print(f"attention,{name},{shape},{ms * 1e3:.1f},{tf:.1f},TFLOP/s,{100 * tf / PEAK_TFLOPS:.1f}",
+        print(f"attention,{name},{shape},{ms * 1e3:.1f},{tf:.1f},TFLOP/s,{100 * tf / matmul_tflops():.1f}",
               flush=True)
         print(f"{shape:<22} {name:<18} {ms * 1e3:10.1f} us {tf:8.1f} TFLOP/s "
-              f"({100 * tf / PEAK_TFLOPS:5.1f}%)  max|diff| {err:.2e}", file=sys.stderr, flush=True)
+              f"({100 * tf / matmul_tflops():5.1f}%)  max|diff| {err:.2e}", file=sys.stderr, flush=True)
 
 
 def main() -> None:
@@ -123,4 +124,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    print(describe(("TFLOP/s",)), file=sys.stderr)
     main()

@@ -7,7 +7,7 @@ CUDA graph and replayed.
 
     python3 scripts/bench_decode_chain.py [--norms] [--persistent] [--fused] [--quick]
 
-One line per variant: us per step, GB/s over the weights, % of 4,270 GB/s, and the last
+One line per variant: us per step, GB/s over the weights, % of the card's measured copy bandwidth (hwinfer/ci/ceilings.py), and the last
 output's relative error against the F.linear chain. Variants: F.linear (cuBLAS), the measured
 choice of ``linear`` (GEMV or cuBLAS per shape), the whole-row GEMV (``gemv_rows``) with and
 without programmatic dependent launch (PDL: W's loads issued before waiting on the previous
@@ -23,12 +23,14 @@ default whole-row GEMV only.
 from __future__ import annotations
 
 import argparse
+import sys
 
 import torch
 import torch.nn.functional as F
 import triton
 import triton.language as tl
 
+from hwinfer.ci.ceilings import copy_gbps, describe
 from hwinfer.kernels.triton import gemv as G
 from hwinfer.kernels.triton import gemv_norm as GN
 from hwinfer.kernels.triton.pdl import pdl_enter
@@ -205,16 +207,17 @@ def main() -> None:
             ref_out = out
         err = ((out - ref_out).norm() / ref_out.norm()).item()
         gbs = total / (us * 1e-6) / 1e9
-        print(f"{name:<28} {us:8.1f} us/step {gbs:7.0f} GB/s {100 * gbs / 4270:5.1f}%  rel err {err:.1e}",
+        print(f"{name:<28} {us:8.1f} us/step {gbs:7.0f} GB/s {100 * gbs / copy_gbps():5.1f}%  rel err {err:.1e}",
               flush=True)
     if args.fused:
         fused = FusedStep(ws, dev)
         us, _ = time_graph(lambda: fused(x0))
         gbs = total / (us * 1e-6) / 1e9
-        print(f"{'fused, as the model runs':<28} {us:8.1f} us/step {gbs:7.0f} GB/s {100 * gbs / 4270:5.1f}%",
+        print(f"{'fused, as the model runs':<28} {us:8.1f} us/step {gbs:7.0f} GB/s {100 * gbs / copy_gbps():5.1f}%",
               flush=True)
         fused_kinds(fused, dev)
 
 
 if __name__ == "__main__":
+    print(describe(("GB/s",)), file=sys.stderr)
     main()

@@ -6,20 +6,22 @@ decode T=1 at batch 1, 32, 256, plus a 4-token step (speculative verification) a
 (cu_seqlens) decode. q/k/v bf16, g/beta fp32, a given fp32 state.
 
 Bytes per call: state read + write (2 * N * Hv * Dk * Dv * 4) + q, k, v, o (bf16) + g, beta
-(fp32). The state dominates, so GB/s against the 4,270 GB/s H200 ceiling says how close to the
+(fp32). The state dominates, so GB/s against the card's measured copy bandwidth (4,270 on the H200) says how close to the
 memory roofline a kernel gets; at batch 1 launch latency dominates instead.
 """
 from __future__ import annotations
+
+import sys
 
 import torch
 import triton.testing
 
 from hwinfer.backend import resolve_device, select
+from hwinfer.ci.ceilings import copy_gbps, describe
 from hwinfer.kernels.torch import linear_attention as torch_la
 from hwinfer.kernels.triton import delta_rule as triton_la
 from hwinfer.ops import linear_attention as ref_la
 
-PEAK_GBS = 4270.0
 
 try:  # fla-core is on the machine only if the lead carried its wheel there
     from fla.ops.gated_delta_rule import fused_recurrent_gated_delta_rule as fla_gdn
@@ -31,6 +33,7 @@ except Exception as exc:  # noqa: BLE001 - any import failure means "not availab
 
 dev = resolve_device("cuda")
 table = select(dev)
+print(describe(("GB/s",)), file=sys.stderr)
 print(f"device: {dev.describe()}; chosen gdn_recurrent: {table.chosen('gdn_recurrent')}, "
       f"kda_recurrent: {table.chosen('kda_recurrent')}")
 
@@ -100,4 +103,4 @@ for kind in ("gdn", "kda"):
                 continue
             gbs = nbytes / ms / 1e6
             print(f"{shape:<36} {name:<16} {ms * 1e3:9.1f} us {gbs:7.0f} GB/s "
-                  f"({100 * gbs / PEAK_GBS:4.1f}% of peak)  rel-rmse vs ref: {err}")
+                  f"({100 * gbs / copy_gbps():4.1f}% of peak)  rel-rmse vs ref: {err}")

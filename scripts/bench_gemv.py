@@ -1,15 +1,18 @@
 """Decode GEMV (hwinfer/kernels/triton/gemv.py) against F.linear on the Qwen3.5-0.8B projection
 shapes, bf16, weights cycled through copies larger than L2 (as a decode step reads them).
-    python3 scripts/bench_gemv.py    ->  one CSV line per (shape, impl): us, GB/s, % of 4.27 TB/s
+    python3 scripts/bench_gemv.py    ->  one CSV line per (shape, impl): us, GB/s, % of the card's copy bandwidth
 (the lanes' CSV convention: op,impl,shape,us,gbps_or_tflops,unit,pct_of_peak; "torch" is
 F.linear, i.e. cuBLAS, "triton_gemv BNxBK sS wW" the kernel with that tiling). Timed as decode
 runs them: 20 calls captured in a CUDA graph and replayed.
 """
 from __future__ import annotations
 
+import sys
+
 import torch
 import torch.nn.functional as F
 
+from hwinfer.ci.ceilings import copy_gbps, describe
 from hwinfer.kernels.triton.gemv import cold_copies, gemv, time_on
 
 SHAPES = [(8224, 1024), (7168, 1024), (5120, 1024), (1024, 2048), (1024, 3584), (248320, 1024)]
@@ -36,9 +39,10 @@ def main() -> None:
                                  x, w, block_n=a[0], block_k=a[1], num_stages=a[2], num_warps=a[3]))))
             for name, ms in rows:
                 gbs = bytes_ / (ms * 1e-3) / 1e9
-                print(f"linear,{name},M{m} N{n} K{k},{ms * 1e3:.1f},{gbs:.0f},GB/s,{100 * gbs / 4270:.0f}",
+                print(f"linear,{name},M{m} N{n} K{k},{ms * 1e3:.1f},{gbs:.0f},GB/s,{100 * gbs / copy_gbps():.0f}",
                       flush=True)
 
 
 if __name__ == "__main__":
+    print(describe(("GB/s",)), file=sys.stderr)
     main()

@@ -4,9 +4,9 @@ DeepSeek-V4-Flash CSA shapes (MODELS.md §2.7: index_n_heads 64, index_head_dim 
 512, keys = compressed entries, bf16) and one GLM-5 DSA line (32 heads, top-2048, per-token keys):
   * decode: B requests, one query each, every request with C compressed entries of its own
     (C = 8k, 32k, 64k; 64k entries = 256k tokens at ratio 4). Memory-bound: bytes = keys read
-    (B * C * 128 * 2) + q + scores scratch (written and read, fp32) -> GB/s vs 4,270 GB/s.
+    (B * C * 128 * 2) + q + scores scratch (written and read, fp32) -> GB/s vs the card's copy bandwidth.
   * prefill: a 2048-token chunk at the end of a C-entry prefix (token i sees C - 2048 + i + 1
-    entries). Compute-bound: FLOPs = 2 * sum(visible) * 64 * 128 -> TFLOP/s vs 780.
+    entries). Compute-bound: FLOPs = 2 * sum(visible) * 64 * 128 -> TFLOP/s vs its bf16 matmul rate.
 
 stdout: CSV lines op,impl,shape,us,gbps_or_tflops,unit,pct_of_peak; stderr: readable table
 (``match`` = the Triton rows equal the torch impl's as sets).
@@ -21,11 +21,11 @@ import torch
 import triton.testing
 
 from hwinfer.backend import resolve_device, select
+from hwinfer.ci.ceilings import describe, peak as ceiling
 from hwinfer.kernels.torch.indexer import lightning_indexer as torch_impl
 from hwinfer.kernels.triton.indexer import lightning_indexer as triton_impl
 from hwinfer.ops.indexer import lightning_indexer as reference
 
-PEAK_GBS, PEAK_TFLOPS = 4270.0, 780.0
 
 
 def decode_inputs(batch: int, entries: int, heads: int = 64, dim: int = 128, topk: int = 512):
@@ -63,7 +63,7 @@ def measure(shape: str, impls: list, inputs: dict, work: float, unit: str) -> No
                   file=sys.stderr)
             continue
         rate = work / ms / (1e6 if unit == "GB/s" else 1e9)
-        peak = PEAK_GBS if unit == "GB/s" else PEAK_TFLOPS
+        peak = ceiling(unit)
         print(f"lightning_indexer,{name},{shape},{ms * 1e3:.1f},{rate:.1f},{unit},{100 * rate / peak:.1f}", flush=True)
         print(f"lightning_indexer {shape:<26} {name:<24} {ms * 1e3:10.1f} us {rate:8.1f} {unit} "
               f"({100 * rate / peak:5.1f}%)  rows matching torch {same_sets(out, base):.3f}",
@@ -106,4 +106,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    print(describe(), file=sys.stderr)
     main()

@@ -14,7 +14,8 @@ transformers: generate() with max_new_tokens 1 and 1 + new (decode = the differe
 cuDNN (it re-plans per KV length, TOOLCHAIN.md). Roofline: bytes of the weights one decode step
 reads (every parameter except the embedding table, which only gives B rows; lm_head counted;
 routed experts: the B * top_k the batch can touch, at most all) / the card's bandwidth, times B:
-4,270 GB/s on an H200 (measured copy), 3,350 GB/s on an H100 SXM (nominal, not measured here).
+the copy bandwidth measured on the card at the start (hwinfer/ci/ceilings.py; 4,270 GB/s on the H200,
+3,024 on the H100 80 GB).
 ``--layers N`` keeps the first N decoder layers (lists of per-layer values are cut to match; for
 Kimi-Linear use a multiple of 4 so a full-attention layer is among them).
 """
@@ -30,16 +31,16 @@ from pathlib import Path
 import torch
 
 from hwinfer.api import random_model
+from hwinfer.ci.ceilings import copy_gbps, describe
 from hwinfer.engine import Engine, SamplingParams
 from hwinfer.engine.ledger import LEDGER_ONLY
 from hwinfer.loader.config import load_config
 
-PEAK_BYTES_S = {"H200": 4.27e12, "H100": 3.35e12}   # by device name; H200's when none matches
 
 
 def peak_bytes_s() -> float:
-    name = torch.cuda.get_device_name() if torch.cuda.is_available() else ""
-    return next((v for k, v in PEAK_BYTES_S.items() if k in name), PEAK_BYTES_S["H200"])
+    """The card's measured copy bandwidth, bytes/s (hwinfer.ci.ceilings)."""
+    return copy_gbps() * 1e9
 
 
 def shrunk_config(preset: str, layers: int | None) -> Path:
@@ -337,4 +338,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    print(describe(("GB/s",)), file=sys.stderr)
     main()

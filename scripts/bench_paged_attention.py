@@ -26,6 +26,7 @@ import torch
 import torch.nn.functional as F
 import triton.testing
 
+from hwinfer.ci.ceilings import copy_gbps, describe
 from hwinfer.kernels.torch.attention import paged_attention as torch_paged
 from hwinfer.kernels.torch.conv import causal_conv1d as torch_conv
 from hwinfer.kernels.triton.conv import causal_conv1d as triton_conv
@@ -33,7 +34,6 @@ from hwinfer.kernels.triton.paged_attention import paged_attention as triton_pag
 from hwinfer.ops.attention_paged import paged_attention as reference_paged
 from hwinfer.ops.conv import causal_conv1d as reference_conv
 
-PEAK_GBS = 4270.0
 GRAPH = False  # --graph
 HQ, HKV, D, BLOCK = 8, 2, 256, 64
 C, K = 6144, 4
@@ -41,10 +41,10 @@ C, K = 6144, 4
 
 def emit(op: str, impl: str, shape: str, ms: float, moved: int, err: float | None) -> None:
     gbs = moved / ms / 1e6
-    print(f"{op},{impl},{shape},{ms * 1e3:.2f},{gbs:.1f},GB/s,{100 * gbs / PEAK_GBS:.1f}", flush=True)
+    print(f"{op},{impl},{shape},{ms * 1e3:.2f},{gbs:.1f},GB/s,{100 * gbs / copy_gbps():.1f}", flush=True)
     diff = "" if err is None else f"  max|diff| {err:.2e}"
     print(f"{op:<16} {shape:<28} {impl:<24} {ms * 1e3:10.1f} us {gbs:8.0f} GB/s "
-          f"({100 * gbs / PEAK_GBS:5.1f}%){diff}", file=sys.stderr, flush=True)
+          f"({100 * gbs / copy_gbps():5.1f}%){diff}", file=sys.stderr, flush=True)
 
 
 def time_impl(op, shape, name, fn, ref, moved) -> None:
@@ -158,4 +158,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    print(describe(("GB/s",)), file=sys.stderr)
     main()

@@ -7,10 +7,10 @@ context at ratio 128), HCA also with both caches packed (fp8_ds_mla: 584 B a row
 counted as such); and GLM-5 absorbed MLA (D=576, v_dim=512, top-2048, no sinks). S=1.
 The Triton decode is timed in CUDA graph replays (the engine's decode path), the rest eagerly.
 Bytes = gathered KV rows (every index valid: K * D * 2 per token, counted once) + q + o, against
-the H200's 4,270 GB/s ("triton" is the default path, on NVIDIA sm_90 the warp-specialised
+the card's copy bandwidth ("triton" is the default path, on NVIDIA sm_90 the warp-specialised
 Gluon kernel for the V4 bf16 shapes; "triton split" forces the Triton split kernel). Prefill:
 V4 CSA (K = 128 + 512) and GLM-5 (K = 2048) over T tokens, FLOPs = 2 * T * H * K * (D +
-v_dim), against 780 TFLOP/s bf16.
+v_dim), against its bf16 matmul rate.
 
 stdout: one CSV line per measurement (op,impl,shape,us,gbps_or_tflops,unit,pct_of_peak);
 stderr: a readable table with max |diff| against the torch impl.
@@ -35,6 +35,7 @@ import torch
 import triton.testing
 
 from hwinfer.backend import resolve_device, select
+from hwinfer.ci.ceilings import describe, peak as ceiling
 from hwinfer.kernels.torch.sparse_mla import sparse_mla_decode as torch_decode
 from hwinfer.kernels.torch.sparse_mla import sparse_mla_prefill as torch_prefill
 from hwinfer.kernels.triton.sparse_mla import sparse_mla_decode as triton_decode
@@ -43,7 +44,6 @@ from hwinfer.ops.kv_pack import pack_fp8_ds_mla
 from hwinfer.ops.sparse_mla import sparse_mla_decode as ref_decode
 from hwinfer.ops.sparse_mla import sparse_mla_prefill as ref_prefill
 
-PEAK_GBS, PEAK_TFLOPS = 4270.0, 780.0
 HEADS, WINDOW, ENTRIES, PAGE = 64, 128, 8192, 64
 
 
@@ -128,7 +128,7 @@ def measure(op: str, shape: str, impls: list, inputs: dict, work: float, unit: s
                   file=sys.stderr)
             continue
         rate = work / ms / (1e6 if unit == "GB/s" else 1e9)
-        peak = PEAK_GBS if unit == "GB/s" else PEAK_TFLOPS
+        peak = ceiling(unit)
         print(f"{op},{name},{shape},{ms * 1e3:.1f},{rate:.1f},{unit},{100 * rate / peak:.1f}", flush=True)
         print(f"{op} {shape:<28} {name:<34} {ms * 1e3:10.1f} us {rate:8.1f} {unit} "
               f"({100 * rate / peak:5.1f}%)  max|diff| {err:.2e}", file=sys.stderr, flush=True)
@@ -262,4 +262,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    print(describe(), file=sys.stderr)
     main()
