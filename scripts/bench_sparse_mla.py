@@ -19,7 +19,8 @@ stderr: a readable table with max |diff| against the torch impl.
 
 ``--ws`` (``--ws-variants A,B``: only those named) adds the warp-specialised Gluon decode (hwinfer/kernels/triton/sparse_mla_ws.py; the
 calls it covers, bf16 V4 rows) at its default and at the ring depths / chunk sizes in
-``WS_VARIANTS``, and on the packed-cache shapes its FP8 form (sparse_mla_ws_fp8.py, ``WS_FP8_VARIANTS``).
+``WS_VARIANTS``, on the packed-cache shapes its FP8 form (sparse_mla_ws_fp8.py, ``WS_FP8_VARIANTS``), on
+GLM-5's 576-wide rows its RoPE form (``WS_GLM5_VARIANTS``; not the default path until a card has run it).
 
 ``--sweep`` (``--sweep-focused``: 10 tilings around the default, then each variant's registers
 and spills) times the Triton tilings (block_v x block_h x num_warps x block_k x num_splits) on
@@ -150,6 +151,11 @@ WS_VARIANTS = (("ws", {}), ("ws idx-in-loop", dict(PREFETCH_IDX=False)),
 WS_FP8_VARIANTS = (("ws fp8", {}), ("ws fp8 s3", dict(STAGES=3)), ("ws fp8 pw1", dict(PRODUCER_WARPS=1)),
                    ("ws fp8 r216", dict(CONSUMER_REGS=216, PRODUCER_REGS=64)),
                    ("ws fp8 pairs", dict(PAIRS=True)), ("ws fp8 pairs s2", dict(PAIRS=True, PAIR_STAGES=2)))
+# on GLM-5's 576-wide rows (sparse_mla_ws.py with ROPE_ROWS; ROPE_TUNING's forms)
+WS_GLM5_VARIANTS = (("ws glm5", dict(ROPE_ROWS=True)),
+                    ("ws glm5 r224", dict(ROPE_ROWS=True, ROPE_TUNING=dict(QK_SPLIT=False))),
+                    ("ws glm5 k32 split", dict(ROPE_ROWS=True, ROPE_TUNING=dict(
+                        BLOCK_K=32, STAGES=3, QK_SPLIT=True, CONSUMER_REGS=216, PRODUCER_REGS=64))))
 
 
 def ws_impl(consts: dict, module: str = "sparse_mla_ws"):
@@ -229,12 +235,12 @@ def main() -> None:
                 impls.append(("reference", ref_decode, {}))
             if sweep:
                 impls += [(name, triton_decode, kw) for name, kw in sweep_configs(focused)]
-            if with_ws and "glm5" not in label:
+            if with_ws:
                 pick = argv[argv.index("--ws-variants") + 1].split(",") if "--ws-variants" in argv else None
                 fp8 = "fp8cache" in label
+                variants = WS_GLM5_VARIANTS if "glm5" in label else WS_FP8_VARIANTS if fp8 else WS_VARIANTS
                 impls += [(f"triton {name}", ws_impl(consts, "sparse_mla_ws_fp8" if fp8 else "sparse_mla_ws"), {})
-                          for name, consts in (WS_FP8_VARIANTS if fp8 else WS_VARIANTS)
-                          if pick is None or name in pick]
+                          for name, consts in variants if pick is None or name in pick]
             out = impls[1][1](**inputs)
             measure("sparse_mla_decode", label, impls, inputs, decode_bytes(inputs, out), "GB/s")
             del inputs

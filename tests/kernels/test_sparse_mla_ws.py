@@ -15,10 +15,10 @@ pytestmark = pytest.mark.skipif(
     or torch.cuda.get_device_capability() != (9, 0), reason="needs an NVIDIA sm_90 GPU")
 
 
-def _inputs(batch, k1, k2, dtype, index_dtype, gen):
+def _inputs(batch, k1, k2, dtype, index_dtype, gen, d=512):
     dev = "cuda"
-    ring = torch.randn(batch * 2, 64, 512, generator=gen).to(dev, dtype)
-    store = torch.randn(40, 64, 512, generator=gen).to(dev, dtype) * 2
+    ring = torch.randn(batch * 2, 64, d, generator=gen).to(dev, dtype)
+    store = torch.randn(40, 64, d, generator=gen).to(dev, dtype) * 2
     idx = torch.randint(0, ring.shape[0] * 64, (batch, 1, k1), generator=gen)
     idx[torch.rand(idx.shape, generator=gen) < 0.1] = -1
     idx2 = torch.randint(0, store.shape[0] * 64, (batch, 1, k2), generator=gen)
@@ -26,7 +26,7 @@ def _inputs(batch, k1, k2, dtype, index_dtype, gen):
     idx[0] = -1   # token 0: no valid ring row ...
     idx2[0] = -1  # ... nor entry: its output is the sink's share, 0
     cos = torch.rand(batch, 1, 32, generator=gen).to(dev)
-    return dict(q=torch.randn(batch, 1, 64, 512, generator=gen).to(dev, dtype), kv_cache=ring,
+    return dict(q=torch.randn(batch, 1, 64, d, generator=gen).to(dev, dtype), kv_cache=ring,
                 indices=idx.to(dev, index_dtype), extra_kv_cache=store,
                 extra_indices=idx2.to(dev, index_dtype), sinks=torch.randn(64, generator=gen).to(dev),
                 scale=512 ** -0.5, out_rope=(cos.cos(), cos.sin()))
@@ -125,4 +125,39 @@ def test_ws_fp8_decode_matches_reference(batch, k1, k2, splits, index_dtype, var
                                               kw.get("extra_kv_cache")) is None
     for name, value in FP8_VARIANTS[variant].items():
         monkeypatch.setattr(sparse_mla_ws_fp8, name, value)
+    _check_against_reference_and_split(kw, splits)
+
+
+# GLM-5's 576-wide rows (64 RoPE channels after the latent, values the first 512; no inverse
+# RoPE): the default form (QK twice) and the 32-row QK split one (ROPE_TUNING)
+GLM5_VARIANTS = {"default": {},
+                 "r224": dict(QK_SPLIT=False),
+                 "k32_split": dict(BLOCK_K=32, STAGES=3, QK_SPLIT=True, CONSUMER_REGS=216,
+                                   PRODUCER_REGS=64)}
+
+
+@pytest.mark.parametrize("variant", list(GLM5_VARIANTS))
+@pytest.mark.parametrize("batch,k1,k2,splits,sinks", [
+    (3, 2048, 0, None, False),
+    (2, 300, 77, 3, True),
+    (5, 37, 0, 1, False),
+    (4, 64, 2000, None, True),
+])
+def test_ws_glm5_rows_match_reference(batch, k1, k2, splits, sinks, variant, monkeypatch):
+    from hwinfer.kernels.triton import sparse_mla_ws
+
+    kw = _inputs(batch, k1, max(k2, 1), torch.bfloat16, torch.int32,
+                 torch.Generator().manual_seed(batch * 100 + k1), d=576)
+    kw.update(v_dim=512, out_rope=None, scale=256 ** -0.5)
+    if not sinks:
+        kw["sinks"] = None
+    if k2 == 0:
+        kw.pop("extra_kv_cache"), kw.pop("extra_indices")
+    monkeypatch.setattr(sparse_mla_ws, "ROPE_ROWS", False)
+    assert "not yet run" in sparse_mla_ws.ws_supported(kw["q"], kw["kv_cache"], 512, None)
+    monkeypatch.setattr(sparse_mla_ws, "ROPE_ROWS", True)
+    assert sparse_mla_ws.ws_supported(kw["q"], kw["kv_cache"], 512,
+                                      kw.get("extra_kv_cache")) is None
+    monkeypatch.setattr(sparse_mla_ws, "ROPE_TUNING",
+                        {**sparse_mla_ws.ROPE_TUNING, **GLM5_VARIANTS[variant]})
     _check_against_reference_and_split(kw, splits)

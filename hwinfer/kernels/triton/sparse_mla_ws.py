@@ -30,7 +30,9 @@ one split.
 
 Covers: q bf16 / fp16 with 64 heads and D = v_dim = 512 (DeepSeek-V4's latent rows, values
 = the rows' first 512 channels), bf16 / fp16 rows of the same dtype (not the packed FP8
-caches), int32 / int64 indices, the main and extra row lists. NVIDIA sm_90 only (wgmma); it
+caches), int32 / int64 indices, the main and extra row lists; D = 576 with v_dim 512 (GLM-5:
+64 RoPE channels after the latent, in their own shared buffers, ``ROPE_TUNING``) once
+``ROPE_ROWS`` is set. NVIDIA sm_90 only (wgmma); it
 cannot run under the Triton interpreter, so CI compiles it ahead of time (sm_90) and only a
 card runs it (tests/kernels/test_sparse_mla_ws.py, skipped without one).
 """
@@ -85,6 +87,14 @@ PREFETCH_IDX = True
 # MMA work and half the q / row reads of shared memory, for the two groups in lockstep (H100:
 # 482 -> 460 us with one producer warp, 429 -> 405-422 with four).
 QK_SPLIT = True
+# GLM-5's 576-wide rows (q and rows: 512 latent + 64 RoPE channels, values the first 512): the
+# RoPE parts take q 8 KB and 8 KB a 64-row slot more, so the QK split's 32 KB of exchanged logits
+# no longer fit beside 2 x 64-row slots (248 KB). These constants replace the ones above for
+# them: each group computes the whole logit tile itself (217 KB; its three products a chunk
+# spill 56 bytes a thread at 232 consumer registers, 88 at 224). ROPE_ROWS: whether
+# ws_supported takes such calls; off until a card has run them (tests and the bench set it).
+ROPE_TUNING = dict(QK_SPLIT=False, CONSUMER_REGS=232, PRODUCER_REGS=40)
+ROPE_ROWS = False
 
 
 @gluon.jit
@@ -127,33 +137,56 @@ def _chunk_source(c, n_main, idx_ptr, kv_ptr, stride_kv, idx2_ptr, kv2_ptr, stri
 
 
 @gluon.jit
-def _load_q(q_ptr, q_lo, q_hi, q_bar, SUB: gl.constexpr, WARPS: gl.constexpr):
-    """The token's q (64 heads x 512, bf16 / fp16) into shared memory as two [64, 256] halves;
-    ``q_bar`` completes when the copies land."""
+def _load_q(q_ptr, q_lo, q_hi, q_r, q_bar, SUB: gl.constexpr, WARPS: gl.constexpr,
+            ROPE: gl.constexpr):
+    """The token's q (64 heads x (512 + ROPE), bf16 / fp16) into shared memory as two [64, 256]
+    halves and (ROPE = 64) its [64, 64] RoPE channels; ``q_bar`` completes when the copies
+    land."""
     q_l: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [WARPS, 1], [1, 0])   # [SUB, 256]
     cols = gl.arange(0, 256, layout=gl.SliceLayout(0, q_l))
     for j in gl.static_range(64 // SUB):
         h = j * SUB + gl.arange(0, SUB, layout=gl.SliceLayout(1, q_l))
-        qp = q_ptr + h[:, None] * 512 + cols[None, :]
+        qp = q_ptr + h[:, None] * (512 + ROPE) + cols[None, :]
         async_copy.async_copy_global_to_shared(q_lo.slice(j * SUB, SUB), qp)
         async_copy.async_copy_global_to_shared(q_hi.slice(j * SUB, SUB), qp + 256)
+        if ROPE > 0:
+            _copy_rope(q_r.slice(j * SUB, SUB), q_ptr + 512, j * SUB, 512 + ROPE, None, SUB,
+                       WARPS)
     async_copy.mbarrier_arrive(q_bar, increment_count=False)
 
 
 @gluon.jit
-def _producer(q_ptr, kv_ptr, idx_ptr, kv2_ptr, idx2_ptr, q_lo, q_hi, k_lo, k_hi, idx_s, pidx,
-              q_bar, full, empty, stride_kv, stride_kv2, lo, hi, K1, n_main, n_all,
+def _copy_rope(dst, base, r0, stride, ok, SUB: gl.constexpr, WARPS: gl.constexpr):
+    """SUB rows' 64 RoPE channels (8-byte pieces: a copy group's [SUB, 64] has no more than
+    one piece a thread) into ``dst`` [SUB, 64]: row r0 + i at ``base + (r0 + i) * stride``,
+    or (``ok`` given) row ok's index (int64 row offsets), zero-filled where negative."""
+    r_l: gl.constexpr = gl.BlockedLayout([1, 4], [2, 16], [WARPS, 1], [1, 0])   # [SUB, 64]
+    c = gl.arange(0, 64, layout=gl.SliceLayout(0, r_l))
+    if ok is None:
+        rows = (r0 + gl.arange(0, SUB, layout=gl.SliceLayout(1, r_l))).to(gl.int64) * stride
+        async_copy.async_copy_global_to_shared(dst, base + rows[:, None] + c[None, :])
+    else:
+        idx = gl.convert_layout(ok, gl.SliceLayout(1, r_l))
+        rows = gl.where(idx >= 0, idx, 0).to(gl.int64) * stride
+        async_copy.async_copy_global_to_shared(dst, base + rows[:, None] + c[None, :],
+                                               mask=(idx >= 0)[:, None])
+
+
+@gluon.jit
+def _producer(q_ptr, kv_ptr, idx_ptr, kv2_ptr, idx2_ptr, q_lo, q_hi, q_r, k_lo, k_hi, k_r, idx_s,
+              pidx, q_bar, full, empty, stride_kv, stride_kv2, lo, hi, K1, n_main, n_all,
               BLOCK_K: gl.constexpr, STAGES: gl.constexpr, SUB: gl.constexpr,
-              PREFETCH_IDX: gl.constexpr, WARPS: gl.constexpr):
+              PREFETCH_IDX: gl.constexpr, WARPS: gl.constexpr, ROPE: gl.constexpr):
     """WARPS warps (1, 2 or 4; a copy group's SUB rows split between them): the token's q (its
     64 heads' 512 channels) into shared memory (``q_bar``), then chunk c's rows into slot
     c % STAGES once both consumers have released it. PREFETCH_IDX: the next chunk's indices are
     loaded while this chunk's copies are issued, and each copy group reads its rows' indices
-    from ``pidx`` (shared memory, the producer's own)."""
+    from ``pidx`` (shared memory, the producer's own). ROPE = 64: rows of 576 (GLM-5), whose
+    last 64 channels go to ``k_r``."""
     rows_l: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [WARPS, 1], [1, 0])   # [SUB, 256]
     idx_l: gl.constexpr = gl.BlockedLayout([1], [32], [WARPS], [0])
     cols = gl.arange(0, 256, layout=gl.SliceLayout(0, rows_l))
-    _load_q(q_ptr, q_lo, q_hi, q_bar, SUB, WARPS)
+    _load_q(q_ptr, q_lo, q_hi, q_r, q_bar, SUB, WARPS, ROPE)
     if PREFETCH_IDX:
         nxt = _chunk_indices(0, idx_ptr, idx2_ptr, n_main, n_all, lo, hi, K1, BLOCK_K, idx_l)
     for c in range(n_all):
@@ -187,6 +220,8 @@ def _producer(q_ptr, kv_ptr, idx_ptr, kv2_ptr, idx2_ptr, q_lo, q_hi, k_lo, k_hi,
                                                    mask=ok[:, None])
             async_copy.async_copy_global_to_shared(k_hi.index(s).slice(j * SUB, SUB), ptr + 256,
                                                    mask=ok[:, None])
+            if ROPE > 0:
+                _copy_rope(k_r.index(s).slice(j * SUB, SUB), kp + 512, 0, sk, idx, SUB, WARPS)
         # full[s] completes when every lane's copies so far have landed (count: 32 lanes)
         async_copy.mbarrier_arrive(full.index(s), increment_count=False)
 
@@ -255,16 +290,17 @@ def _store_partials(acc, m, l, pm_ptr, pl_ptr, pacc_ptr, row0, PART: gl.constexp
 
 
 @gluon.jit
-def _consumer(q_lo, q_hi, k_lo, k_hi, idx_s, xbuf, q_bar, full, empty, xfull, xempty, pm_ptr,
-              pl_ptr, pacc_ptr, row0, qk_scale, lo, hi, K1, n_main, n_all, PART: gl.constexpr,
-              BLOCK_K: gl.constexpr, STAGES: gl.constexpr, OVERLAP: gl.constexpr,
-              QK_SPLIT: gl.constexpr):
+def _consumer(q_lo, q_hi, q_r, k_lo, k_hi, k_r, idx_s, xbuf, q_bar, full, empty, xfull, xempty,
+              pm_ptr, pl_ptr, pacc_ptr, row0, qk_scale, lo, hi, K1, n_main, n_all,
+              PART: gl.constexpr, BLOCK_K: gl.constexpr, STAGES: gl.constexpr,
+              OVERLAP: gl.constexpr, QK_SPLIT: gl.constexpr, ROPE: gl.constexpr):
     """One warp group: value channels [PART * 256, PART * 256 + 256) of all 64 heads.
     OVERLAP: the PV product is left in flight while the next chunk's slot is awaited and its QK
     products issued (the slot goes back to the producer one chunk later); else every product
     is waited for where it is issued. QK_SPLIT: the logits from this group's 256 key channels
     plus the other group's partial (``xbuf[1 - PART]``, ready on ``xfull``; a group overwrites
-    its own partial once the other has read it, ``xempty``)."""
+    its own partial once the other has read it, ``xempty``). ROPE = 64: the RoPE channels'
+    product q_r k_r^T joins the logits (group 0's with the QK split; not with OVERLAP)."""
     s_l: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                   instr_shape=[16, BLOCK_K, 16])
     o_l: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -291,6 +327,8 @@ def _consumer(q_lo, q_hi, k_lo, k_hi, idx_s, xbuf, q_bar, full, empty, xfull, xe
         if QK_SPLIT:
             if PART == 0:
                 sc = hopper.warpgroup_mma(q_lo, kl.permute((1, 0)), sc, use_acc=False)
+                if ROPE > 0:
+                    sc = hopper.warpgroup_mma(q_r, k_r.index(s).permute((1, 0)), sc)
             else:
                 sc = hopper.warpgroup_mma(q_hi, kh.permute((1, 0)), sc, use_acc=False)
             if OVERLAP:   # the previous chunk's PV product is done: its slot goes back
@@ -308,6 +346,8 @@ def _consumer(q_lo, q_hi, k_lo, k_hi, idx_s, xbuf, q_bar, full, empty, xfull, xe
         else:
             sc = hopper.warpgroup_mma(q_lo, kl.permute((1, 0)), sc, use_acc=False)
             sc = hopper.warpgroup_mma(q_hi, kh.permute((1, 0)), sc)
+            if ROPE > 0:
+                sc = hopper.warpgroup_mma(q_r, k_r.index(s).permute((1, 0)), sc)
         p0, end = _chunk_range(c, n_main, lo, hi, K1, BLOCK_K)
         idx = idx_s.index(s).load(gl.SliceLayout(0, s_l))
         ok = (p0 + cols < end) & (idx >= 0)
@@ -337,7 +377,7 @@ def _sparse_mla_ws_kernel(q_ptr, kv_ptr, idx_ptr, kv2_ptr, idx2_ptr, pm_ptr, pl_
                           CONSUMER_REGS: gl.constexpr,
                           PRODUCER_REGS: gl.constexpr, OVERLAP: gl.constexpr,
                           PREFETCH_IDX: gl.constexpr, QK_SPLIT: gl.constexpr,
-                          XROWS: gl.constexpr):
+                          XROWS: gl.constexpr, ROPE: gl.constexpr):
     t = gl.program_id(1).to(gl.int64)
     lo, hi, n_main, n_all = _split_bounds(K1, K2, CHUNKS_PER_SPLIT, BLOCK_K)
 
@@ -347,6 +387,13 @@ def _sparse_mla_ws_kernel(q_ptr, kv_ptr, idx_ptr, kv2_ptr, idx2_ptr, pm_ptr, pl_
     q_hi = gl.allocate_shared_memory(dt, [64, 256], smem_l)
     k_lo = gl.allocate_shared_memory(dt, [STAGES, BLOCK_K, 256], smem_l)
     k_hi = gl.allocate_shared_memory(dt, [STAGES, BLOCK_K, 256], smem_l)
+    if ROPE > 0:   # GLM-5's 576-wide rows: their RoPE channels (else unused stand-ins)
+        gl.static_assert(ROPE == 64 and not OVERLAP)
+        q_r = gl.allocate_shared_memory(dt, [64, ROPE], smem_l)
+        k_r = gl.allocate_shared_memory(dt, [STAGES, BLOCK_K, ROPE], smem_l)
+    else:
+        q_r = q_lo
+        k_r = k_lo
     idx_s = gl.allocate_shared_memory(idx_ptr.dtype.element_ty, [STAGES, BLOCK_K],
                                       gl.SwizzledSharedLayout(1, 1, 1, [0]))
     pidx = gl.allocate_shared_memory(idx_ptr.dtype.element_ty, [BLOCK_K],
@@ -365,16 +412,16 @@ def _sparse_mla_ws_kernel(q_ptr, kv_ptr, idx_ptr, kv2_ptr, idx2_ptr, pm_ptr, pl_
     row0 = (t * gl.num_programs(0) + gl.program_id(0)) * 64
     # default partition (this program's 4 warps): consumer 0; workers: consumer 1, the producer
     gl.warp_specialize([
-        (_consumer, (q_lo, q_hi, k_lo, k_hi, idx_s, xbuf, q_bar, full, empty, xfull, xempty,
-                     pm_ptr, pl_ptr, pacc_ptr, row0, qk_scale, lo, hi, K1, n_main, n_all, 0,
-                     BLOCK_K, STAGES, OVERLAP, QK_SPLIT)),
-        (_consumer, (q_lo, q_hi, k_lo, k_hi, idx_s, xbuf, q_bar, full, empty, xfull, xempty,
-                     pm_ptr, pl_ptr, pacc_ptr, row0, qk_scale, lo, hi, K1, n_main, n_all, 1,
-                     BLOCK_K, STAGES, OVERLAP, QK_SPLIT)),
+        (_consumer, (q_lo, q_hi, q_r, k_lo, k_hi, k_r, idx_s, xbuf, q_bar, full, empty, xfull,
+                     xempty, pm_ptr, pl_ptr, pacc_ptr, row0, qk_scale, lo, hi, K1, n_main, n_all,
+                     0, BLOCK_K, STAGES, OVERLAP, QK_SPLIT, ROPE)),
+        (_consumer, (q_lo, q_hi, q_r, k_lo, k_hi, k_r, idx_s, xbuf, q_bar, full, empty, xfull,
+                     xempty, pm_ptr, pl_ptr, pacc_ptr, row0, qk_scale, lo, hi, K1, n_main, n_all,
+                     1, BLOCK_K, STAGES, OVERLAP, QK_SPLIT, ROPE)),
         (_producer, (q_ptr + t * stride_qt, kv_ptr, idx_ptr + t * stride_it, kv2_ptr,
-                     idx2_ptr + t * stride_i2t, q_lo, q_hi, k_lo, k_hi, idx_s, pidx, q_bar, full,
-                     empty, stride_kv, stride_kv2, lo, hi, K1, n_main, n_all, BLOCK_K, STAGES, SUB,
-                     PREFETCH_IDX, PRODUCER_WARPS)),
+                     idx2_ptr + t * stride_i2t, q_lo, q_hi, q_r, k_lo, k_hi, k_r, idx_s, pidx,
+                     q_bar, full, empty, stride_kv, stride_kv2, lo, hi, K1, n_main, n_all,
+                     BLOCK_K, STAGES, SUB, PREFETCH_IDX, PRODUCER_WARPS, ROPE)),
     ], [4, PRODUCER_WARPS], [CONSUMER_REGS, PRODUCER_REGS])
 
 
@@ -432,23 +479,28 @@ def ws_supported(q: torch.Tensor, kv_cache: torch.Tensor, v_dim: int | None,
         return "NVIDIA GPUs only"
     if cap != (9, 0):
         return f"sm_90 only (wgmma), got sm_{cap[0]}{cap[1]}"
-    if q.dtype not in (torch.bfloat16, torch.float16) or q.shape[-2:] != (HEADS, 512):
-        return f"bf16 / fp16 q with {HEADS} heads x 512 channels only, got {q.dtype} {tuple(q.shape[-2:])}"
-    if (v_dim or 512) != 512:
-        return f"v_dim 512 only (the rows' first 512 channels), got {v_dim}"
+    d = q.shape[-1]
+    if q.dtype not in (torch.bfloat16, torch.float16) or q.shape[-2] != HEADS or d not in (512, 576):
+        return (f"bf16 / fp16 q with {HEADS} heads x 512 or 576 channels only, got {q.dtype} "
+                f"{tuple(q.shape[-2:])}")
+    if (v_dim or d) != 512:
+        return f"v_dim 512 only (the rows' first 512 channels), got {v_dim or d}"
+    if d == 576 and not ROPE_ROWS:
+        return "576-wide rows (GLM-5): not yet run on a card (ROPE_ROWS)"
     for name, cache in (("kv_cache", kv_cache), ("extra_kv_cache", extra_kv_cache)):
-        if cache is not None and (cache.dtype != q.dtype or cache.shape[-1] != 512
+        if cache is not None and (cache.dtype != q.dtype or cache.shape[-1] != d
                                   or cache.stride(1) % 16 or cache.data_ptr() % 16):
-            return f"{name}: {q.dtype} rows of 512 channels, 32-byte aligned, only"
-    if q.stride(-1) != 1 or q.stride(-2) != 512 or q.data_ptr() % 16:
-        return "q's heads must be contiguous rows of 512"
+            return f"{name}: {q.dtype} rows of {d} channels, 32-byte aligned, only"
+    if q.stride(-1) != 1 or q.stride(-2) != d or q.data_ptr() % 16:
+        return f"q's heads must be contiguous rows of {d}"
     return None
 
 
 def sparse_mla_partials(q3: torch.Tensor, kv: torch.Tensor, stride_kv: int, idx: torch.Tensor,
                         kv2: torch.Tensor, stride_kv2: int, idx2: torch.Tensor, k2: int,
                         scale: float, num_splits: int | None = None):
-    """The split partials of one decode call: q3 [t, 64, 512], rows kv [*, 512] (row stride
+    """The split partials of one decode call: q3 [t, 64, D] (D 512, or 576 with 64 RoPE
+    channels: GLM-5), rows kv [*, D] (row stride
     ``stride_kv``) picked by idx [t, K1], kv2 by idx2 [t, k2] (k2 may be 0) -> (m [t, n, 64],
     l [t, n, 64], acc [t, n, 64, 512]) fp32 with n splits, m in the log2 domain (what
     ``sparse_mla_kernels._sparse_mla_merge_kernel`` reads)."""
@@ -456,38 +508,45 @@ def sparse_mla_partials(q3: torch.Tensor, kv: torch.Tensor, stride_kv: int, idx:
     k1 = idx.shape[1]
     if idx2.dtype != idx.dtype:   # one index type a kernel (the lists share its loads)
         idx, idx2 = idx.long(), idx2.long()
-    cps, nsplit, pm, pl, pacc = split_partials(q3, k1 + k2, BLOCK_K, num_splits)
+    consts = _constants(q3.shape[2] - 512)
+    cps, nsplit, pm, pl, pacc = split_partials(q3, k1 + k2, consts["BLOCK_K"], num_splits)
     _sparse_mla_ws_kernel[(nsplit, t)](
         q3, kv, idx, kv2, idx2, pm, pl, pacc, k1, k2, cps, scale * 1.4426950408889634,
-        q3.stride(0), stride_kv, stride_kv2, idx.stride(0), idx2.stride(0),
-        BLOCK_K=BLOCK_K, STAGES=STAGES, SUB=SUB, PRODUCER_WARPS=PRODUCER_WARPS,
-        CONSUMER_REGS=CONSUMER_REGS,
-        PRODUCER_REGS=PRODUCER_REGS, OVERLAP=OVERLAP, PREFETCH_IDX=PREFETCH_IDX,
-        QK_SPLIT=QK_SPLIT, XROWS=64 if QK_SPLIT else 1, num_warps=4)
+        q3.stride(0), stride_kv, stride_kv2, idx.stride(0), idx2.stride(0), **consts,
+        num_warps=4)
     return pm, pl, pacc
+
+
+def _constants(rope: int, **change) -> dict:
+    """The kernel's constexprs: the module constants (ROPE_TUNING's over them for rope > 0),
+    then ``change``."""
+    consts = dict(BLOCK_K=BLOCK_K, STAGES=STAGES, SUB=SUB, PRODUCER_WARPS=PRODUCER_WARPS,
+                  CONSUMER_REGS=CONSUMER_REGS, PRODUCER_REGS=PRODUCER_REGS, OVERLAP=OVERLAP,
+                  PREFETCH_IDX=PREFETCH_IDX, QK_SPLIT=QK_SPLIT)
+    consts.update(ROPE_TUNING if rope else {}, **change)
+    return dict(consts, XROWS=64 if consts["QK_SPLIT"] else 1, ROPE=rope)
 
 
 def _aot_specs():
     from hwinfer.kernels.triton.aot import AotSpec
 
-    consts = dict(BLOCK_K=BLOCK_K, STAGES=STAGES, SUB=SUB, PRODUCER_WARPS=PRODUCER_WARPS,
-                  CONSUMER_REGS=CONSUMER_REGS,
-                  PRODUCER_REGS=PRODUCER_REGS, OVERLAP=OVERLAP, PREFETCH_IDX=PREFETCH_IDX,
-                  QK_SPLIT=QK_SPLIT, XROWS=64 if QK_SPLIT else 1)
+    consts = _constants(0)
     sig = {n: ("constexpr" if n in consts
                else "*bf16" if n in ("q_ptr", "kv_ptr", "kv2_ptr")
                else "*i32" if n in ("idx_ptr", "idx2_ptr")
                else "*fp32" if n.endswith("_ptr") else "fp32" if n == "qk_scale" else "i32")
            for n in _sparse_mla_ws_kernel.arg_names}
     aligned = tuple(n for n in sig if n.endswith("_ptr") or n.startswith("stride"))
-    # the default, and the forms the bench times against it
-    forms = {"": {}, ",overlap": dict(OVERLAP=not OVERLAP),
-             ",qk_twice" if QK_SPLIT else ",qk_split": dict(QK_SPLIT=not QK_SPLIT,
-                                                            XROWS=1 if QK_SPLIT else 64)}
-    return [AotSpec(f"sparse_mla_ws[dsv4,bf16{tag}]", _sparse_mla_ws_kernel, sig,
-                    {**consts, **change}, {"num_warps": 4}, ("sm_90",), check_shared=True,
-                    divisible=aligned)
-            for tag, change in forms.items()]
+    # the default, and the forms the bench times against it; GLM-5's 576-wide rows
+    forms = {"dsv4,bf16": _constants(0), "dsv4,bf16,overlap": _constants(0, OVERLAP=not OVERLAP),
+             f"dsv4,bf16,{'qk_twice' if QK_SPLIT else 'qk_split'}": _constants(
+                 0, QK_SPLIT=not QK_SPLIT),
+             "glm5,bf16": _constants(64),
+             "glm5,bf16,k32,qk_split": _constants(64, BLOCK_K=32, STAGES=3, QK_SPLIT=True,
+                                                  CONSUMER_REGS=216, PRODUCER_REGS=64)}
+    return [AotSpec(f"sparse_mla_ws[{tag}]", _sparse_mla_ws_kernel, sig, consts,
+                    {"num_warps": 4}, ("sm_90",), check_shared=True, divisible=aligned)
+            for tag, consts in forms.items()]
 
 
 AOT_SPECS = _aot_specs()

@@ -67,7 +67,7 @@ def _producer(q_ptr, kv_ptr, idx_ptr, kv2_ptr, idx2_ptr, q_lo, q_hi, raw_a, raw_
     a_l: gl.constexpr = gl.BlockedLayout([1, 2], [1, 32], [WARPS, 1], [1, 0])     # [SUB, 64]
     r_l: gl.constexpr = gl.BlockedLayout([1, 1], [2, 16], [WARPS, 1], [1, 0])     # [SUB, 16]
     idx_l: gl.constexpr = gl.BlockedLayout([1], [32], [WARPS], [0])
-    _load_q(q_ptr, q_lo, q_hi, q_bar, SUB, WARPS)
+    _load_q(q_ptr, q_lo, q_hi, q_lo, q_bar, SUB, WARPS, 0)
     ac = gl.arange(0, 64, layout=gl.SliceLayout(0, a_l))
     rc = 56 + gl.arange(0, 16, layout=gl.SliceLayout(0, r_l))
     nxt = _chunk_indices(0, idx_ptr, idx2_ptr, n_main, n_all, lo, hi, K1, BLOCK_K, idx_l)
