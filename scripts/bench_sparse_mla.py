@@ -20,7 +20,7 @@ stderr: a readable table with max |diff| against the torch impl.
 ``--ws`` (``--ws-variants A,B``: only those named) adds the warp-specialised Gluon decode (hwinfer/kernels/triton/sparse_mla_ws.py; the
 calls it covers, bf16 V4 rows) at its default and at the ring depths / chunk sizes in
 ``WS_VARIANTS``, on the packed-cache shapes its FP8 form (sparse_mla_ws_fp8.py, ``WS_FP8_VARIANTS``), on
-GLM-5's 576-wide rows its RoPE form (``WS_GLM5_VARIANTS``; not the default path until a card has run it).
+GLM-5's 576-wide rows its RoPE form (``WS_GLM5_VARIANTS``).
 
 ``--sweep`` (``--sweep-focused``: 10 tilings around the default, then each variant's registers
 and spills) times the Triton tilings (block_v x block_h x num_warps x block_k x num_splits) on
@@ -148,14 +148,17 @@ WS_VARIANTS = (("ws", {}), ("ws idx-in-loop", dict(PREFETCH_IDX=False)),
 
 # (name, module constants of hwinfer.kernels.triton.sparse_mla_ws_fp8) timed with --ws on the
 # packed-cache shapes
-WS_FP8_VARIANTS = (("ws fp8", {}), ("ws fp8 s3", dict(STAGES=3)), ("ws fp8 pw1", dict(PRODUCER_WARPS=1)),
-                   ("ws fp8 r216", dict(CONSUMER_REGS=216, PRODUCER_REGS=64)),
-                   ("ws fp8 pairs", dict(PAIRS=True)), ("ws fp8 pairs s2", dict(PAIRS=True, PAIR_STAGES=2)))
-# on GLM-5's 576-wide rows (sparse_mla_ws.py with ROPE_ROWS; ROPE_TUNING's forms)
-WS_GLM5_VARIANTS = (("ws glm5", dict(ROPE_ROWS=True)),
-                    ("ws glm5 r224", dict(ROPE_ROWS=True, ROPE_TUNING=dict(QK_SPLIT=False))),
-                    ("ws glm5 k32 split", dict(ROPE_ROWS=True, ROPE_TUNING=dict(
-                        BLOCK_K=32, STAGES=3, QK_SPLIT=True, CONSUMER_REGS=216, PRODUCER_REGS=64))))
+WS_FP8_VARIANTS = (("ws fp8", {}), ("ws fp8 pairs s2", dict(PAIR_STAGES=2)), ("ws fp8 pw1", dict(PRODUCER_WARPS=1)),
+                   ("ws fp8 single", dict(PAIRS=False)), ("ws fp8 single s3", dict(PAIRS=False, STAGES=3)),
+                   ("ws fp8 r216", dict(CONSUMER_REGS=216, PRODUCER_REGS=64)))
+# on GLM-5's 576-wide rows (sparse_mla_ws.py's ROPE_TUNING forms)
+_ROPE = dict(BLOCK_K=32, STAGES=3, QK_SPLIT=True, CONSUMER_REGS=216, PRODUCER_REGS=64)
+WS_GLM5_VARIANTS = (("ws glm5", {}),
+                    ("ws glm5 k64 qk-twice", dict(ROPE_TUNING=dict(BLOCK_K=64, STAGES=2, QK_SPLIT=False,
+                                                                   CONSUMER_REGS=232, PRODUCER_REGS=40))),
+                    ("ws glm5 r224", dict(ROPE_TUNING=dict(_ROPE, CONSUMER_REGS=224, PRODUCER_REGS=56))),
+                    ("ws glm5 pw2", dict(ROPE_TUNING=dict(_ROPE, PRODUCER_WARPS=2))),
+                    ("ws glm5 sub16", dict(ROPE_TUNING=dict(_ROPE, SUB=16))))
 
 
 def ws_impl(consts: dict, module: str = "sparse_mla_ws"):

@@ -99,9 +99,9 @@ def test_ws_decode_matches_reference(batch, k1, k2, splits, dtype, index_dtype, 
     _check_against_reference_and_split(kw, splits)
 
 
-# PAIRS: two 32-row raw slots a consumer step (3 or 2 slots)
-FP8_VARIANTS = {"default": {}, "s3": dict(STAGES=3), "pw1": dict(PRODUCER_WARPS=1),
-                "pairs": dict(PAIRS=True), "pairs_s2": dict(PAIRS=True, PAIR_STAGES=2)}
+# PAIRS (the default): two 32-row raw slots a consumer step (3 or 2 slots); the one-slot form
+FP8_VARIANTS = {"default": {}, "pairs_s2": dict(PAIR_STAGES=2), "pw1": dict(PRODUCER_WARPS=1),
+                "single": dict(PAIRS=False), "single_s3": dict(PAIRS=False, STAGES=3)}
 
 
 @pytest.mark.parametrize("variant", list(FP8_VARIANTS))
@@ -129,11 +129,10 @@ def test_ws_fp8_decode_matches_reference(batch, k1, k2, splits, index_dtype, var
 
 
 # GLM-5's 576-wide rows (64 RoPE channels after the latent, values the first 512; no inverse
-# RoPE): the default form (QK twice) and the 32-row QK split one (ROPE_TUNING)
+# RoPE): the default form (32-row slots, QK split) and the 64-row one (QK twice), ROPE_TUNING
 GLM5_VARIANTS = {"default": {},
-                 "r224": dict(QK_SPLIT=False),
-                 "k32_split": dict(BLOCK_K=32, STAGES=3, QK_SPLIT=True, CONSUMER_REGS=216,
-                                   PRODUCER_REGS=64)}
+                 "k64_qk_twice": dict(BLOCK_K=64, STAGES=2, QK_SPLIT=False, CONSUMER_REGS=232,
+                                      PRODUCER_REGS=40)}
 
 
 @pytest.mark.parametrize("variant", list(GLM5_VARIANTS))
@@ -153,9 +152,6 @@ def test_ws_glm5_rows_match_reference(batch, k1, k2, splits, sinks, variant, mon
         kw["sinks"] = None
     if k2 == 0:
         kw.pop("extra_kv_cache"), kw.pop("extra_indices")
-    monkeypatch.setattr(sparse_mla_ws, "ROPE_ROWS", False)
-    assert "not yet run" in sparse_mla_ws.ws_supported(kw["q"], kw["kv_cache"], 512, None)
-    monkeypatch.setattr(sparse_mla_ws, "ROPE_ROWS", True)
     assert sparse_mla_ws.ws_supported(kw["q"], kw["kv_cache"], 512,
                                       kw.get("extra_kv_cache")) is None
     monkeypatch.setattr(sparse_mla_ws, "ROPE_TUNING",

@@ -31,8 +31,7 @@ one split.
 Covers: q bf16 / fp16 with 64 heads and D = v_dim = 512 (DeepSeek-V4's latent rows, values
 = the rows' first 512 channels), bf16 / fp16 rows of the same dtype (not the packed FP8
 caches), int32 / int64 indices, the main and extra row lists; D = 576 with v_dim 512 (GLM-5:
-64 RoPE channels after the latent, in their own shared buffers, ``ROPE_TUNING``) once
-``ROPE_ROWS`` is set. NVIDIA sm_90 only (wgmma); it
+64 RoPE channels after the latent, in their own shared buffers, ``ROPE_TUNING``). NVIDIA sm_90 only (wgmma); it
 cannot run under the Triton interpreter, so CI compiles it ahead of time (sm_90) and only a
 card runs it (tests/kernels/test_sparse_mla_ws.py, skipped without one).
 """
@@ -90,11 +89,11 @@ QK_SPLIT = True
 # GLM-5's 576-wide rows (q and rows: 512 latent + 64 RoPE channels, values the first 512): the
 # RoPE parts take q 8 KB and 8 KB a 64-row slot more, so the QK split's 32 KB of exchanged logits
 # no longer fit beside 2 x 64-row slots (248 KB). These constants replace the ones above for
-# them: each group computes the whole logit tile itself (217 KB; its three products a chunk
-# spill 56 bytes a thread at 232 consumer registers, 88 at 224). ROPE_ROWS: whether
-# ws_supported takes such calls; off until a card has run them (tests and the bench set it).
-ROPE_TUNING = dict(QK_SPLIT=False, CONSUMER_REGS=232, PRODUCER_REGS=40)
-ROPE_ROWS = False
+# them: 3 x 32-row slots with the QK split (197 KB). H100, 24th session (2,048 rows): B = 128
+# Triton kernel 213.5 us -> 135.3 (78% of the copy bandwidth); 2 x 64-row slots with each group
+# computing the whole logit tile (217 KB; 56 bytes a thread spilled) 159.1; B = 32 78.7 -> 48.3
+# (52.8).
+ROPE_TUNING = dict(BLOCK_K=32, STAGES=3, QK_SPLIT=True, CONSUMER_REGS=216, PRODUCER_REGS=64)
 
 
 @gluon.jit
@@ -485,8 +484,6 @@ def ws_supported(q: torch.Tensor, kv_cache: torch.Tensor, v_dim: int | None,
                 f"{tuple(q.shape[-2:])}")
     if (v_dim or d) != 512:
         return f"v_dim 512 only (the rows' first 512 channels), got {v_dim or d}"
-    if d == 576 and not ROPE_ROWS:
-        return "576-wide rows (GLM-5): not yet run on a card (ROPE_ROWS)"
     for name, cache in (("kv_cache", kv_cache), ("extra_kv_cache", extra_kv_cache)):
         if cache is not None and (cache.dtype != q.dtype or cache.shape[-1] != d
                                   or cache.stride(1) % 16 or cache.data_ptr() % 16):
@@ -542,8 +539,8 @@ def _aot_specs():
              f"dsv4,bf16,{'qk_twice' if QK_SPLIT else 'qk_split'}": _constants(
                  0, QK_SPLIT=not QK_SPLIT),
              "glm5,bf16": _constants(64),
-             "glm5,bf16,k32,qk_split": _constants(64, BLOCK_K=32, STAGES=3, QK_SPLIT=True,
-                                                  CONSUMER_REGS=216, PRODUCER_REGS=64)}
+             "glm5,bf16,k64,qk_twice": _constants(64, BLOCK_K=64, STAGES=2, QK_SPLIT=False,
+                                                  CONSUMER_REGS=232, PRODUCER_REGS=40)}
     return [AotSpec(f"sparse_mla_ws[{tag}]", _sparse_mla_ws_kernel, sig, consts,
                     {"num_warps": 4}, ("sm_90",), check_shared=True, divisible=aligned)
             for tag, consts in forms.items()]
