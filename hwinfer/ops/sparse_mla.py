@@ -380,6 +380,8 @@ SPARSE_MLA_DECODE = define_op(
         Case("dsv4_h64_ring_plus_entries", _decode_extra_case(2, 64, 512, window=16, topk=12)),
         Case("dsv4_h64_fp8_ring_plus_entries",
              _packed(_decode_extra_case(2, 64, 512, window=16, topk=12))),
+        # GLM-5's absorbed rows at its head count (576 = 512 latent + 64 RoPE, values 512)
+        Case("glm5_h64_d576_s2", _decode_case(2, 2, 64, 576, sinks=False, v_dim=512, k=40)),
     ],
     tolerance=_TOL,
 )
