@@ -15,12 +15,13 @@ v_dim), against its bf16 matmul rate.
 stdout: one CSV line per measurement (op,impl,shape,us,gbps_or_tflops,unit,pct_of_peak);
 stderr: a readable table with max |diff| against the torch impl.
 
-    python3 scripts/bench_sparse_mla.py [--quick] [--sweep | --sweep-focused] [--reference] [--only SUBSTR] [--ws]
+    python3 scripts/bench_sparse_mla.py [--quick] [--sweep | --sweep-focused] [--reference] [--only SUBSTR] [--ws [--floor]]
 
 ``--ws`` (``--ws-variants A,B``: only those named) adds the warp-specialised Gluon decode (hwinfer/kernels/triton/sparse_mla_ws.py; the
 calls it covers, bf16 V4 rows) at its default and at the ring depths / chunk sizes in
 ``WS_VARIANTS``, on the packed-cache shapes its FP8 form (sparse_mla_ws_fp8.py, ``WS_FP8_VARIANTS``), on
-GLM-5's 576-wide rows its RoPE form (``WS_GLM5_VARIANTS``).
+GLM-5's 576-wide rows its RoPE form (``WS_GLM5_VARIANTS``). ``--floor`` also times each of them with every index
+-1 ("... floor": no row is read, the consumers do all their work): how far a form is from its own compute floor.
 
 ``--sweep`` (``--sweep-focused``: 10 tilings around the default, then each variant's registers
 and spills) times the Triton tilings (block_v x block_h x num_warps x block_k x num_splits) on
@@ -179,6 +180,19 @@ def ws_impl(consts: dict, module: str = "sparse_mla_ws"):
     return run
 
 
+def no_rows(fn):
+    """``fn`` on the same call with every index -1: the producer's copies zero-fill and read no
+    rows, the consumers do all their work: the kernel's time without the memory (its floor)."""
+    made = {}   # the -1 lists, built once (not inside the timed graph)
+
+    def run(**inputs):
+        for k in ("indices", "extra_indices"):
+            if k in inputs and k not in made:
+                made[k] = torch.full_like(inputs[k], -1)
+        return fn(**{**inputs, **made})
+    return run
+
+
 def sweep_configs(focused: bool):
     """The tilings to time: the full grid (75), or a focused set (10) around the CUDA default (timed as "triton")
     (all 64 heads x 512 channels, 64-row chunks, 8 warps, 2 stages, 2 waves, 128 rows a split):
@@ -242,8 +256,11 @@ def main() -> None:
                 pick = argv[argv.index("--ws-variants") + 1].split(",") if "--ws-variants" in argv else None
                 fp8 = "fp8cache" in label
                 variants = WS_GLM5_VARIANTS if "glm5" in label else WS_FP8_VARIANTS if fp8 else WS_VARIANTS
-                impls += [(f"triton {name}", ws_impl(consts, "sparse_mla_ws_fp8" if fp8 else "sparse_mla_ws"), {})
-                          for name, consts in variants if pick is None or name in pick]
+                ws = [(f"triton {name}", ws_impl(consts, "sparse_mla_ws_fp8" if fp8 else "sparse_mla_ws"), {})
+                      for name, consts in variants if pick is None or name in pick]
+                impls += ws
+                if "--floor" in argv:
+                    impls += [(f"{name} floor", no_rows(fn), kw) for name, fn, kw in ws]
             out = impls[1][1](**inputs)
             measure("sparse_mla_decode", label, impls, inputs, decode_bytes(inputs, out), "GB/s")
             del inputs
