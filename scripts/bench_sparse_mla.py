@@ -144,9 +144,7 @@ WS_VARIANTS = (("ws", {}), ("ws idx-in-loop", dict(PREFETCH_IDX=False)),
                ("ws k32 s4", dict(_K32, STAGES=4)), ("ws k32 s4 overlap", dict(_K32, STAGES=4, OVERLAP=True)),
                ("ws r216", dict(CONSUMER_REGS=216, PRODUCER_REGS=64)), ("ws sub16", dict(SUB=16)),
                ("ws splits-ceil", dict(FILL_WAVES=False)), ("ws waves2", dict(WAVES=2.0, FILL_WAVES=False)),
-               ("ws min_rows512", dict(MIN_ROWS=512)),
-               ("ws qk-ahead", dict(QK_AHEAD=True, CONSUMER_REGS=232, PRODUCER_REGS=40)),
-               ("ws qk-ahead r224", dict(QK_AHEAD=True)))
+               ("ws min_rows512", dict(MIN_ROWS=512)))
 
 
 # (name, module constants of hwinfer.kernels.triton.sparse_mla_ws_fp8) timed with --ws on the
@@ -161,9 +159,7 @@ WS_GLM5_VARIANTS = (("ws glm5", {}),
                                                                    CONSUMER_REGS=232, PRODUCER_REGS=40))),
                     ("ws glm5 r224", dict(ROPE_TUNING=dict(_ROPE, CONSUMER_REGS=224, PRODUCER_REGS=56))),
                     ("ws glm5 pw2", dict(ROPE_TUNING=dict(_ROPE, PRODUCER_WARPS=2))),
-                    ("ws glm5 sub16", dict(ROPE_TUNING=dict(_ROPE, SUB=16))),
-                    ("ws glm5 qk-ahead", dict(ROPE_TUNING=dict(_ROPE, QK_AHEAD=True, CONSUMER_REGS=232,
-                                                               PRODUCER_REGS=40))))
+                    ("ws glm5 sub16", dict(ROPE_TUNING=dict(_ROPE, SUB=16))))
 
 
 def ws_impl(consts: dict, module: str = "sparse_mla_ws"):

@@ -76,8 +76,7 @@ VARIANTS = {"default": {}, "pw1_qk_twice": dict(PRODUCER_WARPS=1, QK_SPLIT=False
             "pw1_qk_split": dict(PRODUCER_WARPS=1),
             "idx_in_loop": dict(PREFETCH_IDX=False, PRODUCER_WARPS=1, QK_SPLIT=False),
             "overlap": dict(OVERLAP=True),
-            "k32": dict(BLOCK_K=32, STAGES=4, CONSUMER_REGS=216, PRODUCER_REGS=64),
-            "qk_ahead": dict(QK_AHEAD=True, CONSUMER_REGS=232, PRODUCER_REGS=40)}
+            "k32": dict(BLOCK_K=32, STAGES=4, CONSUMER_REGS=216, PRODUCER_REGS=64)}
 
 
 @pytest.mark.parametrize("variant", list(VARIANTS))
@@ -133,8 +132,7 @@ def test_ws_fp8_decode_matches_reference(batch, k1, k2, splits, index_dtype, var
 # RoPE): the default form (32-row slots, QK split) and the 64-row one (QK twice), ROPE_TUNING
 GLM5_VARIANTS = {"default": {},
                  "k64_qk_twice": dict(BLOCK_K=64, STAGES=2, QK_SPLIT=False, CONSUMER_REGS=232,
-                                      PRODUCER_REGS=40),
-                 "qk_ahead": dict(QK_AHEAD=True, CONSUMER_REGS=232, PRODUCER_REGS=40)}
+                                      PRODUCER_REGS=40)}
 
 
 @pytest.mark.parametrize("variant", list(GLM5_VARIANTS))

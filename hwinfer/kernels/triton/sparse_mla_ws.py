@@ -86,11 +86,6 @@ PREFETCH_IDX = True
 # MMA work and half the q / row reads of shared memory, for the two groups in lockstep (H100:
 # 482 -> 460 us with one producer warp, 429 -> 405-422 with four).
 QK_SPLIT = True
-# QK_AHEAD (with the QK split): the next chunk's partial logits are issued (async) before this
-# chunk's logit exchange and softmax, so the tensor cores run them under that work (the
-# consumers' step is compute-bound at B = 128: H100 floor 348 us of 406, bench --floor). The
-# next slot is awaited earlier, so with 2 slots fewer rows are in flight while it lands.
-QK_AHEAD = False
 # GLM-5's 576-wide rows (q and rows: 512 latent + 64 RoPE channels, values the first 512): the
 # RoPE parts take q 8 KB and 8 KB a 64-row slot more, so the QK split's 32 KB of exchanged logits
 # no longer fit beside 2 x 64-row slots (248 KB). These constants replace the ones above for
@@ -294,28 +289,10 @@ def _store_partials(acc, m, l, pm_ptr, pl_ptr, pacc_ptr, row0, PART: gl.constexp
 
 
 @gluon.jit
-def _qk_part(q_lo, q_hi, q_r, k_lo, k_hi, k_r, s, PART: gl.constexpr, ROPE: gl.constexpr,
-             s_l: gl.constexpr, BLOCK_K: gl.constexpr, ASYNC: gl.constexpr):
-    """QK split: this group's partial logits [64, BLOCK_K] of slot s (its 256 key channels, and
-    for group 0 the RoPE channels), waited for unless ASYNC."""
-    sc = gl.zeros([64, BLOCK_K], gl.float32, layout=s_l)
-    if PART == 0:
-        sc = hopper.warpgroup_mma(q_lo, k_lo.index(s).permute((1, 0)), sc, use_acc=False,
-                                  is_async=ASYNC)
-        if ROPE > 0:
-            sc = hopper.warpgroup_mma(q_r, k_r.index(s).permute((1, 0)), sc, is_async=ASYNC)
-    else:
-        sc = hopper.warpgroup_mma(q_hi, k_hi.index(s).permute((1, 0)), sc, use_acc=False,
-                                  is_async=ASYNC)
-    return sc
-
-
-@gluon.jit
 def _consumer(q_lo, q_hi, q_r, k_lo, k_hi, k_r, idx_s, xbuf, q_bar, full, empty, xfull, xempty,
               pm_ptr, pl_ptr, pacc_ptr, row0, qk_scale, lo, hi, K1, n_main, n_all,
               PART: gl.constexpr, BLOCK_K: gl.constexpr, STAGES: gl.constexpr,
-              OVERLAP: gl.constexpr, QK_SPLIT: gl.constexpr, ROPE: gl.constexpr,
-              QK_AHEAD: gl.constexpr):
+              OVERLAP: gl.constexpr, QK_SPLIT: gl.constexpr, ROPE: gl.constexpr):
     """One warp group: value channels [PART * 256, PART * 256 + 256) of all 64 heads.
     OVERLAP: the PV product is left in flight while the next chunk's slot is awaited and its QK
     products issued (the slot goes back to the producer one chunk later); else every product
@@ -337,54 +314,39 @@ def _consumer(q_lo, q_hi, q_r, k_lo, k_hi, k_r, idx_s, xbuf, q_bar, full, empty,
         prev = 0
     cols = gl.arange(0, BLOCK_K, layout=gl.SliceLayout(0, s_l))
     mbarrier.wait(q_bar, 0)
-    if QK_AHEAD:   # chunk 0's partial logits in flight
-        mbarrier.wait(full.index(0), 0, pred=n_all > 0)
-        hopper.fence_async_shared()
-        nxt = _qk_part(q_lo, q_hi, q_r, k_lo, k_hi, k_r, 0, PART, ROPE, s_l, BLOCK_K, True)
     for c in range(n_all):
         s = c % STAGES
-        if QK_AHEAD:
-            kl = k_lo.index(s)
-            kh = k_hi.index(s)
-            sc = hopper.warpgroup_mma_wait(0, deps=[nxt])
-            # the next chunk's (if any; else a stale slot's, never read) under this one's
-            # exchange and softmax
-            c1 = c + 1
-            mbarrier.wait(full.index(c1 % STAGES), (c1 // STAGES) & 1, pred=c1 < n_all)
-            hopper.fence_async_shared()
-            nxt = _qk_part(q_lo, q_hi, q_r, k_lo, k_hi, k_r, c1 % STAGES, PART, ROPE, s_l,
-                           BLOCK_K, True)
-            sc = _exchange_logits(sc, xbuf, xfull, xempty, c, PART, s_l)
-        else:
-            mbarrier.wait(full.index(s), (c // STAGES) & 1)
-            # cp.async wrote the slot (and q) through the generic proxy; wgmma reads it through
-            # the async one
-            hopper.fence_async_shared()
-            kl = k_lo.index(s)
-            kh = k_hi.index(s)
-            if QK_SPLIT:
-                sc = _qk_part(q_lo, q_hi, q_r, k_lo, k_hi, k_r, s, PART, ROPE, s_l, BLOCK_K,
-                              False)
-                if OVERLAP:   # the previous chunk's PV product is done: its slot goes back
-                    acc, pa = hopper.warpgroup_mma_wait(0, deps=[acc, pa])
-                    mbarrier.arrive(empty.index(prev), pred=c > 0)
-                sc = _exchange_logits(sc, xbuf, xfull, xempty, c, PART, s_l)
-            elif OVERLAP:
-                sc = gl.zeros([64, BLOCK_K], gl.float32, layout=s_l)
-                sc = hopper.warpgroup_mma(q_lo, kl.permute((1, 0)), sc, use_acc=False,
-                                          is_async=True)
-                sc = hopper.warpgroup_mma(q_hi, kh.permute((1, 0)), sc, is_async=True)
-                # the previous chunk's PV product went in before these two: with at most two
-                # in flight it is done, and its slot goes back to the producer
-                acc, pa = hopper.warpgroup_mma_wait(2, deps=[acc, pa])
-                mbarrier.arrive(empty.index(prev), pred=c > 0)
-                sc = hopper.warpgroup_mma_wait(0, deps=[sc])
-            else:
-                sc = gl.zeros([64, BLOCK_K], gl.float32, layout=s_l)
+        mbarrier.wait(full.index(s), (c // STAGES) & 1)
+        # cp.async wrote the slot (and q) through the generic proxy; wgmma reads it through the
+        # async one
+        hopper.fence_async_shared()
+        kl = k_lo.index(s)
+        kh = k_hi.index(s)
+        sc = gl.zeros([64, BLOCK_K], gl.float32, layout=s_l)
+        if QK_SPLIT:
+            if PART == 0:
                 sc = hopper.warpgroup_mma(q_lo, kl.permute((1, 0)), sc, use_acc=False)
-                sc = hopper.warpgroup_mma(q_hi, kh.permute((1, 0)), sc)
                 if ROPE > 0:
                     sc = hopper.warpgroup_mma(q_r, k_r.index(s).permute((1, 0)), sc)
+            else:
+                sc = hopper.warpgroup_mma(q_hi, kh.permute((1, 0)), sc, use_acc=False)
+            if OVERLAP:   # the previous chunk's PV product is done: its slot goes back
+                acc, pa = hopper.warpgroup_mma_wait(0, deps=[acc, pa])
+                mbarrier.arrive(empty.index(prev), pred=c > 0)
+            sc = _exchange_logits(sc, xbuf, xfull, xempty, c, PART, s_l)
+        elif OVERLAP:
+            sc = hopper.warpgroup_mma(q_lo, kl.permute((1, 0)), sc, use_acc=False, is_async=True)
+            sc = hopper.warpgroup_mma(q_hi, kh.permute((1, 0)), sc, is_async=True)
+            # the previous chunk's PV product went in before these two: with at most two in
+            # flight it is done, and its slot goes back to the producer
+            acc, pa = hopper.warpgroup_mma_wait(2, deps=[acc, pa])
+            mbarrier.arrive(empty.index(prev), pred=c > 0)
+            sc = hopper.warpgroup_mma_wait(0, deps=[sc])
+        else:
+            sc = hopper.warpgroup_mma(q_lo, kl.permute((1, 0)), sc, use_acc=False)
+            sc = hopper.warpgroup_mma(q_hi, kh.permute((1, 0)), sc)
+            if ROPE > 0:
+                sc = hopper.warpgroup_mma(q_r, k_r.index(s).permute((1, 0)), sc)
         p0, end = _chunk_range(c, n_main, lo, hi, K1, BLOCK_K)
         idx = idx_s.index(s).load(gl.SliceLayout(0, s_l))
         ok = (p0 + cols < end) & (idx >= 0)
@@ -403,8 +365,6 @@ def _consumer(q_lo, q_hi, q_r, k_lo, k_hi, k_r, idx_s, xbuf, q_bar, full, empty,
             mbarrier.arrive(empty.index(s))
     if OVERLAP:
         acc, pa = hopper.warpgroup_mma_wait(0, deps=[acc, pa])
-    if QK_AHEAD:   # the last (stale) product issued
-        nxt = hopper.warpgroup_mma_wait(0, deps=[nxt])
     _store_partials(acc, m, l, pm_ptr, pl_ptr, pacc_ptr, row0, PART, s_l, o_l)
 
 
@@ -416,7 +376,7 @@ def _sparse_mla_ws_kernel(q_ptr, kv_ptr, idx_ptr, kv2_ptr, idx2_ptr, pm_ptr, pl_
                           CONSUMER_REGS: gl.constexpr,
                           PRODUCER_REGS: gl.constexpr, OVERLAP: gl.constexpr,
                           PREFETCH_IDX: gl.constexpr, QK_SPLIT: gl.constexpr,
-                          XROWS: gl.constexpr, ROPE: gl.constexpr, QK_AHEAD: gl.constexpr):
+                          XROWS: gl.constexpr, ROPE: gl.constexpr):
     t = gl.program_id(1).to(gl.int64)
     lo, hi, n_main, n_all = _split_bounds(K1, K2, CHUNKS_PER_SPLIT, BLOCK_K)
 
@@ -453,10 +413,10 @@ def _sparse_mla_ws_kernel(q_ptr, kv_ptr, idx_ptr, kv2_ptr, idx2_ptr, pm_ptr, pl_
     gl.warp_specialize([
         (_consumer, (q_lo, q_hi, q_r, k_lo, k_hi, k_r, idx_s, xbuf, q_bar, full, empty, xfull,
                      xempty, pm_ptr, pl_ptr, pacc_ptr, row0, qk_scale, lo, hi, K1, n_main, n_all,
-                     0, BLOCK_K, STAGES, OVERLAP, QK_SPLIT, ROPE, QK_AHEAD)),
+                     0, BLOCK_K, STAGES, OVERLAP, QK_SPLIT, ROPE)),
         (_consumer, (q_lo, q_hi, q_r, k_lo, k_hi, k_r, idx_s, xbuf, q_bar, full, empty, xfull,
                      xempty, pm_ptr, pl_ptr, pacc_ptr, row0, qk_scale, lo, hi, K1, n_main, n_all,
-                     1, BLOCK_K, STAGES, OVERLAP, QK_SPLIT, ROPE, QK_AHEAD)),
+                     1, BLOCK_K, STAGES, OVERLAP, QK_SPLIT, ROPE)),
         (_producer, (q_ptr + t * stride_qt, kv_ptr, idx_ptr + t * stride_it, kv2_ptr,
                      idx2_ptr + t * stride_i2t, q_lo, q_hi, q_r, k_lo, k_hi, k_r, idx_s, pidx,
                      q_bar, full, empty, stride_kv, stride_kv2, lo, hi, K1, n_main, n_all,
@@ -559,11 +519,9 @@ def _constants(rope: int, **change) -> dict:
     then ``change``."""
     consts = dict(BLOCK_K=BLOCK_K, STAGES=STAGES, SUB=SUB, PRODUCER_WARPS=PRODUCER_WARPS,
                   CONSUMER_REGS=CONSUMER_REGS, PRODUCER_REGS=PRODUCER_REGS, OVERLAP=OVERLAP,
-                  PREFETCH_IDX=PREFETCH_IDX, QK_SPLIT=QK_SPLIT, QK_AHEAD=QK_AHEAD)
+                  PREFETCH_IDX=PREFETCH_IDX, QK_SPLIT=QK_SPLIT)
     consts.update(ROPE_TUNING if rope else {}, **change)
-    # QK_AHEAD is a form of the QK split without OVERLAP
-    ahead = consts["QK_AHEAD"] and consts["QK_SPLIT"] and not consts["OVERLAP"]
-    return dict(consts, XROWS=64 if consts["QK_SPLIT"] else 1, ROPE=rope, QK_AHEAD=ahead)
+    return dict(consts, XROWS=64 if consts["QK_SPLIT"] else 1, ROPE=rope)
 
 
 def _aot_specs():
@@ -580,8 +538,6 @@ def _aot_specs():
     forms = {"dsv4,bf16": _constants(0), "dsv4,bf16,overlap": _constants(0, OVERLAP=not OVERLAP),
              f"dsv4,bf16,{'qk_twice' if QK_SPLIT else 'qk_split'}": _constants(
                  0, QK_SPLIT=not QK_SPLIT),
-             "dsv4,bf16,qk_ahead": _constants(0, QK_AHEAD=True, CONSUMER_REGS=232,
-                                              PRODUCER_REGS=40),
              "glm5,bf16": _constants(64),
              "glm5,bf16,k64,qk_twice": _constants(64, BLOCK_K=64, STAGES=2, QK_SPLIT=False,
                                                   CONSUMER_REGS=232, PRODUCER_REGS=40)}
