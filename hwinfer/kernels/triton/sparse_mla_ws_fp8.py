@@ -54,6 +54,12 @@ PRODUCER_REGS = 56
 # 150 -> 137 (2 slots: 510 / 142).
 PAIRS = True
 PAIR_STAGES = 3
+# DECODE_AHEAD (with PAIRS): a step's PV product runs async while the consumer decodes the next
+# step's first slot (1) or both (2) into registers (4 [32, 64] bf16 tiles a slot, 32 registers
+# a thread), stored to its tile once the product is done: the decode (~1 us of a ~3.7 us step,
+# bench --floor) partly off the tensor cores' critical path. Both slots spill ~300 bytes a
+# thread at 224-240 registers.
+DECODE_AHEAD = 0
 
 
 @gluon.jit
@@ -154,14 +160,44 @@ def _decode_slot(raw_a, raw_r, raw_s, kb_rows, s, PART: gl.constexpr, PAIRS: gl.
 
 
 @gluon.jit
+def _decode_regs(raw_a, raw_r, raw_s, s, PART: gl.constexpr, BLOCK_K: gl.constexpr):
+    """As :func:`_decode_slot`, into registers: this group's four [BLOCK_K, 64] bf16 tiles of
+    raw slot s (its columns 0-63, 64-127, 128-191, 192-255)."""
+    dec_l: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])    # [BLOCK_K, 64]
+    codes = raw_a.index(s)._reinterpret(gl.uint8, [BLOCK_K, 512],
+                                        gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
+    words = raw_s.index(s).load(gl.SliceLayout(1, dec_l))
+    g0 = _decode_group(codes, words, 4 * PART, dec_l, None)
+    g1 = _decode_group(codes, words, 4 * PART + 1, dec_l, None)
+    g2 = _decode_group(codes, words, 4 * PART + 2, dec_l, None)
+    if PART == 0:
+        g3 = _decode_group(codes, words, 3, dec_l, None)
+    else:
+        g3 = raw_r.index(s)._reinterpret(gl.bfloat16, [BLOCK_K, 64],
+                                         gl.SwizzledSharedLayout(1, 1, 1, [1, 0])).load(dec_l)
+    return g0, g1, g2, g3
+
+
+@gluon.jit
+def _store_tiles(kb_rows, g0, g1, g2, g3):
+    """Four [rows, 64] tiles into ``kb_rows`` [rows, 256]."""
+    kb_rows.slice(0, 64, dim=1).store(g0)
+    kb_rows.slice(64, 64, dim=1).store(g1)
+    kb_rows.slice(128, 64, dim=1).store(g2)
+    kb_rows.slice(192, 64, dim=1).store(g3)
+
+
+@gluon.jit
 def _consumer(q_lo, q_hi, raw_a, raw_r, raw_s, kb, idx_s, xbuf, q_bar, full, empty, xfull,
               xempty, pm_ptr, pl_ptr, pacc_ptr, row0, qk_scale, lo, hi, K1, n_main, n_raw,
               PART: gl.constexpr, BLOCK_K: gl.constexpr, STAGES: gl.constexpr,
-              PAIRS: gl.constexpr, NIDX: gl.constexpr):
+              PAIRS: gl.constexpr, NIDX: gl.constexpr, AHEAD: gl.constexpr):
     """One warp group: channels [PART * 256, PART * 256 + 256) of all 64 heads. A step takes
     ROWS = BLOCK_K (or 2 x BLOCK_K with PAIRS: two raw slots) rows, decoded into ``kb`` (bf16
     [ROWS, 256], this group's own), then as
-    :func:`hwinfer.kernels.triton.sparse_mla_ws._consumer` with the QK split."""
+    :func:`hwinfer.kernels.triton.sparse_mla_ws._consumer` with the QK split. AHEAD (PAIRS
+    only): the next step's first AHEAD slots are decoded into registers while this step's PV
+    product runs, and stored to ``kb`` at the next step's start."""
     HALVES: gl.constexpr = 2 if PAIRS else 1
     ROWS: gl.constexpr = HALVES * BLOCK_K
     s_l: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -177,12 +213,30 @@ def _consumer(q_lo, q_hi, raw_a, raw_r, raw_s, kb, idx_s, xbuf, q_bar, full, emp
     idx_v = idx_s._reinterpret(idx_s.dtype, [NIDX // HALVES, ROWS],
                                gl.SwizzledSharedLayout(1, 1, 1, [0]))
     mbarrier.wait(q_bar, 0)
-    for c in range(n_raw // HALVES):
-        for h in gl.static_range(HALVES):
-            r = c * HALVES + h
-            mbarrier.wait(full.index(r % STAGES), (r // STAGES) & 1)
-            _decode_slot(raw_a, raw_r, raw_s, kb.slice(h * BLOCK_K, BLOCK_K), r % STAGES, PART,
-                         PAIRS, BLOCK_K)
+    n_steps = n_raw // HALVES
+    if AHEAD > 0:   # step 0's first slots into registers
+        gl.static_assert(PAIRS and AHEAD <= 2)
+        mbarrier.wait(full.index(0), 0, pred=n_steps > 0)
+        a0, a1, a2, a3 = _decode_regs(raw_a, raw_r, raw_s, 0, PART, BLOCK_K)
+        if AHEAD == 2:
+            mbarrier.wait(full.index(1 % STAGES), (1 // STAGES) & 1, pred=n_steps > 0)
+            b0, b1, b2, b3 = _decode_regs(raw_a, raw_r, raw_s, 1 % STAGES, PART, BLOCK_K)
+    for c in range(n_steps):
+        if AHEAD > 0:
+            _store_tiles(kb.slice(0, BLOCK_K), a0, a1, a2, a3)
+            if AHEAD == 2:
+                _store_tiles(kb.slice(BLOCK_K, BLOCK_K), b0, b1, b2, b3)
+            else:
+                r = 2 * c + 1
+                mbarrier.wait(full.index(r % STAGES), (r // STAGES) & 1)
+                _decode_slot(raw_a, raw_r, raw_s, kb.slice(BLOCK_K, BLOCK_K), r % STAGES, PART,
+                             PAIRS, BLOCK_K)
+        else:
+            for h in gl.static_range(HALVES):
+                r = c * HALVES + h
+                mbarrier.wait(full.index(r % STAGES), (r // STAGES) & 1)
+                _decode_slot(raw_a, raw_r, raw_s, kb.slice(h * BLOCK_K, BLOCK_K), r % STAGES,
+                             PART, PAIRS, BLOCK_K)
         idx = idx_v.index(c % (NIDX // HALVES)).load(gl.SliceLayout(0, s_l))
         # the slots' bytes are in kb now: back to the producer (after a barrier of this group);
         # kb was written through the generic proxy, wgmma reads it through the async one
@@ -207,8 +261,22 @@ def _consumer(q_lo, q_hi, raw_a, raw_r, raw_s, kb, idx_s, xbuf, q_bar, full, emp
         p, alpha, m, l = _softmax_step(sc, ok, m, l, qk_scale)
         pa = gl.convert_layout(p.to(gl.bfloat16), p_l)
         acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_l))[:, None]
-        # synchronous: kb is rewritten by the next step's decode
-        acc = hopper.warpgroup_mma(pa, kb, acc)
+        if AHEAD > 0:
+            acc = hopper.warpgroup_mma(pa, kb, acc, is_async=True)
+            # under it: the next step's slots (if any; else stale ones, never stored)
+            r = 2 * c + 2
+            more = c + 1 < n_steps
+            mbarrier.wait(full.index(r % STAGES), (r // STAGES) & 1, pred=more)
+            a0, a1, a2, a3 = _decode_regs(raw_a, raw_r, raw_s, r % STAGES, PART, BLOCK_K)
+            if AHEAD == 2:
+                mbarrier.wait(full.index((r + 1) % STAGES), ((r + 1) // STAGES) & 1, pred=more)
+                b0, b1, b2, b3 = _decode_regs(raw_a, raw_r, raw_s, (r + 1) % STAGES, PART,
+                                              BLOCK_K)
+            # kb is rewritten at the next step's start
+            acc, pa = hopper.warpgroup_mma_wait(0, deps=[acc, pa])
+        else:
+            # synchronous: kb is rewritten by the next step's decode
+            acc = hopper.warpgroup_mma(pa, kb, acc)
     _store_partials(acc, m, l, pm_ptr, pl_ptr, pacc_ptr, row0, PART, s_l, o_l)
 
 
@@ -218,7 +286,8 @@ def _sparse_mla_ws_fp8_kernel(q_ptr, kv_ptr, idx_ptr, kv2_ptr, idx2_ptr, pm_ptr,
                               stride_kv, stride_kv2, stride_it, stride_i2t,
                               BLOCK_K: gl.constexpr, STAGES: gl.constexpr, SUB: gl.constexpr,
                               PRODUCER_WARPS: gl.constexpr, CONSUMER_REGS: gl.constexpr,
-                              PRODUCER_REGS: gl.constexpr, PAIRS: gl.constexpr):
+                              PRODUCER_REGS: gl.constexpr, PAIRS: gl.constexpr,
+                              DECODE_AHEAD: gl.constexpr):
     t = gl.program_id(1).to(gl.int64)
     lo, hi, n_main, n_all = _split_bounds(K1, K2, CHUNKS_PER_SPLIT, BLOCK_K)
     HALVES: gl.constexpr = 2 if PAIRS else 1
@@ -259,10 +328,10 @@ def _sparse_mla_ws_fp8_kernel(q_ptr, kv_ptr, idx_ptr, kv2_ptr, idx2_ptr, pm_ptr,
     gl.warp_specialize([
         (_consumer, (q_lo, q_hi, raw_a, raw_r, raw_s, kb0, idx_s, xbuf, q_bar, full, empty,
                      xfull, xempty, pm_ptr, pl_ptr, pacc_ptr, row0, qk_scale, lo, hi, K1, n_main,
-                     n_raw, 0, BLOCK_K, STAGES, PAIRS, NIDX)),
+                     n_raw, 0, BLOCK_K, STAGES, PAIRS, NIDX, DECODE_AHEAD)),
         (_consumer, (q_lo, q_hi, raw_a, raw_r, raw_s, kb1, idx_s, xbuf, q_bar, full, empty,
                      xfull, xempty, pm_ptr, pl_ptr, pacc_ptr, row0, qk_scale, lo, hi, K1, n_main,
-                     n_raw, 1, BLOCK_K, STAGES, PAIRS, NIDX)),
+                     n_raw, 1, BLOCK_K, STAGES, PAIRS, NIDX, DECODE_AHEAD)),
         (_producer, (q_ptr + t * stride_qt, kv_ptr, idx_ptr + t * stride_it, kv2_ptr,
                      idx2_ptr + t * stride_i2t, q_lo, q_hi, raw_a, raw_r, raw_s, idx_s, pidx,
                      q_bar, full, empty, stride_kv, stride_kv2, lo, hi, K1, n_main, n_all, n_raw,
@@ -309,12 +378,14 @@ def sparse_mla_fp8_partials(q3: torch.Tensor, kv: torch.Tensor, stride_kv: int, 
     return pm, pl, pacc
 
 
-def _constants(pairs: bool | None = None) -> dict:
-    """The kernel's constexprs from the module constants (PAIRS: its own slot count)."""
+def _constants(pairs: bool | None = None, ahead: int | None = None) -> dict:
+    """The kernel's constexprs from the module constants (PAIRS: its own slot count; the
+    decode ahead only with PAIRS)."""
     pairs = PAIRS if pairs is None else pairs
+    ahead = DECODE_AHEAD if ahead is None else ahead
     return dict(BLOCK_K=BLOCK_K, STAGES=PAIR_STAGES if pairs else STAGES, SUB=SUB,
                 PRODUCER_WARPS=PRODUCER_WARPS, CONSUMER_REGS=CONSUMER_REGS,
-                PRODUCER_REGS=PRODUCER_REGS, PAIRS=pairs)
+                PRODUCER_REGS=PRODUCER_REGS, PAIRS=pairs, DECODE_AHEAD=ahead if pairs else 0)
 
 
 def _aot_specs():
@@ -329,11 +400,12 @@ def _aot_specs():
     # row strides in words (73 a row) are not multiples of 16; pointers and q's stride are
     aligned = tuple(n for n in sig if n.endswith("_ptr") or n in ("stride_qt", "stride_it",
                                                                    "stride_i2t"))
-    # the default and the other step form (PAIRS), which the bench times against it
-    return [AotSpec(f"sparse_mla_ws_fp8[dsv4{tag}]", _sparse_mla_ws_fp8_kernel, sig,
-                    _constants(pairs), {"num_warps": 4}, ("sm_90",), check_shared=True,
-                    divisible=aligned)
-            for tag, pairs in (("", PAIRS), (",pairs" if not PAIRS else ",single", not PAIRS))]
+    # the default and the other forms the bench times against it
+    forms = {"": _constants(), ",single": _constants(pairs=False),
+             ",decode_ahead1": _constants(pairs=True, ahead=1)}
+    return [AotSpec(f"sparse_mla_ws_fp8[dsv4{tag}]", _sparse_mla_ws_fp8_kernel, sig, consts,
+                    {"num_warps": 4}, ("sm_90",), check_shared=True, divisible=aligned)
+            for tag, consts in forms.items()]
 
 
 AOT_SPECS = _aot_specs()
