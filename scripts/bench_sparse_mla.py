@@ -152,8 +152,8 @@ WS_VARIANTS = (("ws", {}), ("ws idx-in-loop", dict(PREFETCH_IDX=False)),
 WS_FP8_VARIANTS = (("ws fp8", {}), ("ws fp8 pairs s2", dict(PAIR_STAGES=2)), ("ws fp8 pw1", dict(PRODUCER_WARPS=1)),
                    ("ws fp8 single", dict(PAIRS=False)), ("ws fp8 single s3", dict(PAIRS=False, STAGES=3)),
                    ("ws fp8 r216", dict(CONSUMER_REGS=216, PRODUCER_REGS=64)),
-                   ("ws fp8 ahead1", dict(DECODE_AHEAD=1, CONSUMER_REGS=232, PRODUCER_REGS=40)),
-                   ("ws fp8 ahead1 r224", dict(DECODE_AHEAD=1)))
+                   ("ws fp8 ahead0", dict(DECODE_AHEAD=0)),
+                   ("ws fp8 ahead1 r232", dict(DECODE_AHEAD=1, CONSUMER_REGS=232, PRODUCER_REGS=40)))
 # on GLM-5's 576-wide rows (sparse_mla_ws.py's ROPE_TUNING forms)
 _ROPE = dict(BLOCK_K=32, STAGES=3, QK_SPLIT=True, CONSUMER_REGS=216, PRODUCER_REGS=64)
 WS_GLM5_VARIANTS = (("ws glm5", {}),

@@ -58,8 +58,10 @@ PAIR_STAGES = 3
 # step's first slot (1) or both (2) into registers (4 [32, 64] bf16 tiles a slot, 32 registers
 # a thread), stored to its tile once the product is done: the decode (~1 us of a ~3.7 us step,
 # bench --floor) partly off the tensor cores' critical path. Both slots spill ~300 bytes a
-# thread at 224-240 registers.
-DECODE_AHEAD = 0
+# thread at 224-240 registers. H100, 24th session (HCA): one slot ahead B = 128 496.9 -> 474.1
+# us, B = 32 137.5 -> 131.3 (floor 477.8 -> 451.2); at 232 / 40 registers (no spills) 500.0 /
+# 130.1.
+DECODE_AHEAD = 1
 
 
 @gluon.jit
@@ -402,7 +404,7 @@ def _aot_specs():
                                                                    "stride_i2t"))
     # the default and the other forms the bench times against it
     forms = {"": _constants(), ",single": _constants(pairs=False),
-             ",decode_ahead1": _constants(pairs=True, ahead=1)}
+             ",decode_ahead0": _constants(pairs=True, ahead=0)}
     return [AotSpec(f"sparse_mla_ws_fp8[dsv4{tag}]", _sparse_mla_ws_fp8_kernel, sig, consts,
                     {"num_warps": 4}, ("sm_90",), check_shared=True, divisible=aligned)
             for tag, consts in forms.items()]
