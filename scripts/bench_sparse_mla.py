@@ -149,8 +149,7 @@ WS_VARIANTS = (("ws", {}), ("ws idx-in-loop", dict(PREFETCH_IDX=False)),
 
 # (name, module constants of hwinfer.kernels.triton.sparse_mla_ws_fp8) timed with --ws on the
 # packed-cache shapes
-WS_FP8_VARIANTS = (("ws fp8", {}), ("ws fp8 pairs s2", dict(PAIR_STAGES=2)), ("ws fp8 pw1", dict(PRODUCER_WARPS=1)),
-                   ("ws fp8 single", dict(PAIRS=False)), ("ws fp8 single s3", dict(PAIRS=False, STAGES=3)),
+WS_FP8_VARIANTS = (("ws fp8", {}), ("ws fp8 s2", dict(STAGES=2)), ("ws fp8 pw1", dict(PRODUCER_WARPS=1)),
                    ("ws fp8 r216", dict(CONSUMER_REGS=216, PRODUCER_REGS=64)),
                    ("ws fp8 ahead0", dict(DECODE_AHEAD=0)),
                    ("ws fp8 ahead1 r232", dict(DECODE_AHEAD=1, CONSUMER_REGS=232, PRODUCER_REGS=40)))

@@ -99,10 +99,9 @@ def test_ws_decode_matches_reference(batch, k1, k2, splits, dtype, index_dtype, 
     _check_against_reference_and_split(kw, splits)
 
 
-# PAIRS (the default): two 32-row raw slots a consumer step (3 or 2 slots), the first slot of
-# the next step decoded ahead (DECODE_AHEAD 1; 0: not); the one-slot form
-FP8_VARIANTS = {"default": {}, "pairs_s2": dict(PAIR_STAGES=2), "pw1": dict(PRODUCER_WARPS=1),
-                "single": dict(PAIRS=False), "single_s3": dict(PAIRS=False, STAGES=3),
+# two 32-row raw slots a consumer step (3 or 2 slots), the next step's first slot decoded ahead
+# (DECODE_AHEAD 1; 0: none; at 232 / 40 registers)
+FP8_VARIANTS = {"default": {}, "s2": dict(STAGES=2), "pw1": dict(PRODUCER_WARPS=1),
                 "ahead0": dict(DECODE_AHEAD=0),
                 "ahead1_r232": dict(DECODE_AHEAD=1, CONSUMER_REGS=232, PRODUCER_REGS=40)}
 

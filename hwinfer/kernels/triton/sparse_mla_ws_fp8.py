@@ -7,20 +7,25 @@ The structure of :mod:`.sparse_mla_ws` (its docstring says why), with the rows' 
 on the way in:
 
 * the **producer** copies each row raw, in 8-byte pieces (rows are 8-byte aligned: 584 = 73 x
-  8), into three regions of a ring slot: bytes 0-511 (the 448 e4m3 NoPE codes and the first
-  half of the RoPE channels), bytes 448-575 (the 64 bf16 RoPE channels, 64 bytes fetched twice
-  so that they lie contiguous) and bytes 576-583 (the seven UE8M0 group scales);
-* each **consumer** decodes its 256 channels of the chunk (group 0: NoPE groups 0-3; group 1:
-  NoPE groups 4-6 and the RoPE channels) into its own bf16 tile in shared memory, e4m3 x
-  2^(scale - 127), releases the raw slot at once, then runs the QK split, the online softmax and
-  the PV product of :mod:`.sparse_mla_ws` on that tile.
+  8), into three regions of a 32-row ring slot: bytes 0-511 (the 448 e4m3 NoPE codes and the
+  first half of the RoPE channels), bytes 448-575 (the 64 bf16 RoPE channels, 64 bytes fetched
+  twice so that they lie contiguous) and bytes 576-583 (the seven UE8M0 group scales);
+* each **consumer** step takes two slots (64 rows): it decodes its 256 channels of them (group
+  0: NoPE groups 0-3; group 1: NoPE groups 4-6 and the RoPE channels; e4m3 x 2^(scale - 127),
+  exact, the scale bytes shifted out of the row's scale word) into its own [64, 256] bf16 tile
+  in shared memory, releases the slots at once, then runs the QK split, the online softmax and
+  the PV product of :mod:`.sparse_mla_ws` on that tile. The next step's first slot is decoded
+  into registers while the PV product runs (``DECODE_AHEAD``).
 
-A 584-byte row is 57% of a bf16 row's bytes. Shared memory at 4 x 32-row slots: q 64 KB, raw
-slots 4 x 20.25 KB, the two bf16 tiles 32 KB, the exchanged logits 16 KB: 194 KB (64-row
-chunks do not fit). H100, 23rd session (V4 HCA, 128 + 8,192 rows): B = 128 1,377 us with the
-Triton kernel -> 549, B = 32 438 -> 150; 3 slots 571 / 151 (docs/kernels.md). Covers q bf16
-with 64 heads x 512, v_dim 512, packed main and extra caches, int32 / int64 indices. NVIDIA
-sm_90 only; compiled ahead of time in CI, run only on a card (tests/kernels/test_sparse_mla_ws.py).
+A 584-byte row is 57% of a bf16 row's bytes, but carries the same MMA work (64 heads x 512
+channels, twice): this kernel is bound by its consumers, not the memory (docs/kernels.md,
+twenty-fourth session: its floor with no rows read is 95% of its time). Shared memory: q 64
+KB, 3 raw slots x 20.25 KB, the two bf16 tiles 64 KB, the exchanged logits 32 KB: 222 KB (a
+64-row raw slot is 41.5 KB: two of them do not fit). H100, V4 HCA (128 + 8,192 rows), B = 128:
+Triton kernel 1,314-1,377 us, 23rd session's one slot a step 549, two a step 497-505, decode
+ahead **471-474**; B = 32 436 -> 150 -> 137 -> **131**. Covers q bf16 with 64 heads x 512,
+v_dim 512, packed main and extra caches, int32 / int64 indices. NVIDIA sm_90 only; compiled
+ahead of time in CI, run only on a card (tests/kernels/test_sparse_mla_ws.py).
 """
 from __future__ import annotations
 
@@ -40,28 +45,20 @@ from hwinfer.kernels.triton.sparse_mla_ws import (HEADS, _barrier, _chunk_indice
 from hwinfer.ops.kv_pack import FP8_DS_BYTES
 
 WORDS = gl.constexpr(FP8_DS_BYTES // 8)   # 73 8-byte words a row
-BLOCK_K = 32      # rows a raw slot (a 64-row slot is 41.5 KB: two do not fit beside the rest)
-STAGES = 4
+BLOCK_K = 32   # rows a raw slot; a consumer step takes two
+STAGES = 3     # raw slots (2: 206 KB, as fast within 1%)
 SUB = 8
 PRODUCER_WARPS = 4
 CONSUMER_REGS = 224
 PRODUCER_REGS = 56
-# PAIRS: each consumer step takes two raw slots (64 rows: decoded into a [64, 256] tile, one QK
-# product, one logit exchange, one softmax step and one PV product per 64 rows instead of per
-# 32), with 3 raw slots to fit: q 64 KB + raw 3 x 20.25 + tiles 64 + logits 32 = 222 KB. The
-# scales are then shifted out of the row's scale word (one load a slot) rather than picked by a
-# select-and-sum over its 8 bytes per group. H100, 24th session: B = 128 549 -> 505 us, B = 32
-# 150 -> 137 (2 slots: 510 / 142).
-PAIRS = True
-PAIR_STAGES = 3
-# DECODE_AHEAD (with PAIRS): a step's PV product runs async while the consumer decodes the next
-# step's first slot (1) or both (2) into registers (4 [32, 64] bf16 tiles a slot, 32 registers
-# a thread), stored to its tile once the product is done: the decode (~1 us of a ~3.7 us step,
-# bench --floor) partly off the tensor cores' critical path. Both slots spill ~300 bytes a
-# thread at 224-240 registers. H100, 24th session (HCA): one slot ahead B = 128 496.9 -> 474.1
-# us, B = 32 137.5 -> 131.3 (floor 477.8 -> 451.2); at 232 / 40 registers (no spills) 500.0 /
-# 130.1.
+# DECODE_AHEAD: a step's PV product runs async while the consumer decodes the next step's first
+# slot (1) or both (2) into registers (4 [32, 64] bf16 tiles a slot, 32 registers a thread),
+# stored to its tile once the product is done; 0: every slot decoded at its step's start. The
+# decode is ~1 us of a ~3.7 us step (bench --floor). H100, 24th session (HCA): one slot ahead
+# B = 128 496.9 -> 474.1 us, B = 32 137.5 -> 131.3 (floor 477.8 -> 451.2); at 232 / 40
+# registers (no spills) 500.0 / 130.1; both slots spill ~300 bytes a thread at any split.
 DECODE_AHEAD = 1
+NIDX = 4   # index ring entries (two steps; see the kernel)
 
 
 @gluon.jit
@@ -71,8 +68,8 @@ def _producer(q_ptr, kv_ptr, idx_ptr, kv2_ptr, idx2_ptr, q_lo, q_hi, raw_a, raw_
               NIDX: gl.constexpr, WARPS: gl.constexpr):
     """q into shared memory (``q_bar``), then chunk c's rows, raw, into slot c % STAGES: words
     0-63 of a row to ``raw_a``, words 56-71 (the RoPE bytes) to ``raw_r``, word 72 (the scales)
-    to ``raw_s``; its indices into ``idx_s[c % NIDX]``. Chunks n_all .. n_raw - 1 (the padding
-    of PAIRS) are all -1: zero-filled. kv pointers are int64 words; strides in words."""
+    to ``raw_s``; its indices into ``idx_s[c % NIDX]``. Chunk n_all .. n_raw - 1 (a last step's
+    padding) is all -1: zero-filled. kv pointers are int64 words; strides in words."""
     a_l: gl.constexpr = gl.BlockedLayout([1, 2], [1, 32], [WARPS, 1], [1, 0])     # [SUB, 64]
     r_l: gl.constexpr = gl.BlockedLayout([1, 1], [2, 16], [WARPS, 1], [1, 0])     # [SUB, 16]
     idx_l: gl.constexpr = gl.BlockedLayout([1], [32], [WARPS], [0])
@@ -112,68 +109,32 @@ def _producer(q_ptr, kv_ptr, idx_ptr, kv2_ptr, idx2_ptr, q_lo, q_hi, raw_a, raw_
 
 
 @gluon.jit
-def _decode_group(codes_u8, scale_bytes, g: gl.constexpr, dec_l: gl.constexpr,
-                  sb_l: gl.constexpr):
-    """NoPE group g of a chunk: its 64 e4m3 codes a row [BLOCK_K, 64] (shared uint8) times the
-    row's power-of-two scale 2^(byte - 127), as bf16 (exact). ``scale_bytes``: the rows' 8 scale
-    bytes [BLOCK_K, 8] (layout sb_l), or (sb_l None) their scale words [BLOCK_K] (int64, layout
-    SliceLayout(1, dec_l)), byte g of which is shifted out."""
+def _decode_group(codes_u8, words, g: gl.constexpr, dec_l: gl.constexpr):
+    """NoPE group g of a slot: its 64 e4m3 codes a row [BLOCK_K, 64] (shared uint8) times the
+    row's power-of-two scale 2^(byte g of its scale word - 127), as bf16 (exact). ``words``:
+    the rows' scale words [BLOCK_K] (int64, layout SliceLayout(1, dec_l))."""
     codes = codes_u8.slice(g * 64, 64, dim=1).load(dec_l)
-    if sb_l is None:
-        byte = ((scale_bytes >> (8 * g)) & 255).to(gl.int32)
-    else:
-        sel = gl.arange(0, 8, layout=gl.SliceLayout(0, sb_l)) == g
-        byte = gl.sum(gl.where(sel[None, :], scale_bytes, 0), axis=1)
+    byte = ((words >> (8 * g)) & 255).to(gl.int32)
     # the exponent field of an fp32 is the biased exponent: byte << 23 is 2^(byte - 127)
     scale = (byte << 23).to(gl.float32, bitcast=True)
-    scale = gl.convert_layout(scale, gl.SliceLayout(1, dec_l))
     vals = codes.to(gl.float8e4nv, bitcast=True).to(gl.float32) * scale[:, None]
     return vals.to(gl.bfloat16)
 
 
 @gluon.jit
-def _decode_slot(raw_a, raw_r, raw_s, kb_rows, s, PART: gl.constexpr, PAIRS: gl.constexpr,
-                 BLOCK_K: gl.constexpr):
-    """This group's 256 channels of raw slot s's BLOCK_K rows, decoded into ``kb_rows`` (bf16
-    [BLOCK_K, 256] in shared memory): group 0 NoPE groups 0-3, group 1 NoPE groups 4-6 and the
-    RoPE channels."""
-    dec_l: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])    # [BLOCK_K, 64]
-    codes = raw_a.index(s)._reinterpret(gl.uint8, [BLOCK_K, 512],
-                                        gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
-    if PAIRS:
-        sb_l: gl.constexpr = None
-        scale_bytes = raw_s.index(s).load(gl.SliceLayout(1, dec_l))
-    else:
-        sb_l: gl.constexpr = gl.BlockedLayout([1, 8], [32, 1], [4, 1], [1, 0])   # [BLOCK_K, 8]
-        scale_bytes = raw_s.index(s)._reinterpret(
-            gl.uint8, [BLOCK_K, 8], gl.SwizzledSharedLayout(1, 1, 1, [1, 0])).load(sb_l)
-        scale_bytes = scale_bytes.to(gl.int32)
-    if PART == 0:
-        for g in gl.static_range(4):
-            kb_rows.slice(g * 64, 64, dim=1).store(
-                _decode_group(codes, scale_bytes, g, dec_l, sb_l))
-    else:
-        for g in gl.static_range(3):
-            kb_rows.slice(g * 64, 64, dim=1).store(
-                _decode_group(codes, scale_bytes, 4 + g, dec_l, sb_l))
-        rope = raw_r.index(s)._reinterpret(gl.bfloat16, [BLOCK_K, 64],
-                                           gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
-        kb_rows.slice(192, 64, dim=1).store(rope.load(dec_l))
-
-
-@gluon.jit
 def _decode_regs(raw_a, raw_r, raw_s, s, PART: gl.constexpr, BLOCK_K: gl.constexpr):
-    """As :func:`_decode_slot`, into registers: this group's four [BLOCK_K, 64] bf16 tiles of
-    raw slot s (its columns 0-63, 64-127, 128-191, 192-255)."""
+    """This group's 256 channels of raw slot s's BLOCK_K rows as four [BLOCK_K, 64] bf16 tiles
+    (its columns 0-63, 64-127, 128-191, 192-255): group 0 NoPE groups 0-3, group 1 NoPE groups
+    4-6 and the RoPE channels."""
     dec_l: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])    # [BLOCK_K, 64]
     codes = raw_a.index(s)._reinterpret(gl.uint8, [BLOCK_K, 512],
                                         gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
     words = raw_s.index(s).load(gl.SliceLayout(1, dec_l))
-    g0 = _decode_group(codes, words, 4 * PART, dec_l, None)
-    g1 = _decode_group(codes, words, 4 * PART + 1, dec_l, None)
-    g2 = _decode_group(codes, words, 4 * PART + 2, dec_l, None)
+    g0 = _decode_group(codes, words, 4 * PART, dec_l)
+    g1 = _decode_group(codes, words, 4 * PART + 1, dec_l)
+    g2 = _decode_group(codes, words, 4 * PART + 2, dec_l)
     if PART == 0:
-        g3 = _decode_group(codes, words, 3, dec_l, None)
+        g3 = _decode_group(codes, words, 3, dec_l)
     else:
         g3 = raw_r.index(s)._reinterpret(gl.bfloat16, [BLOCK_K, 64],
                                          gl.SwizzledSharedLayout(1, 1, 1, [1, 0])).load(dec_l)
@@ -190,18 +151,35 @@ def _store_tiles(kb_rows, g0, g1, g2, g3):
 
 
 @gluon.jit
+def _decode_slot(raw_a, raw_r, raw_s, kb_rows, s, PART: gl.constexpr, BLOCK_K: gl.constexpr):
+    """As :func:`_decode_regs`, into ``kb_rows`` (bf16 [BLOCK_K, 256]), each tile stored as
+    soon as it is decoded (fewer registers live)."""
+    dec_l: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])    # [BLOCK_K, 64]
+    codes = raw_a.index(s)._reinterpret(gl.uint8, [BLOCK_K, 512],
+                                        gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
+    words = raw_s.index(s).load(gl.SliceLayout(1, dec_l))
+    for g in gl.static_range(3):
+        kb_rows.slice(g * 64, 64, dim=1).store(_decode_group(codes, words, 4 * PART + g, dec_l))
+    if PART == 0:
+        kb_rows.slice(192, 64, dim=1).store(_decode_group(codes, words, 3, dec_l))
+    else:
+        rope = raw_r.index(s)._reinterpret(gl.bfloat16, [BLOCK_K, 64],
+                                           gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
+        kb_rows.slice(192, 64, dim=1).store(rope.load(dec_l))
+
+
+@gluon.jit
 def _consumer(q_lo, q_hi, raw_a, raw_r, raw_s, kb, idx_s, xbuf, q_bar, full, empty, xfull,
               xempty, pm_ptr, pl_ptr, pacc_ptr, row0, qk_scale, lo, hi, K1, n_main, n_raw,
               PART: gl.constexpr, BLOCK_K: gl.constexpr, STAGES: gl.constexpr,
-              PAIRS: gl.constexpr, NIDX: gl.constexpr, AHEAD: gl.constexpr):
+              NIDX: gl.constexpr, AHEAD: gl.constexpr):
     """One warp group: channels [PART * 256, PART * 256 + 256) of all 64 heads. A step takes
-    ROWS = BLOCK_K (or 2 x BLOCK_K with PAIRS: two raw slots) rows, decoded into ``kb`` (bf16
-    [ROWS, 256], this group's own), then as
-    :func:`hwinfer.kernels.triton.sparse_mla_ws._consumer` with the QK split. AHEAD (PAIRS
-    only): the next step's first AHEAD slots are decoded into registers while this step's PV
-    product runs, and stored to ``kb`` at the next step's start."""
-    HALVES: gl.constexpr = 2 if PAIRS else 1
-    ROWS: gl.constexpr = HALVES * BLOCK_K
+    two raw slots (2 x BLOCK_K rows), decoded into ``kb`` (bf16 [2 * BLOCK_K, 256], this
+    group's own), then as :func:`hwinfer.kernels.triton.sparse_mla_ws._consumer` with the QK
+    split. AHEAD: the next step's first AHEAD slots are decoded into registers while this
+    step's PV product runs, and stored to ``kb`` at the next step's start."""
+    gl.static_assert(AHEAD <= 2)
+    ROWS: gl.constexpr = 2 * BLOCK_K
     s_l: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                   instr_shape=[16, ROWS, 16])
     o_l: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -211,13 +189,13 @@ def _consumer(q_lo, q_hi, raw_a, raw_r, raw_s, kb, idx_s, xbuf, q_bar, full, emp
     l = gl.zeros([64], gl.float32, layout=gl.SliceLayout(1, s_l))
     acc = gl.zeros([64, 256], gl.float32, layout=o_l)
     cols = gl.arange(0, ROWS, layout=gl.SliceLayout(0, s_l))
-    # the step's indices: ring entries of idx_s, HALVES at a time
-    idx_v = idx_s._reinterpret(idx_s.dtype, [NIDX // HALVES, ROWS],
+    second = cols >= BLOCK_K
+    # a step's indices: two ring entries of idx_s
+    idx_v = idx_s._reinterpret(idx_s.dtype, [NIDX // 2, ROWS],
                                gl.SwizzledSharedLayout(1, 1, 1, [0]))
     mbarrier.wait(q_bar, 0)
-    n_steps = n_raw // HALVES
+    n_steps = n_raw // 2
     if AHEAD > 0:   # step 0's first slots into registers
-        gl.static_assert(PAIRS and AHEAD <= 2)
         mbarrier.wait(full.index(0), 0, pred=n_steps > 0)
         a0, a1, a2, a3 = _decode_regs(raw_a, raw_r, raw_s, 0, PART, BLOCK_K)
         if AHEAD == 2:
@@ -226,24 +204,22 @@ def _consumer(q_lo, q_hi, raw_a, raw_r, raw_s, kb, idx_s, xbuf, q_bar, full, emp
     for c in range(n_steps):
         if AHEAD > 0:
             _store_tiles(kb.slice(0, BLOCK_K), a0, a1, a2, a3)
-            if AHEAD == 2:
-                _store_tiles(kb.slice(BLOCK_K, BLOCK_K), b0, b1, b2, b3)
-            else:
-                r = 2 * c + 1
-                mbarrier.wait(full.index(r % STAGES), (r // STAGES) & 1)
-                _decode_slot(raw_a, raw_r, raw_s, kb.slice(BLOCK_K, BLOCK_K), r % STAGES, PART,
-                             PAIRS, BLOCK_K)
         else:
-            for h in gl.static_range(HALVES):
-                r = c * HALVES + h
-                mbarrier.wait(full.index(r % STAGES), (r // STAGES) & 1)
-                _decode_slot(raw_a, raw_r, raw_s, kb.slice(h * BLOCK_K, BLOCK_K), r % STAGES,
-                             PART, PAIRS, BLOCK_K)
-        idx = idx_v.index(c % (NIDX // HALVES)).load(gl.SliceLayout(0, s_l))
+            mbarrier.wait(full.index((2 * c) % STAGES), ((2 * c) // STAGES) & 1)
+            _decode_slot(raw_a, raw_r, raw_s, kb.slice(0, BLOCK_K), (2 * c) % STAGES, PART,
+                         BLOCK_K)
+        if AHEAD == 2:
+            _store_tiles(kb.slice(BLOCK_K, BLOCK_K), b0, b1, b2, b3)
+        else:
+            r = 2 * c + 1
+            mbarrier.wait(full.index(r % STAGES), (r // STAGES) & 1)
+            _decode_slot(raw_a, raw_r, raw_s, kb.slice(BLOCK_K, BLOCK_K), r % STAGES, PART,
+                         BLOCK_K)
+        idx = idx_v.index(c % (NIDX // 2)).load(gl.SliceLayout(0, s_l))
         # the slots' bytes are in kb now: back to the producer (after a barrier of this group);
         # kb was written through the generic proxy, wgmma reads it through the async one
-        for h in gl.static_range(HALVES):
-            mbarrier.arrive(empty.index((c * HALVES + h) % STAGES))
+        mbarrier.arrive(empty.index((2 * c) % STAGES))
+        mbarrier.arrive(empty.index((2 * c + 1) % STAGES))
         hopper.fence_async_shared()
         _barrier()
         sc = gl.zeros([64, ROWS], gl.float32, layout=s_l)
@@ -252,14 +228,10 @@ def _consumer(q_lo, q_hi, raw_a, raw_r, raw_s, kb, idx_s, xbuf, q_bar, full, emp
         else:
             sc = hopper.warpgroup_mma(q_hi, kb.permute((1, 0)), sc, use_acc=False)
         sc = _exchange_logits(sc, xbuf, xfull, xempty, c, PART, s_l)
-        p0, end = _chunk_range(c * HALVES, n_main, lo, hi, K1, BLOCK_K)
-        if PAIRS:   # each half's list positions (the halves may lie in different lists)
-            p0b, endb = _chunk_range(c * HALVES + 1, n_main, lo, hi, K1, BLOCK_K)
-            second = cols >= BLOCK_K
-            ok = gl.where(second, p0b + cols - BLOCK_K < endb, p0 + cols < end)
-        else:
-            ok = p0 + cols < end
-        ok = ok & (idx >= 0)
+        # each half's list positions (the halves may lie in different lists)
+        p0, end = _chunk_range(2 * c, n_main, lo, hi, K1, BLOCK_K)
+        p0b, endb = _chunk_range(2 * c + 1, n_main, lo, hi, K1, BLOCK_K)
+        ok = gl.where(second, p0b + cols - BLOCK_K < endb, p0 + cols < end) & (idx >= 0)
         p, alpha, m, l = _softmax_step(sc, ok, m, l, qk_scale)
         pa = gl.convert_layout(p.to(gl.bfloat16), p_l)
         acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_l))[:, None]
@@ -288,19 +260,16 @@ def _sparse_mla_ws_fp8_kernel(q_ptr, kv_ptr, idx_ptr, kv2_ptr, idx2_ptr, pm_ptr,
                               stride_kv, stride_kv2, stride_it, stride_i2t,
                               BLOCK_K: gl.constexpr, STAGES: gl.constexpr, SUB: gl.constexpr,
                               PRODUCER_WARPS: gl.constexpr, CONSUMER_REGS: gl.constexpr,
-                              PRODUCER_REGS: gl.constexpr, PAIRS: gl.constexpr,
-                              DECODE_AHEAD: gl.constexpr):
+                              PRODUCER_REGS: gl.constexpr, DECODE_AHEAD: gl.constexpr,
+                              NIDX: gl.constexpr):
     t = gl.program_id(1).to(gl.int64)
     lo, hi, n_main, n_all = _split_bounds(K1, K2, CHUNKS_PER_SPLIT, BLOCK_K)
-    HALVES: gl.constexpr = 2 if PAIRS else 1
-    ROWS: gl.constexpr = HALVES * BLOCK_K
-    # PAIRS: an even count of raw chunks (the last may be padding), and a ring of 4 index
-    # entries (2 steps): chunk c + 4's indices overwrite chunk c's once the producer holds
+    # an even count of raw chunks (the last may be padding), and a ring of NIDX = 4 index
+    # entries (two steps): chunk c + 4's indices overwrite chunk c's once the producer holds
     # chunk c + 4's slot, which the consumers release only after reading chunk c's step's
-    # indices (STAGES <= 4)
-    gl.static_assert((not PAIRS) or STAGES <= 4)
-    NIDX: gl.constexpr = 4 if PAIRS else STAGES
-    n_raw = (n_all + HALVES - 1) // HALVES * HALVES
+    # indices (so STAGES <= 4)
+    gl.static_assert(STAGES <= 4 and NIDX == 4)
+    n_raw = (n_all + 1) // 2 * 2
 
     bf16_l: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16,
                                                 rank=2)
@@ -311,13 +280,13 @@ def _sparse_mla_ws_fp8_kernel(q_ptr, kv_ptr, idx_ptr, kv2_ptr, idx2_ptr, pm_ptr,
     raw_r = gl.allocate_shared_memory(gl.int64, [STAGES, BLOCK_K, 16], plain)
     raw_s = gl.allocate_shared_memory(gl.int64, [STAGES, BLOCK_K],
                                       gl.SwizzledSharedLayout(1, 1, 1, [0]))
-    kb0 = gl.allocate_shared_memory(gl.bfloat16, [ROWS, 256], bf16_l)
-    kb1 = gl.allocate_shared_memory(gl.bfloat16, [ROWS, 256], bf16_l)
+    kb0 = gl.allocate_shared_memory(gl.bfloat16, [2 * BLOCK_K, 256], bf16_l)
+    kb1 = gl.allocate_shared_memory(gl.bfloat16, [2 * BLOCK_K, 256], bf16_l)
     idx_s = gl.allocate_shared_memory(idx_ptr.dtype.element_ty, [NIDX, BLOCK_K],
                                       gl.SwizzledSharedLayout(1, 1, 1, [0]))
     pidx = gl.allocate_shared_memory(idx_ptr.dtype.element_ty, [BLOCK_K],
                                      gl.SwizzledSharedLayout(1, 1, 1, [0]))
-    xbuf = gl.allocate_shared_memory(gl.float32, [2, 64, ROWS], gl.NVMMASharedLayout(
+    xbuf = gl.allocate_shared_memory(gl.float32, [2, 64, 2 * BLOCK_K], gl.NVMMASharedLayout(
         swizzle_byte_width=128, element_bitwidth=32, rank=2))
     q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     xfull = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
@@ -330,10 +299,10 @@ def _sparse_mla_ws_fp8_kernel(q_ptr, kv_ptr, idx_ptr, kv2_ptr, idx2_ptr, pm_ptr,
     gl.warp_specialize([
         (_consumer, (q_lo, q_hi, raw_a, raw_r, raw_s, kb0, idx_s, xbuf, q_bar, full, empty,
                      xfull, xempty, pm_ptr, pl_ptr, pacc_ptr, row0, qk_scale, lo, hi, K1, n_main,
-                     n_raw, 0, BLOCK_K, STAGES, PAIRS, NIDX, DECODE_AHEAD)),
+                     n_raw, 0, BLOCK_K, STAGES, NIDX, DECODE_AHEAD)),
         (_consumer, (q_lo, q_hi, raw_a, raw_r, raw_s, kb1, idx_s, xbuf, q_bar, full, empty,
                      xfull, xempty, pm_ptr, pl_ptr, pacc_ptr, row0, qk_scale, lo, hi, K1, n_main,
-                     n_raw, 1, BLOCK_K, STAGES, PAIRS, NIDX, DECODE_AHEAD)),
+                     n_raw, 1, BLOCK_K, STAGES, NIDX, DECODE_AHEAD)),
         (_producer, (q_ptr + t * stride_qt, kv_ptr, idx_ptr + t * stride_it, kv2_ptr,
                      idx2_ptr + t * stride_i2t, q_lo, q_hi, raw_a, raw_r, raw_s, idx_s, pidx,
                      q_bar, full, empty, stride_kv, stride_kv2, lo, hi, K1, n_main, n_all, n_raw,
@@ -380,14 +349,11 @@ def sparse_mla_fp8_partials(q3: torch.Tensor, kv: torch.Tensor, stride_kv: int, 
     return pm, pl, pacc
 
 
-def _constants(pairs: bool | None = None, ahead: int | None = None) -> dict:
-    """The kernel's constexprs from the module constants (PAIRS: its own slot count; the
-    decode ahead only with PAIRS)."""
-    pairs = PAIRS if pairs is None else pairs
-    ahead = DECODE_AHEAD if ahead is None else ahead
-    return dict(BLOCK_K=BLOCK_K, STAGES=PAIR_STAGES if pairs else STAGES, SUB=SUB,
-                PRODUCER_WARPS=PRODUCER_WARPS, CONSUMER_REGS=CONSUMER_REGS,
-                PRODUCER_REGS=PRODUCER_REGS, PAIRS=pairs, DECODE_AHEAD=ahead if pairs else 0)
+def _constants(**change) -> dict:
+    """The kernel's constexprs: the module constants, then ``change``."""
+    return dict(dict(BLOCK_K=BLOCK_K, STAGES=STAGES, SUB=SUB, PRODUCER_WARPS=PRODUCER_WARPS,
+                     CONSUMER_REGS=CONSUMER_REGS, PRODUCER_REGS=PRODUCER_REGS,
+                     DECODE_AHEAD=DECODE_AHEAD, NIDX=NIDX), **change)
 
 
 def _aot_specs():
@@ -403,8 +369,7 @@ def _aot_specs():
     aligned = tuple(n for n in sig if n.endswith("_ptr") or n in ("stride_qt", "stride_it",
                                                                    "stride_i2t"))
     # the default and the other forms the bench times against it
-    forms = {"": _constants(), ",single": _constants(pairs=False),
-             ",decode_ahead0": _constants(pairs=True, ahead=0)}
+    forms = {"": _constants(), ",decode_ahead0": _constants(DECODE_AHEAD=0)}
     return [AotSpec(f"sparse_mla_ws_fp8[dsv4{tag}]", _sparse_mla_ws_fp8_kernel, sig, consts,
                     {"num_warps": 4}, ("sm_90",), check_shared=True, divisible=aligned)
             for tag, consts in forms.items()]
