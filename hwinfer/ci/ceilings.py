@@ -36,39 +36,42 @@ def _on_gpu() -> bool:
     return torch.cuda.is_available()
 
 
+def _ceiling(env: str, h200: float, measure) -> float:
+    """``env``'s value if set, else the H200's figure without a GPU, else ``measure()``."""
+    if env in os.environ:
+        return float(os.environ[env])
+    return measure() if _on_gpu() else h200
+
+
 @functools.cache
 def copy_gbps() -> float:
     """The card's copy bandwidth, GB/s (read + write); the env override first."""
-    if "HWINFER_PEAK_GBS" in os.environ:
-        return float(os.environ["HWINFER_PEAK_GBS"])
-    if not _on_gpu():
-        return H200_GBPS
-    import torch
+    def measure() -> float:
+        import torch
 
-    x = torch.empty(1 << 29, dtype=torch.float16, device="cuda")   # 1 GiB
-    y = torch.empty_like(x)
-    ms = _bench_ms(lambda: y.copy_(x))
-    del x, y
-    torch.cuda.empty_cache()
-    return 2 * (1 << 30) / ms / 1e6
+        x = torch.empty(1 << 29, dtype=torch.float16, device="cuda")   # 1 GiB
+        y = torch.empty_like(x)
+        ms = _bench_ms(lambda: y.copy_(x))
+        del x, y
+        torch.cuda.empty_cache()
+        return 2 * (1 << 30) / ms / 1e6
+    return _ceiling("HWINFER_PEAK_GBS", H200_GBPS, measure)
 
 
 @functools.cache
 def matmul_tflops() -> float:
     """The card's bf16 matmul rate, TFLOP/s (8192^3); the env override first."""
-    if "HWINFER_PEAK_TFLOPS" in os.environ:
-        return float(os.environ["HWINFER_PEAK_TFLOPS"])
-    if not _on_gpu():
-        return H200_TFLOPS
-    import torch
+    def measure() -> float:
+        import torch
 
-    n = 8192
-    a = torch.randn(n, n, dtype=torch.bfloat16, device="cuda")
-    b = torch.randn_like(a)
-    ms = _bench_ms(lambda: a @ b)
-    del a, b
-    torch.cuda.empty_cache()
-    return 2 * n ** 3 / ms / 1e9
+        n = 8192
+        a = torch.randn(n, n, dtype=torch.bfloat16, device="cuda")
+        b = torch.randn_like(a)
+        ms = _bench_ms(lambda: a @ b)
+        del a, b
+        torch.cuda.empty_cache()
+        return 2 * n ** 3 / ms / 1e9
+    return _ceiling("HWINFER_PEAK_TFLOPS", H200_TFLOPS, measure)
 
 
 def peak(unit: str) -> float:
