@@ -31,9 +31,9 @@ one split.
 Covers: q bf16 / fp16 with 64 heads and D = v_dim = 512 (DeepSeek-V4's latent rows, values
 = the rows' first 512 channels), bf16 / fp16 rows of the same dtype (not the packed FP8
 caches), int32 / int64 indices, the main and extra row lists; D = 576 with v_dim 512 (GLM-5:
-64 RoPE channels after the latent, in their own shared buffers, ``ROPE_TUNING``). NVIDIA sm_90 only (wgmma); it
-cannot run under the Triton interpreter, so CI compiles it ahead of time (sm_90) and only a
-card runs it (tests/kernels/test_sparse_mla_ws.py, skipped without one).
+64 RoPE channels after the latent, in their own shared buffers, ``ROPE_TUNING``). NVIDIA sm_90
+only (wgmma); it cannot run under the Triton interpreter, so CI compiles it ahead of time
+(sm_90) and only a card runs it (tests/kernels/test_sparse_mla_ws.py, skipped without one).
 """
 from __future__ import annotations
 
@@ -155,17 +155,18 @@ def _load_q(q_ptr, q_lo, q_hi, q_r, q_bar, SUB: gl.constexpr, WARPS: gl.constexp
 
 
 @gluon.jit
-def _copy_rope(dst, base, r0, stride, ok, SUB: gl.constexpr, WARPS: gl.constexpr):
+def _copy_rope(dst, base, r0, stride, rows_idx, SUB: gl.constexpr, WARPS: gl.constexpr):
     """SUB rows' 64 RoPE channels (8-byte pieces: a copy group's [SUB, 64] has no more than
-    one piece a thread) into ``dst`` [SUB, 64]: row r0 + i at ``base + (r0 + i) * stride``,
-    or (``ok`` given) row ok's index (int64 row offsets), zero-filled where negative."""
+    one piece a thread) into ``dst`` [SUB, 64]: row i at ``base + (r0 + i) * stride``, or
+    (``rows_idx`` given: the rows' indices) at ``base + rows_idx[i] * stride``, zero-filled
+    where the index is negative."""
     r_l: gl.constexpr = gl.BlockedLayout([1, 4], [2, 16], [WARPS, 1], [1, 0])   # [SUB, 64]
     c = gl.arange(0, 64, layout=gl.SliceLayout(0, r_l))
-    if ok is None:
+    if rows_idx is None:
         rows = (r0 + gl.arange(0, SUB, layout=gl.SliceLayout(1, r_l))).to(gl.int64) * stride
         async_copy.async_copy_global_to_shared(dst, base + rows[:, None] + c[None, :])
     else:
-        idx = gl.convert_layout(ok, gl.SliceLayout(1, r_l))
+        idx = gl.convert_layout(rows_idx, gl.SliceLayout(1, r_l))
         rows = gl.where(idx >= 0, idx, 0).to(gl.int64) * stride
         async_copy.async_copy_global_to_shared(dst, base + rows[:, None] + c[None, :],
                                                mask=(idx >= 0)[:, None])
