@@ -274,7 +274,9 @@ def main() -> None:
     ap.add_argument("--profile", action="store_true", help="kernel breakdown of prefill and decode steps")
     ap.add_argument("--profile-prompt", type=int, default=256, help="prompt length when profiling")
     ap.add_argument("--impl", default="", help="op=impl overrides, comma-separated")
-    ap.add_argument("--kv-format", default="auto", help="stored KV format (auto, bf16, fp8)")
+    ap.add_argument("--kv-format", default="auto",
+                    help="cache storage, as load_model's kv_format: auto / bf16 = the compute dtype; "
+                         "fp8 = DeepSeek-V4's packed fp8_ds_mla rows (the FP8 attention kernels)")
     ap.add_argument("--csv", default=None, help="append rows (model, impl, batch, metric, value, unit)")
     args = ap.parse_args()
     import atexit
