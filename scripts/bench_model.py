@@ -37,7 +37,6 @@ from hwinfer.engine.ledger import LEDGER_ONLY
 from hwinfer.loader.config import load_config
 
 
-
 def peak_bytes_s() -> float:
     """The card's measured copy bandwidth, bytes/s (hwinfer.ci.ceilings)."""
     return copy_gbps() * 1e9

@@ -68,9 +68,9 @@ PACKED_DECODE_TUNING = {"cuda": dict(num_stages=1), "hip": {}}
 # device (NVIDIA sm_90, where a card validated and timed it), True / False force it (so does a
 # call's ``ws=`` keyword); ``HWINFER_SPARSE_MLA_WS=1`` / ``0`` (read at import) sets it.
 WS_DECODE: bool | None = {"1": True, "0": False}.get(os.environ.get("HWINFER_SPARSE_MLA_WS", ""))
-# Its packed-cache form (:mod:`.sparse_mla_ws_fp8`), the same way (H100, 23rd session: V4 HCA
-# B = 128 over fp8_ds_mla rows 1,377 -> 549 us; its card test, not yet the strict conformance
-# suite, ran it); ``HWINFER_SPARSE_MLA_WS_FP8=1`` / ``0`` sets it.
+# Its packed-cache form (:mod:`.sparse_mla_ws_fp8`), the same way (H100, 24th session: V4 HCA
+# B = 128 over fp8_ds_mla rows 1,314 -> 471 us; card test and strict conformance passed);
+# ``HWINFER_SPARSE_MLA_WS_FP8=1`` / ``0`` sets it.
 WS_FP8_DECODE: bool | None = {"1": True, "0": False}.get(
     os.environ.get("HWINFER_SPARSE_MLA_WS_FP8", ""))
 PREFILL_TUNING = {
@@ -179,7 +179,8 @@ def _merge(pm, pl, pacc, sinks, out_rope, o3):
 def _ws_partials(q, kv_cache, v_dim, extra_kv_cache, want: bool | None):
     """The warp-specialised Gluon kernel's partials function for a decode call, or None for the
     Triton kernel: the call's ``ws`` keyword, else ``WS_DECODE`` (None: yes) for bf16 / fp16
-    rows (:mod:`.sparse_mla_ws`; H100, 23rd session: V4 HCA B = 128 728 -> 405 us) and
+    rows (:mod:`.sparse_mla_ws`, DeepSeek-V4's 512-wide and GLM-5's 576-wide rows; H100: V4
+    HCA B = 128 728 -> 405 us, GLM-5 B = 128 214 -> 135) and
     ``WS_FP8_DECODE`` (None: yes) for packed ones (:mod:`.sparse_mla_ws_fp8`); only on NVIDIA
     sm_90, for calls the kernel's own check accepts."""
     packed = kv_cache.dtype == torch.uint8
@@ -212,7 +213,7 @@ def sparse_mla_decode(q: torch.Tensor, kv_cache: torch.Tensor, indices: torch.Te
     channels per program, block_k rows per chunk, num_splits of the index list (1 = no merge
     kernel; None = heuristic from waves / min_rows), num_warps, num_stages, acc_budget, waves,
     min_rows. On NVIDIA sm_90 the calls :mod:`.sparse_mla_ws` covers (bf16 / fp16, 64 heads x
-    512, unpacked rows) run its warp-specialised Gluon kernel instead (``ws=False``, or any
+    512 or 576 with v_dim 512, unpacked rows) run its warp-specialised Gluon kernel instead (``ws=False``, or any
     tiling keyword above but num_splits, keeps the Triton kernel; ``WS_DECODE``); packed rows
     through :mod:`.sparse_mla_ws_fp8` (``WS_FP8_DECODE``).
     """

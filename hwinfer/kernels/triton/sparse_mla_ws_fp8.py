@@ -121,24 +121,39 @@ def _decode_group(codes_u8, words, g: gl.constexpr, dec_l: gl.constexpr):
     return vals.to(gl.bfloat16)
 
 
+# the decode's register layout of a [BLOCK_K, 64] tile
+DEC_L = gl.constexpr(gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0]))
+
+
+@gluon.jit
+def _slot_source(raw_a, raw_s, s, BLOCK_K: gl.constexpr):
+    """Raw slot s's codes (uint8 [BLOCK_K, 512] view) and scale words (int64 [BLOCK_K])."""
+    codes = raw_a.index(s)._reinterpret(gl.uint8, [BLOCK_K, 512],
+                                        gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
+    return codes, raw_s.index(s).load(gl.SliceLayout(1, DEC_L))
+
+
+@gluon.jit
+def _decode_tile(codes, words, raw_r, s, t: gl.constexpr, PART: gl.constexpr,
+                 BLOCK_K: gl.constexpr):
+    """Tile t (columns 64t .. 64t + 63) of this group's 256 channels of slot s, bf16 [BLOCK_K,
+    64]: group 0 NoPE groups 0-3, group 1 NoPE groups 4-6 and (t = 3) the RoPE channels."""
+    if PART == 1 and t == 3:
+        return raw_r.index(s)._reinterpret(gl.bfloat16, [BLOCK_K, 64],
+                                           gl.SwizzledSharedLayout(1, 1, 1, [1, 0])).load(DEC_L)
+    else:
+        return _decode_group(codes, words, 4 * PART + t, DEC_L)
+
+
 @gluon.jit
 def _decode_regs(raw_a, raw_r, raw_s, s, PART: gl.constexpr, BLOCK_K: gl.constexpr):
     """This group's 256 channels of raw slot s's BLOCK_K rows as four [BLOCK_K, 64] bf16 tiles
-    (its columns 0-63, 64-127, 128-191, 192-255): group 0 NoPE groups 0-3, group 1 NoPE groups
-    4-6 and the RoPE channels."""
-    dec_l: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])    # [BLOCK_K, 64]
-    codes = raw_a.index(s)._reinterpret(gl.uint8, [BLOCK_K, 512],
-                                        gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
-    words = raw_s.index(s).load(gl.SliceLayout(1, dec_l))
-    g0 = _decode_group(codes, words, 4 * PART, dec_l)
-    g1 = _decode_group(codes, words, 4 * PART + 1, dec_l)
-    g2 = _decode_group(codes, words, 4 * PART + 2, dec_l)
-    if PART == 0:
-        g3 = _decode_group(codes, words, 3, dec_l)
-    else:
-        g3 = raw_r.index(s)._reinterpret(gl.bfloat16, [BLOCK_K, 64],
-                                         gl.SwizzledSharedLayout(1, 1, 1, [1, 0])).load(dec_l)
-    return g0, g1, g2, g3
+    (:func:`_decode_tile`), held in registers."""
+    codes, words = _slot_source(raw_a, raw_s, s, BLOCK_K)
+    return (_decode_tile(codes, words, raw_r, s, 0, PART, BLOCK_K),
+            _decode_tile(codes, words, raw_r, s, 1, PART, BLOCK_K),
+            _decode_tile(codes, words, raw_r, s, 2, PART, BLOCK_K),
+            _decode_tile(codes, words, raw_r, s, 3, PART, BLOCK_K))
 
 
 @gluon.jit
@@ -154,18 +169,10 @@ def _store_tiles(kb_rows, g0, g1, g2, g3):
 def _decode_slot(raw_a, raw_r, raw_s, kb_rows, s, PART: gl.constexpr, BLOCK_K: gl.constexpr):
     """As :func:`_decode_regs`, into ``kb_rows`` (bf16 [BLOCK_K, 256]), each tile stored as
     soon as it is decoded (fewer registers live)."""
-    dec_l: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])    # [BLOCK_K, 64]
-    codes = raw_a.index(s)._reinterpret(gl.uint8, [BLOCK_K, 512],
-                                        gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
-    words = raw_s.index(s).load(gl.SliceLayout(1, dec_l))
-    for g in gl.static_range(3):
-        kb_rows.slice(g * 64, 64, dim=1).store(_decode_group(codes, words, 4 * PART + g, dec_l))
-    if PART == 0:
-        kb_rows.slice(192, 64, dim=1).store(_decode_group(codes, words, 3, dec_l))
-    else:
-        rope = raw_r.index(s)._reinterpret(gl.bfloat16, [BLOCK_K, 64],
-                                           gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
-        kb_rows.slice(192, 64, dim=1).store(rope.load(dec_l))
+    codes, words = _slot_source(raw_a, raw_s, s, BLOCK_K)
+    for t in gl.static_range(4):
+        kb_rows.slice(t * 64, 64, dim=1).store(
+            _decode_tile(codes, words, raw_r, s, t, PART, BLOCK_K))
 
 
 @gluon.jit
