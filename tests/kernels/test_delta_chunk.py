@@ -9,7 +9,8 @@ the output stage's bf16 products (``dots="bf16"``; the default for 16-bit inputs
 ``OUT_DOTS_16BIT``), the split bf16 products of the state stage
 (``STATE_DOTS``) and of GDN's q S0 (``OUT_QS``), GDN's diagonal blocks solved together or one by
 one (``GDN_SOLVE``), GDN's k k^T from the raw keys (``GDN_RAW_K``), KDA's factored diagonal
-blocks' row loop fetching rows ahead or not (``DIAG_AHEAD``). Checked
+blocks' row loop fetching rows ahead or not (``DIAG_AHEAD``), the output stage's inputs handed
+over in bf16 (``HANDOFF_16BIT``, bit-equal). Checked
 against the token-loop
 reference and the fused recurrent Triton kernel. ``TRITON_INTERPRET`` is read when a kernel is decorated: a fresh interpreter process.
 """
@@ -162,6 +163,37 @@ for f, gg in ((tc.gdn_chunked, g[..., 0]), (tc.kda_chunked, g)):
     o32 = f(q, k, v, gg, beta, s0)[0]
     tc.OUT_DOTS_16BIT = "bf16"
     assert torch.equal(o32, f(q, k, v, gg, beta, s0)[0]), f.__name__
+# HANDOFF_16BIT (the default): where the output stage's products take bf16 operands, the chunk
+# states, deltas and KDA's Aqk reach it stored in bf16 (the spy sees their dtypes): bit-equal
+# outputs and states to the fp32 hand-off, whole-tile and key-blocked output kernels, bf16 and
+# fp32 inputs; exact fp32 products keep the fp32 hand-off.
+class Spy:
+    def __init__(self, kernel):
+        self.kernel, self.seen = kernel, []
+    def __getitem__(self, grid):
+        def launch(*args, **kw):
+            self.seen.append(tuple(t.dtype for t in args[3:6]))   # a (Aqk; GDN: u), hs, d
+            return self.kernel[grid](*args, **kw)
+        return launch
+spies = {name: Spy(getattr(tc, name)) for name in ("_out_kernel", "_out_blocked_kernel")}
+for name, spy in spies.items():
+    setattr(tc, name, spy)
+bf, f32 = torch.bfloat16, torch.float32
+for f, gg, kda in ((tc.gdn_chunked, g[..., 0], False), (tc.kda_chunked, g, True)):
+    for args, kw in (((qb, kb, vb), {}), ((qb, kb, vb), dict(block_k_out=16)),
+                     ((q, k, v), dict(dots="bf16"))):
+        res = {}
+        for handoff in (False, True):
+            tc.HANDOFF_16BIT = handoff
+            res[handoff] = f(*args, gg, beta, s0, **kw)
+            spy = spies["_out_blocked_kernel" if kw.get("block_k_out") else "_out_kernel"]
+            want = bf if handoff else f32
+            assert spy.seen.pop() == (want if kda else f32, want, want), (f.__name__, kw, handoff)
+        assert all(torch.equal(x, y) for x, y in zip(res[False], res[True])), (f.__name__, kw)
+    f(q, k, v, gg, beta, s0)   # fp32 inputs: exact products, fp32 hand-off
+    assert spies["_out_kernel"].seen.pop() == (f32, f32, f32), f.__name__
+for name, spy in spies.items():
+    setattr(tc, name, spy.kernel)
 try:
     tc.gdn_chunked(q, k, v, g[..., 0], beta, s0, dots="fp8")
     raise SystemExit("dots='fp8' was accepted")

@@ -68,8 +68,8 @@ from hwinfer.kernels.triton.delta_chunk_out_blocked import (
     _out_blocked_kernel, _out_program, block_k_out_ok,
 )
 from hwinfer.kernels.triton.delta_chunk_wy import (
-    _g_rows, _gdn_decay, _head_rows, _kda_diag_kernel, _mm, _mm_split, _qk_rows, _raw_rows,
-    _row_scale, _store_rows, _wy_kernel,
+    _as_stored, _g_rows, _gdn_decay, _head_rows, _kda_diag_kernel, _mm, _mm_split, _qk_rows,
+    _raw_rows, _row_scale, _store_rows, _wy_kernel,
 )
 from hwinfer.kernels.triton.delta_chunk_wu import _wu_kernel
 from hwinfer.kernels.triton.delta_chunk_wy_blocked import _wy_blocked_kernel, block_k_ok
@@ -85,6 +85,12 @@ BT = 64  # chunk length (the WY kernel is written for four 16-row tiles)
 # 316 -> 222 us, call 1 x 16k 1,225 -> 1,127 us, 8 x 2k 1,021 -> 925. None keeps tf32 (and GDN's
 # split q S0 products).
 OUT_DOTS_16BIT: str | None = "bf16"
+# The output stage's inputs (chunk states, deltas, KDA's Aqk) stored in bf16 when its products
+# take bf16 operands (``OUT_DOTS_16BIT`` or ``dots="bf16"``): they would be rounded to bf16 on
+# load anyway, so the outputs are bit-equal and the stage hand-off moves half the bytes (KDA 1 x
+# 16k, Kimi-Linear heads: 1.88 -> 0.94 GB of states, deltas and Aqk written and read back).
+# False keeps them fp32 (the comparison the tests make).
+HANDOFF_16BIT = True
 # Key channels per block of the output stage when a call names no ``block_k_out``: 0 runs the
 # whole-tile ``_out_kernel``, a power of two the blocked one (:mod:`.delta_chunk_out_blocked`).
 OUT_BLOCK_K = 0
@@ -185,7 +191,8 @@ def _state_kernel(kg_ptr, ge_ptr, w_ptr, u_ptr, h0_ptr, hs_ptr, d_ptr, ht_ptr, s
         else:
             w = _raw_rows(w_ptr, t0, n, i_h, Hv, 0, 64, DK)
             kg = _raw_rows(kg_ptr, t0, n, i_h, Hv, 0, 64, DK)
-        tl.store(hs_ptr + ((chunk0 + c) * Hv + i_h) * DK * DV + offs_s, h)
+        tl.store(hs_ptr + ((chunk0 + c) * Hv + i_h) * DK * DV + offs_s,
+                 _as_stored(h, hs_ptr))
         d = _head_rows(u_ptr, t0, n, i_h, Hv, c0, 0, 64, DV, BV)
         d -= _mm_split(w, h, PREC)
         _store_rows(d_ptr, d, t0, n, i_h, Hv, c0, 0, 64, DV, BV)
@@ -413,11 +420,8 @@ def _run(op: str, q, k, v, g, beta, initial_state, scale, use_qk_l2norm, cu_seql
     half = dict(f32, dtype=torch.float32 if v.dtype == torch.float32 else torch.bfloat16)
     w = torch.empty(B * T, Hv, Dk, **half)
     u = torch.empty(B * T, Hv, Dv, **f32)
-    d = torch.empty(B * T, Hv, Dv, **f32)
-    a = torch.empty(B * T, Hv, BT, **f32) if per_channel else u   # Aqk (KDA only)
     kg = torch.empty(B * T, Hv, Dk, **half)
     ge = torch.empty(max(nc, 1), Hv, Dk if per_channel else 1, **f32)
-    hs = torch.empty(max(nc, 1), Hv, Dk, Dv, **f32)
     scale = float(Dk ** -0.5 if scale is None else scale)
     l2 = bool(use_qk_l2norm)
     # The interpreter pays per program: one value block per head there unless asked. On the
@@ -480,6 +484,13 @@ def _run(op: str, q, k, v, g, beta, initial_state, scale, use_qk_l2norm, cu_seql
     # "split" needs w and the keys in bf16: 16-bit inputs on NVIDIA (and in the interpreter).
     if STATE_DOTS == "bf16" or (STATE_DOTS == "split" and prec == "tf32"):
         prec_state = STATE_DOTS + ("_rounded" if _INTERPRET else "")
+    # What the output stage reads (the chunk states S0, the deltas d, KDA's Aqk) in bf16 where
+    # its products round them to bf16 anyway: the same outputs bit for bit, half the bytes.
+    handoff = dict(f32, dtype=torch.bfloat16) if (
+        HANDOFF_16BIT and prec_out in ("bf16", "bf16_rounded")) else f32
+    d = torch.empty(B * T, Hv, Dv, **handoff)
+    a = torch.empty(B * T, Hv, BT, **handoff) if per_channel else u   # Aqk (KDA only)
+    hs = torch.empty(max(nc, 1), Hv, Dk, Dv, **handoff)
     raw_qk = (("fp32" if _INTERPRET else "native")
               if RAW_QK and q.dtype in (torch.bfloat16, torch.float16) else "")
     # GDN's q S0 by split products: bf16 q (whose raw rows are exact bf16), default products.

@@ -33,6 +33,12 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from hwinfer.kernels.triton import INTERPRET
+
+# The interpreter truncates fp32 -> bf16 conversions (see _round_bf16); _as_stored rounds to
+# nearest there first, as the GPU's conversion does, so a bf16 store means the same on both.
+_EMULATE_RNE = tl.constexpr(INTERPRET)
+
 
 @triton.jit
 def _round_bf16(x):
@@ -43,6 +49,15 @@ def _round_bf16(x):
     u = x.to(tl.uint32, bitcast=True)
     u = (u + 0x7FFF + ((u >> 16) & 1)) & 0xFFFF0000
     return u.to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _as_stored(x, ptr):
+    """x converted to ``ptr``'s element type, fp32 -> bf16 rounded to nearest even everywhere."""
+    if _EMULATE_RNE:
+        if ptr.dtype.element_ty == tl.bfloat16:
+            x = _round_bf16(x.to(tl.float32))
+    return x.to(ptr.dtype.element_ty)
 
 
 @triton.jit
@@ -150,7 +165,7 @@ def _store_rows(ptr, x, tok0, n, i_h, H, c0, R0: tl.constexpr, NR: tl.constexpr,
     r = R0 + tl.arange(0, NR)
     tok = tok0 + r
     tl.store(ptr + (tok * H + i_h)[:, None] * D + c0 + tl.arange(0, BC)[None, :],
-             x.to(ptr.dtype.element_ty), mask=(r < n)[:, None])
+             _as_stored(x, ptr), mask=(r < n)[:, None])
 
 
 @triton.jit
@@ -299,7 +314,8 @@ def _kda_diag_kernel(q_ptr, k_ptr, g_ptr, b_ptr, a_ptr, xd_ptr, tab_ptr, Hk, Hv,
         x = _inv16(akk * b[:, None], live)
         out = ((tok0 + r) * Hv + i_h)[:, None]
         tl.store(xd_ptr + out * 16 + r[None, :], x, mask=(r < live)[:, None])
-        tl.store(a_ptr + out * 64 + r0 + r[None, :], aqk, mask=(r < live)[:, None])
+        tl.store(a_ptr + out * 64 + r0 + r[None, :], _as_stored(aqk, a_ptr),
+                 mask=(r < live)[:, None])
 
 
 @triton.jit
