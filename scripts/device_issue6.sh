@@ -14,6 +14,11 @@
 #   bash scripts/device_issue6.sh s23a      # the Gluon kernel's forms (WS_TESTS, WS_VARIANTS):
 #                                         # card test each, strict, V4 shapes timed
 #   bash scripts/device_issue6.sh s22b      # DeepSeek-V4-Flash 4 layers, Gluon sparse MLA off / on
+#   bash scripts/device_issue6.sh s25a      # chunked GDN / KDA: strict, per kernel with the bf16
+#                                         # hand-off and the fp32 one, then beside fla
+#   bash scripts/device_issue6.sh s25b      # DeepSeek-V4-Flash 4 layers over its packed FP8 cache,
+#                                         # the Gluon FP8 kernel off / on; on an H200 also s23a's
+#                                         # default sparse MLA timings
 #   bash scripts/device_issue6.sh bench     # whole-model speed vs transformers and the roofline,
 #                                         # every kernel benchmark (--quick)
 # The phases of earlier sessions (s11a ... s21e and the named ones before them), which
@@ -79,6 +84,32 @@ elif [ "$phase" = s22b ]; then
       > "$out/model_v4_ws$ws.txt" 2>&1
     echo "== V4 ws=$ws rc=$?"; grep "^{\|Error" "$out/model_v4_ws$ws.txt" | cut -c1-260 | tail -3
   done
+elif [ "$phase" = s25a ]; then
+  nvidia-smi --query-gpu=name --format=csv,noheader | tee "$out/gpu.txt"
+  strict 150 "gdn_chunked or kda_chunked"
+  D=hwinfer.kernels.triton.delta_chunk
+  timeout 200 python3 scripts/bench_delta_chunk.py --kinds gdn,kda --shapes 1x16384,8x2048 --no-torch \
+    --no-fla --no-variants --breakdown --variant "fp32_handoff@$D:HANDOFF_16BIT=False" \
+    > "$out/bench_delta_chunk.csv" 2> "$out/bench_delta_chunk.err"
+  echo "== bench_delta_chunk rc=$?"; grep -v "Warn\|warn\|at::native\|anonymous\|Memcpy" \
+    "$out/bench_delta_chunk.err" | grep "triton\|_kernel" | cut -c1-150 | head -60
+  timeout ${FLA_S:-240} python3 scripts/bench_delta_chunk.py --kinds kda,gdn --shapes 1x16384 --no-torch \
+    --no-variants > "$out/bench_delta_chunk_fla.csv" 2> "$out/bench_delta_chunk_fla.err"
+  echo "== bench_delta_chunk with fla rc=$?"; grep -v "Warn\|warn" "$out/bench_delta_chunk_fla.err" \
+    | grep "triton\|fla" | cut -c1-150 | head -20
+elif [ "$phase" = s25b ]; then
+  nvidia-smi --query-gpu=name --format=csv,noheader | tee "$out/gpu.txt"
+  for ws in 0 1; do
+    HWINFER_SPARSE_MLA_WS_FP8=$ws timeout 170 python3 scripts/bench_model.py --preset deepseek-v4-flash \
+      --layers 4 --batch 1,32 --prompt ${PROMPT:-1024} --new 16 --no-eager --no-hf --kv-format fp8 \
+      --csv "$out/model.csv" > "$out/model_v4_fp8_ws$ws.txt" 2>&1
+    echo "== V4 fp8 cache, Gluon FP8 kernel=$ws rc=$?"; grep "^{\|Error" "$out/model_v4_fp8_ws$ws.txt" | cut -c1-300 | tail -3
+  done
+  if grep -q H200 "$out/gpu.txt"; then
+    timeout 150 python3 scripts/bench_sparse_mla.py --only dsv4 --ws --quick \
+      > "$out/bench_ws.csv" 2> "$out/bench_ws.err"
+    echo "== bench_sparse_mla --ws rc=$?"; grep -v "Warn\|warn" "$out/bench_ws.err" | grep "sparse_mla\|rror\|ceiling" | cut -c1-160 | tail -40
+  fi
 elif [ "$phase" = lane ]; then
   # One part of the sm_90 lane ($2: I/N of the strict conformance, or bench), its CSV rows
   # appended under $OUT/results (part 0 starts it): copy them back between calls.
