@@ -19,6 +19,8 @@
 #   bash scripts/device_issue6.sh s25b      # DeepSeek-V4-Flash 4 layers over its packed FP8 cache,
 #                                         # the Gluon FP8 kernel off / on; on an H200 also s23a's
 #                                         # default sparse MLA timings
+#   bash scripts/device_issue6.sh s25c      # chunked GDN / KDA: strict with the lane's CSV rows,
+#                                         # KDA's diagonal loop shared or not, WY num_stages
 #   bash scripts/device_issue6.sh bench     # whole-model speed vs transformers and the roofline,
 #                                         # every kernel benchmark (--quick)
 # The phases of earlier sessions (s11a ... s21e and the named ones before them), which
@@ -97,6 +99,19 @@ elif [ "$phase" = s25a ]; then
     --no-variants > "$out/bench_delta_chunk_fla.csv" 2> "$out/bench_delta_chunk_fla.err"
   echo "== bench_delta_chunk with fla rc=$?"; grep -v "Warn\|warn" "$out/bench_delta_chunk_fla.err" \
     | grep "triton\|fla" | cut -c1-150 | head -20
+elif [ "$phase" = s25c ]; then
+  nvidia-smi --query-gpu=name --format=csv,noheader | tee "$out/gpu.txt"
+  HWINFER_RESULTS_DATE=$(date -u +%F) timeout 200 python3 -m pytest tests/conformance --backend nvidia \
+    --strict -q -p no:cacheprovider -k "gdn_chunked or kda_chunked" -p hwinfer.ci.pytest_plugin \
+    --results-csv "$out/conformance_rows.csv" > "$out/conformance.txt" 2>&1
+  grep -E "passed|failed|FAILED" "$out/conformance.txt" | tail -6
+  D=hwinfer.kernels.triton.delta_chunk
+  timeout 300 python3 scripts/bench_delta_chunk.py --kinds kda,gdn --shapes 1x16384,8x2048 --no-torch \
+    --no-fla --no-variants --breakdown --variant "unshared@$D:DIAG_SHARED=False" \
+    --variant "wy_stages1@$D:WY_STAGES=1" --variant "wy_stages2@$D:WY_STAGES=2" \
+    > "$out/bench_delta_chunk.csv" 2> "$out/bench_delta_chunk.err"
+  echo "== bench_delta_chunk rc=$?"; grep -v "Warn\|warn\|at::native\|anonymous\|Memcpy\|^# hwinfer" \
+    "$out/bench_delta_chunk.err" | grep "triton\|_diag_kernel\|_wy_blocked" | cut -c1-150 | head -60
 elif [ "$phase" = s25b ]; then
   nvidia-smi --query-gpu=name --format=csv,noheader | tee "$out/gpu.txt"
   for ws in 0 1; do

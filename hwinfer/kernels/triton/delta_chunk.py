@@ -139,6 +139,8 @@ WY_SPLIT = True
 GDN_SOLVE = "x4"
 GDN_RAW_K = True
 SPLIT_LAUNCH = {"gdn": (2, 4, 32), "kda": (4, 4, 32)}
+# num_stages of the blocked WY kernel on NVIDIA (None: Triton's default). A tuning knob to time.
+WY_STAGES: int | None = None
 # KDA's diagonal blocks: ``_kda_diag_kernel``, a row at a time, in DIAG_WARPS warps. Measured
 # against it on the H200 (KDA 1 x 16k, docs/kernels.md) and removed: all rows at once by a
 # binary split of the tile (3,408 us with exact fp32 segment sums, 5,628 with 3xTF32, against
@@ -148,6 +150,9 @@ DIAG_WARPS = 2
 # Rows the diagonal loop fetches ahead of the row it works (``AHEAD`` of _kda_diag_kernel; bit-
 # equal outputs). H100, KDA 1 x 16k: the kernel 1,147 us at 0, 870 at 1 (the call 4,528 -> 4,248).
 DIAG_AHEAD = 1
+# The diagonal loop's two rows from one shared ``dec * k`` product (``SHARED`` of
+# _kda_diag_kernel): 6 instead of 8 operations an element a row.
+DIAG_SHARED = True
 
 
 @triton.jit
@@ -505,7 +510,7 @@ def _run(op: str, q, k, v, g, beta, initial_state, scale, use_qk_l2norm, cu_seql
     if nc and per_channel:
         _kda_diag_kernel[(4 * nc, Hv)](q, k, g, beta, a, xd, chunks, Hk, Hv, qkr, scale,
                                        L2NORM_EPS, DK=Dk, USE_L2NORM=l2, AHEAD=int(DIAG_AHEAD),
-                                       num_warps=DIAG_WARPS)
+                                       SHARED=bool(DIAG_SHARED), num_warps=DIAG_WARPS)
     if nc and not block_k:
         _wy_kernel[(nc, Hv)](q, k, v, g, beta, w, u, a, kg, ge, chunks, xd, Hk, Hv, qkr, vr,
                              scale, L2NORM_EPS, DK=Dk, DV=Dv, PER_CHANNEL=per_channel, USE_L2NORM=l2,
@@ -520,10 +525,12 @@ def _run(op: str, q, k, v, g, beta, initial_state, scale, use_qk_l2norm, cu_seql
         raw_k = ""
         if GDN_RAW_K and split and not per_channel and k.dtype in (torch.bfloat16, torch.float16):
             raw_k = "fp32" if _INTERPRET else "native"
+        wy_stages = {"num_stages": WY_STAGES} if WY_STAGES and not torch.version.hip else {}
         _wy_blocked_kernel[(nc, Hv)](q, k, v, g, beta, w, u, a, kg, ge, chunks, xd, xs, Hk, Hv,
                                      qkr, vr, scale, L2NORM_EPS, DK=Dk, DV=Dv, PER_CHANNEL=per_channel,
                                      USE_L2NORM=l2, PREC=prec, BK=block_k, SPLIT=split,
-                                     SOLVE=GDN_SOLVE, RAW_K=raw_k, num_warps=num_warps or wy_warps)
+                                     SOLVE=GDN_SOLVE, RAW_K=raw_k, num_warps=num_warps or wy_warps,
+                                     **wy_stages)
         if split:
             _wu_kernel[(nc, Hv)](k, v, g, beta, xs, w, u, kg, chunks, Hk, Hv, qkr, vr, L2NORM_EPS,
                                  DK=Dk, DV=Dv, BC=min(wu_block, Dk, Dv), PER_CHANNEL=per_channel,
@@ -613,11 +620,13 @@ def _aot_specs():
             specs.append(AotSpec(f"delta_chunk_wy[{kind},{dtype},{d}]", _wy_kernel, wy, flags,
                                  {"num_warps": 8 if per_channel else 4}))
             for split in (False, True):
+                # the split form as NVIDIA runs it: KDA's Aqk handed over in bf16 (HANDOFF_16BIT)
                 specs.append(AotSpec(
                     f"delta_chunk_wy_blocked[{kind},{dtype},{d},bk32{',split' if split else ''}]",
                     _wy_blocked_kernel, {**wy, "x_ptr": f32, "BK": "constexpr",
                                          "SPLIT": "constexpr", "SOLVE": "constexpr",
-                                         "RAW_K": "constexpr"},
+                                         "RAW_K": "constexpr",
+                                         **({"a_ptr": half} if split and per_channel else {})},
                     {**flags, "BK": 32, "SPLIT": split, "SOLVE": GDN_SOLVE, "RAW_K": ""},
                     {"num_warps": SPLIT_LAUNCH[kind][0] if split else 4}))
             wu = {"k_ptr": ptr, "v_ptr": ptr, "g_ptr": f32, "b_ptr": f32, "x_ptr": f32,
@@ -645,25 +654,32 @@ def _aot_specs():
                 dg = {"q_ptr": ptr, "k_ptr": ptr, "g_ptr": f32, "b_ptr": f32, "a_ptr": f32,
                       "xd_ptr": f32, "tab_ptr": "*i32", "Hk": "i32", "Hv": "i32",
                       "QKR": "i32", "scale": "fp32", "eps": "fp32", "DK": "constexpr",
-                      "USE_L2NORM": "constexpr", "AHEAD": "constexpr"}
-                for ahead in (0, 1, 2):   # rows fetched ahead by the row loop
-                    specs.append(AotSpec(f"kda_diag[{dtype},{d},ahead{ahead}]",
-                                         _kda_diag_kernel, dg,
-                                         {"DK": d, "USE_L2NORM": True, "AHEAD": ahead}, {"num_warps": 2}))
+                      "USE_L2NORM": "constexpr", "AHEAD": "constexpr", "SHARED": "constexpr"}
+                # rows fetched ahead by the row loop, its shared products, Aqk in bf16 (NVIDIA's
+                # hand-off) or fp32
+                for ahead, shared, a16 in ((0, True, True), (1, True, True), (2, True, True),
+                                           (1, False, True), (1, True, False)):
+                    tag = f"{'' if shared else ',unshared'}{'' if a16 else ',a32'}"
+                    specs.append(AotSpec(f"kda_diag[{dtype},{d},ahead{ahead}{tag}]",
+                                         _kda_diag_kernel, {**dg, "a_ptr": half if a16 else f32},
+                                         {"DK": d, "USE_L2NORM": True, "AHEAD": ahead,
+                                          "SHARED": shared}, {"num_warps": 2}))
             st = {"kg_ptr": half, "ge_ptr": f32, "w_ptr": half, "u_ptr": f32, "h0_ptr": f32,
                   "hs_ptr": f32, "d_ptr": f32, "ht_ptr": f32, "seq_ptr": "*i32",
                   "slot_ptr": "*i32", "Hv": "i32",
                   "DK": "constexpr", "DV": "constexpr", "BV": "constexpr",
                   "PER_CHANNEL": "constexpr", "HAS_H0": "constexpr", "PREC": "constexpr",
                   "PREFETCH": "constexpr", "HAS_SLOTS": "constexpr"}
-            # (no prefetch, 4 warps) as on AMD and for many programs; prefetch at 8 warps.
+            # (no prefetch, 4 warps) as on AMD and for many programs; prefetch at 8 warps. On
+            # NVIDIA (split) the states and deltas are handed over in bf16 (HANDOFF_16BIT).
             for prec, pf, targets in (("ieee", False, None), ("split", False, ("sm_90", "sm_100")),
                                       ("split", True, ("sm_90", "sm_100"))):
+                handoff = {"hs_ptr": half, "d_ptr": half} if prec == "split" else {}
                 specs.append(AotSpec(
                     f"delta_chunk_state[{kind},{dtype},{d},{prec}{',prefetch' if pf else ''}]",
-                    _state_kernel, st, {"DK": d, "DV": d, "BV": 32, "PER_CHANNEL": per_channel,
-                                        "HAS_H0": True, "PREC": prec, "PREFETCH": pf,
-                                        "HAS_SLOTS": True},
+                    _state_kernel, {**st, **handoff},
+                    {"DK": d, "DV": d, "BV": 32, "PER_CHANNEL": per_channel, "HAS_H0": True,
+                     "PREC": prec, "PREFETCH": pf, "HAS_SLOTS": True},
                     {"num_warps": 8 if pf else 4, "num_stages": 2}, targets))
             out = {"q_ptr": ptr, "k_ptr": ptr, "g_ptr": f32, "a_ptr": f32, "hs_ptr": f32,
                    "d_ptr": f32, "o_ptr": ptr, "tab_ptr": "*i32", "Hk": "i32", "Hv": "i32",
@@ -679,8 +695,12 @@ def _aot_specs():
                 if qs and per_channel:
                     continue
                 tag = f"{',' + qs if qs else ''}{',bf16dots' if prec == 'bf16' else ''}"
+                # bf16 products read the hand-off in bf16 (HANDOFF_16BIT; GDN's a_ptr is u)
+                handoff = {}
+                if prec == "bf16":
+                    handoff = {"hs_ptr": half, "d_ptr": half, "a_ptr": half if per_channel else f32}
                 specs.append(AotSpec(f"delta_chunk_out[{kind},{dtype},{d}{tag}]",
-                                     _out_kernel, out, {**flags, "PREC": prec,
+                                     _out_kernel, {**out, **handoff}, {**flags, "PREC": prec,
                                                         "BV": 128 if qs else 64,
                                                         "SPAN": "scan", "RAW_QK": "native",
                                                         "QS": qs},
