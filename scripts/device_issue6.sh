@@ -20,7 +20,9 @@
 #                                         # the Gluon FP8 kernel off / on; on an H200 also s23a's
 #                                         # default sparse MLA timings
 #   bash scripts/device_issue6.sh s25c      # chunked GDN / KDA: strict with the lane's CSV rows,
-#                                         # KDA's diagonal loop shared or not, WY num_stages
+#                                         # per kernel (S25C_VARIANTS: --variant ... flags; at
+#                                         # d98ff5d it timed a shared diagonal loop and the WY
+#                                         # kernel's num_stages, both removed)
 #   bash scripts/device_issue6.sh bench     # whole-model speed vs transformers and the roofline,
 #                                         # every kernel benchmark (--quick)
 # The phases of earlier sessions (s11a ... s21e and the named ones before them), which
@@ -107,8 +109,7 @@ elif [ "$phase" = s25c ]; then
   grep -E "passed|failed|FAILED" "$out/conformance.txt" | tail -6
   D=hwinfer.kernels.triton.delta_chunk
   timeout 300 python3 scripts/bench_delta_chunk.py --kinds kda,gdn --shapes 1x16384,8x2048 --no-torch \
-    --no-fla --no-variants --breakdown --variant "unshared@$D:DIAG_SHARED=False" \
-    --variant "wy_stages1@$D:WY_STAGES=1" --variant "wy_stages2@$D:WY_STAGES=2" \
+    --no-fla --no-variants --breakdown ${S25C_VARIANTS:-} \
     > "$out/bench_delta_chunk.csv" 2> "$out/bench_delta_chunk.err"
   echo "== bench_delta_chunk rc=$?"; grep -v "Warn\|warn\|at::native\|anonymous\|Memcpy\|^# hwinfer" \
     "$out/bench_delta_chunk.err" | grep "triton\|_diag_kernel\|_wy_blocked" | cut -c1-150 | head -60

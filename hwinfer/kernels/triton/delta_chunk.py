@@ -139,8 +139,6 @@ WY_SPLIT = True
 GDN_SOLVE = "x4"
 GDN_RAW_K = True
 SPLIT_LAUNCH = {"gdn": (2, 4, 32), "kda": (4, 4, 32)}
-# num_stages of the blocked WY kernel on NVIDIA (None: Triton's default). A tuning knob to time.
-WY_STAGES: int | None = None
 # KDA's diagonal blocks: ``_kda_diag_kernel``, a row at a time, in DIAG_WARPS warps. Measured
 # against it on the H200 (KDA 1 x 16k, docs/kernels.md) and removed: all rows at once by a
 # binary split of the tile (3,408 us with exact fp32 segment sums, 5,628 with 3xTF32, against
@@ -150,9 +148,6 @@ DIAG_WARPS = 2
 # Rows the diagonal loop fetches ahead of the row it works (``AHEAD`` of _kda_diag_kernel; bit-
 # equal outputs). H100, KDA 1 x 16k: the kernel 1,147 us at 0, 870 at 1 (the call 4,528 -> 4,248).
 DIAG_AHEAD = 1
-# The diagonal loop's two rows from one shared ``dec * k`` product (``SHARED`` of
-# _kda_diag_kernel): 6 instead of 8 operations an element a row.
-DIAG_SHARED = True
 
 
 @triton.jit
@@ -510,7 +505,7 @@ def _run(op: str, q, k, v, g, beta, initial_state, scale, use_qk_l2norm, cu_seql
     if nc and per_channel:
         _kda_diag_kernel[(4 * nc, Hv)](q, k, g, beta, a, xd, chunks, Hk, Hv, qkr, scale,
                                        L2NORM_EPS, DK=Dk, USE_L2NORM=l2, AHEAD=int(DIAG_AHEAD),
-                                       SHARED=bool(DIAG_SHARED), num_warps=DIAG_WARPS)
+                                       num_warps=DIAG_WARPS)
     if nc and not block_k:
         _wy_kernel[(nc, Hv)](q, k, v, g, beta, w, u, a, kg, ge, chunks, xd, Hk, Hv, qkr, vr,
                              scale, L2NORM_EPS, DK=Dk, DV=Dv, PER_CHANNEL=per_channel, USE_L2NORM=l2,
@@ -525,12 +520,10 @@ def _run(op: str, q, k, v, g, beta, initial_state, scale, use_qk_l2norm, cu_seql
         raw_k = ""
         if GDN_RAW_K and split and not per_channel and k.dtype in (torch.bfloat16, torch.float16):
             raw_k = "fp32" if _INTERPRET else "native"
-        wy_stages = {"num_stages": WY_STAGES} if WY_STAGES and not torch.version.hip else {}
         _wy_blocked_kernel[(nc, Hv)](q, k, v, g, beta, w, u, a, kg, ge, chunks, xd, xs, Hk, Hv,
                                      qkr, vr, scale, L2NORM_EPS, DK=Dk, DV=Dv, PER_CHANNEL=per_channel,
                                      USE_L2NORM=l2, PREC=prec, BK=block_k, SPLIT=split,
-                                     SOLVE=GDN_SOLVE, RAW_K=raw_k, num_warps=num_warps or wy_warps,
-                                     **wy_stages)
+                                     SOLVE=GDN_SOLVE, RAW_K=raw_k, num_warps=num_warps or wy_warps)
         if split:
             _wu_kernel[(nc, Hv)](k, v, g, beta, xs, w, u, kg, chunks, Hk, Hv, qkr, vr, L2NORM_EPS,
                                  DK=Dk, DV=Dv, BC=min(wu_block, Dk, Dv), PER_CHANNEL=per_channel,
@@ -654,16 +647,14 @@ def _aot_specs():
                 dg = {"q_ptr": ptr, "k_ptr": ptr, "g_ptr": f32, "b_ptr": f32, "a_ptr": f32,
                       "xd_ptr": f32, "tab_ptr": "*i32", "Hk": "i32", "Hv": "i32",
                       "QKR": "i32", "scale": "fp32", "eps": "fp32", "DK": "constexpr",
-                      "USE_L2NORM": "constexpr", "AHEAD": "constexpr", "SHARED": "constexpr"}
-                # rows fetched ahead by the row loop, its shared products, Aqk in bf16 (NVIDIA's
-                # hand-off) or fp32
-                for ahead, shared, a16 in ((0, True, True), (1, True, True), (2, True, True),
-                                           (1, False, True), (1, True, False)):
-                    tag = f"{'' if shared else ',unshared'}{'' if a16 else ',a32'}"
-                    specs.append(AotSpec(f"kda_diag[{dtype},{d},ahead{ahead}{tag}]",
-                                         _kda_diag_kernel, {**dg, "a_ptr": half if a16 else f32},
-                                         {"DK": d, "USE_L2NORM": True, "AHEAD": ahead,
-                                          "SHARED": shared}, {"num_warps": 2}))
+                      "USE_L2NORM": "constexpr", "AHEAD": "constexpr"}
+                # rows fetched ahead by the row loop; Aqk in bf16 (NVIDIA's hand-off) or fp32
+                for ahead, a16 in ((0, True), (1, True), (2, True), (1, False)):
+                    tag = f"ahead{ahead}{'' if a16 else ',a32'}"
+                    specs.append(AotSpec(f"kda_diag[{dtype},{d},{tag}]", _kda_diag_kernel,
+                                         {**dg, "a_ptr": half if a16 else f32},
+                                         {"DK": d, "USE_L2NORM": True, "AHEAD": ahead},
+                                         {"num_warps": 2}))
             st = {"kg_ptr": half, "ge_ptr": f32, "w_ptr": half, "u_ptr": f32, "h0_ptr": f32,
                   "hs_ptr": f32, "d_ptr": f32, "ht_ptr": f32, "seq_ptr": "*i32",
                   "slot_ptr": "*i32", "Hv": "i32",

@@ -281,8 +281,7 @@ def _inv16x4(a0, a1, a2, a3, live):
 
 @triton.jit
 def _kda_diag_kernel(q_ptr, k_ptr, g_ptr, b_ptr, a_ptr, xd_ptr, tab_ptr, Hk, Hv, QKR, scale, eps,
-                     DK: tl.constexpr, USE_L2NORM: tl.constexpr, AHEAD: tl.constexpr = 1,
-                     SHARED: tl.constexpr = True):
+                     DK: tl.constexpr, USE_L2NORM: tl.constexpr, AHEAD: tl.constexpr = 1):
     """KDA's diagonal 16 x 16 blocks, one program per (16-row tile, value head): the decayed
     q k^T block (lower), written into Aqk at the tile's columns, and ``(I + beta A)^-1`` with
     ``A`` the decayed k k^T block (strictly lower), written to ``xd`` [tokens, Hv, 16] fp32 for
@@ -311,7 +310,7 @@ def _kda_diag_kernel(q_ptr, k_ptr, g_ptr, b_ptr, a_ptr, xd_ptr, tab_ptr, Hk, Hv,
         k = _qk_rows(k_ptr, tok0, live, i_hk, QKR, 1.0, eps, 0, 16, DK, USE_L2NORM)
         b = tl.load(b_ptr + (tok0 + r) * Hv + i_h, mask=r < live, other=0.0).to(tl.float32)
         akk, aqk = _diag_rows(q_ptr, k_ptr, g_ptr, k, tok0, live, i_h, i_hk, Hv, QKR, scale, eps,
-                              DK, USE_L2NORM, AHEAD, SHARED)
+                              DK, USE_L2NORM, AHEAD)
         x = _inv16(akk * b[:, None], live)
         out = ((tok0 + r) * Hv + i_h)[:, None]
         tl.store(xd_ptr + out * 16 + r[None, :], x, mask=(r < live)[:, None])
@@ -321,12 +320,8 @@ def _kda_diag_kernel(q_ptr, k_ptr, g_ptr, b_ptr, a_ptr, xd_ptr, tab_ptr, Hk, Hv,
 
 @triton.jit
 def _diag_rows(q_ptr, k_ptr, g_ptr, k, tok0, live, i_h, i_hk, Hv, QKR, scale, eps,
-               DK: tl.constexpr, USE_L2NORM: tl.constexpr, AHEAD: tl.constexpr,
-               SHARED: tl.constexpr):
-    """The row loop of ``_kda_diag_kernel``: (akk, aqk) [16, 16] of a tile, k its normalised rows.
-    ``SHARED``: both rows from one ``dec * k`` ([16, DK]); row t of ``dec`` is still 0 when it
-    is formed (no row from t on has been reached), so q's row adds the k_t . q_t term of its
-    diagonal entry apart, where the other form sets dec[t] = 1 first and multiplies again."""
+               DK: tl.constexpr, USE_L2NORM: tl.constexpr, AHEAD: tl.constexpr):
+    """The row loop of ``_kda_diag_kernel``: (akk, aqk) [16, 16] of a tile, k its normalised rows."""
     r = tl.arange(0, 16)
     cols = tl.arange(0, DK)
     akk = tl.zeros([16, 16], dtype=tl.float32)
@@ -355,16 +350,9 @@ def _diag_rows(q_ptr, k_ptr, g_ptr, k, tok0, live, i_h, i_hk, Hv, QKR, scale, ep
             qt = _qk_row(q_ptr, tok0 + t, i_hk, QKR, scale, eps, DK, USE_L2NORM)
             et = tl.exp(tl.load(g_ptr + ((tok0 + t) * Hv + i_h) * DK + cols).to(tl.float32))
         dec = dec * et[None, :]
-        if SHARED:
-            m = dec * k
-            akk = tl.where(row, tl.sum(m * kt[None, :], axis=1)[None, :], akk)
-            own = tl.where(r == t, tl.sum(kt * qt, axis=0), 0.0)
-            aqk = tl.where(row, (tl.sum(m * qt[None, :], axis=1) + own)[None, :], aqk)
-            dec = tl.where(row, 1.0, dec)
-        else:
-            akk = tl.where(row, tl.sum(dec * k * kt[None, :], axis=1)[None, :], akk)
-            dec = tl.where(row, 1.0, dec)
-            aqk = tl.where(row, tl.sum(dec * k * qt[None, :], axis=1)[None, :], aqk)
+        akk = tl.where(row, tl.sum(dec * k * kt[None, :], axis=1)[None, :], akk)
+        dec = tl.where(row, 1.0, dec)
+        aqk = tl.where(row, tl.sum(dec * k * qt[None, :], axis=1)[None, :], aqk)
     return akk, aqk
 
 
