@@ -138,6 +138,10 @@ WY_SPLIT = True
 # recurrent kernel either way).
 GDN_SOLVE = "x4"
 GDN_RAW_K = True
+# KDA's split WY kernel with q and k entering its products as stored, their norms summed in the
+# same channel loop and applied to the [16, 16] blocks after (no norm pass first), and the
+# decayed keys written by _wu_kernel (KG) instead of the WY kernel.
+KDA_RAW_K = True
 SPLIT_LAUNCH = {"gdn": (2, 4, 32), "kda": (4, 4, 32)}
 # KDA's diagonal blocks: ``_kda_diag_kernel``, a row at a time, in DIAG_WARPS warps. Measured
 # against it on the H200 (KDA 1 x 16k, docs/kernels.md) and removed: all rows at once by a
@@ -520,6 +524,8 @@ def _run(op: str, q, k, v, g, beta, initial_state, scale, use_qk_l2norm, cu_seql
         raw_k = ""
         if GDN_RAW_K and split and not per_channel and k.dtype in (torch.bfloat16, torch.float16):
             raw_k = "fp32" if _INTERPRET else "native"
+        if KDA_RAW_K and split and per_channel:   # (KDA's products stay fp32 / tf32 ones)
+            raw_k = "fp32"
         _wy_blocked_kernel[(nc, Hv)](q, k, v, g, beta, w, u, a, kg, ge, chunks, xd, xs, Hk, Hv,
                                      qkr, vr, scale, L2NORM_EPS, DK=Dk, DV=Dv, PER_CHANNEL=per_channel,
                                      USE_L2NORM=l2, PREC=prec, BK=block_k, SPLIT=split,
@@ -613,14 +619,16 @@ def _aot_specs():
             specs.append(AotSpec(f"delta_chunk_wy[{kind},{dtype},{d}]", _wy_kernel, wy, flags,
                                  {"num_warps": 8 if per_channel else 4}))
             for split in (False, True):
-                # the split form as NVIDIA runs it: KDA's Aqk handed over in bf16 (HANDOFF_16BIT)
+                # the split form as NVIDIA runs it: KDA's Aqk handed over in bf16 (HANDOFF_16BIT),
+                # its rows raw (KDA_RAW_K)
                 specs.append(AotSpec(
                     f"delta_chunk_wy_blocked[{kind},{dtype},{d},bk32{',split' if split else ''}]",
                     _wy_blocked_kernel, {**wy, "x_ptr": f32, "BK": "constexpr",
                                          "SPLIT": "constexpr", "SOLVE": "constexpr",
                                          "RAW_K": "constexpr",
                                          **({"a_ptr": half} if split and per_channel else {})},
-                    {**flags, "BK": 32, "SPLIT": split, "SOLVE": GDN_SOLVE, "RAW_K": ""},
+                    {**flags, "BK": 32, "SPLIT": split, "SOLVE": GDN_SOLVE,
+                     "RAW_K": "fp32" if split and per_channel and KDA_RAW_K else ""},
                     {"num_warps": SPLIT_LAUNCH[kind][0] if split else 4}))
             wu = {"k_ptr": ptr, "v_ptr": ptr, "g_ptr": f32, "b_ptr": f32, "x_ptr": f32,
                   "w_ptr": half, "u_ptr": f32, "kg_ptr": half, "tab_ptr": "*i32", "Hk": "i32",
@@ -628,7 +636,7 @@ def _aot_specs():
                   "DV": "constexpr",
                   "BC": "constexpr", "PER_CHANNEL": "constexpr", "USE_L2NORM": "constexpr",
                   "PREC": "constexpr", "KG": "constexpr"}
-            for raw in ((False, True) if not per_channel else (False,)):
+            for raw in (False, True):   # KG: the decayed keys written here (GDN / KDA_RAW_K)
                 specs.append(AotSpec(f"delta_chunk_wu[{kind},{dtype},{d}{',kg' if raw else ''}]",
                                      _wu_kernel, wu,
                                      {"DK": d, "DV": d, "BC": SPLIT_LAUNCH[kind][2],

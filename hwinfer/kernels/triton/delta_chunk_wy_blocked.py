@@ -130,6 +130,27 @@ def _gdn_raw_blocks(k_ptr, tok0, n, i_hk, QKR, eps, DK: tl.constexpr, BK: tl.con
 
 
 @triton.jit
+def _rsqrt_norm(ss, eps, USE_L2NORM: tl.constexpr):
+    """1 / ||row|| from the row's sum of squares (1 without the norm)."""
+    if USE_L2NORM:
+        return tl.rsqrt(ss + eps)
+    else:
+        return ss * 0.0 + 1.0
+
+
+@triton.jit
+def _q_decayed(q_ptr, tok0, n, i_hk, QKR, c0, R0: tl.constexpr, DK: tl.constexpr,
+               BK: tl.constexpr, L, nq, RAW_K: tl.constexpr):
+    """A q tile decayed by e^L ([16, BK]) and the tile as loaded: normalised and scaled by nq
+    first, or (RAW_K) raw, its norm applied to the blocks later."""
+    q = _head_rows(q_ptr, tok0, n, i_hk, QKR, c0, R0, 16, DK, BK)
+    if RAW_K == "":
+        return q * (nq[:, None] * tl.exp(L)), q
+    else:
+        return q * tl.exp(L), q
+
+
+@triton.jit
 def _wy_blocked_kernel(q_ptr, k_ptr, v_ptr, g_ptr, b_ptr, w_ptr, u_ptr, a_ptr, kg_ptr, ge_ptr,
                        tab_ptr, xd_ptr, x_ptr, Hk, Hv, QKR, VR, scale, eps, DK: tl.constexpr,
                        DV: tl.constexpr, PER_CHANNEL: tl.constexpr, USE_L2NORM: tl.constexpr,
@@ -146,10 +167,17 @@ def _wy_blocked_kernel(q_ptr, k_ptr, v_ptr, g_ptr, b_ptr, w_ptr, u_ptr, a_ptr, k
         nk1 = _inv_norm(k_ptr, tok0, n, i_hk, QKR, eps, 16, 16, DK, BK, USE_L2NORM)
         nk2 = _inv_norm(k_ptr, tok0, n, i_hk, QKR, eps, 32, 16, DK, BK, USE_L2NORM)
         nk3 = _inv_norm(k_ptr, tok0, n, i_hk, QKR, eps, 48, 16, DK, BK, USE_L2NORM)
-    if PER_CHANNEL:
+    if PER_CHANNEL and RAW_K == "":
         nq1 = _inv_norm(q_ptr, tok0, n, i_hk, QKR, eps, 16, 16, DK, BK, USE_L2NORM) * scale
         nq2 = _inv_norm(q_ptr, tok0, n, i_hk, QKR, eps, 32, 16, DK, BK, USE_L2NORM) * scale
         nq3 = _inv_norm(q_ptr, tok0, n, i_hk, QKR, eps, 48, 16, DK, BK, USE_L2NORM) * scale
+    elif PER_CHANNEL:
+        # KDA with RAW_K: the rows enter the products as stored, their squared norms summed in
+        # the same channel loop and applied to the [16, 16] blocks after it (a block is linear
+        # in each row's scale); no norm pass first
+        sk0 = tl.zeros([16], dtype=tl.float32)
+        sk1, sk2, sk3, sq1, sq2, sq3 = sk0, sk0, sk0, sk0, sk0, sk0
+        nq1, nq2, nq3 = sk0, sk0, sk0   # (unused until set from sq after the loop)
     else:
         # GDN's decays are one scalar per token: their span sums are taken once
         L0, S0, T0 = _spans(g_ptr, tok0, n, i_h, Hv, 0, 0, DK, BK, False)
@@ -160,17 +188,25 @@ def _wy_blocked_kernel(q_ptr, k_ptr, v_ptr, g_ptr, b_ptr, w_ptr, u_ptr, a_ptr, k
     a00, a11, a22, a33 = z, z, z, z   # GDN's diagonal blocks (KDA's come from _kda_diag_kernel)
     a10, a20, a21, a30, a31, a32 = z, z, z, z, z, z
     p10, p20, p21, p30, p31, p32 = z, z, z, z, z, z
-    if RAW_K != "":
+    if RAW_K != "" and not PER_CHANNEL:
         # GDN with 16-bit keys: A's blocks from the keys as stored (exact products), their
         # norms applied after; the decayed keys are stored by _wu_kernel (its KG).
         a00, a11, a22, a33, a10, a20, a21, a30, a31, a32 = _gdn_raw_blocks(
             k_ptr, tok0, n, i_hk, QKR, eps, DK, BK, USE_L2NORM, RAW_K)
     else:
         for c0 in range(0, DK, BK):
-            k0 = _head_rows(k_ptr, tok0, n, i_hk, QKR, c0, 0, 16, DK, BK) * nk0[:, None]
-            k1 = _head_rows(k_ptr, tok0, n, i_hk, QKR, c0, 16, 16, DK, BK) * nk1[:, None]
-            k2 = _head_rows(k_ptr, tok0, n, i_hk, QKR, c0, 32, 16, DK, BK) * nk2[:, None]
-            k3 = _head_rows(k_ptr, tok0, n, i_hk, QKR, c0, 48, 16, DK, BK) * nk3[:, None]
+            k0 = _head_rows(k_ptr, tok0, n, i_hk, QKR, c0, 0, 16, DK, BK)
+            k1 = _head_rows(k_ptr, tok0, n, i_hk, QKR, c0, 16, 16, DK, BK)
+            k2 = _head_rows(k_ptr, tok0, n, i_hk, QKR, c0, 32, 16, DK, BK)
+            k3 = _head_rows(k_ptr, tok0, n, i_hk, QKR, c0, 48, 16, DK, BK)
+            if RAW_K == "":
+                k0, k1, k2, k3 = (k0 * nk0[:, None], k1 * nk1[:, None], k2 * nk2[:, None],
+                                  k3 * nk3[:, None])
+            else:
+                sk0 += tl.sum(k0 * k0, axis=1)
+                sk1 += tl.sum(k1 * k1, axis=1)
+                sk2 += tl.sum(k2 * k2, axis=1)
+                sk3 += tl.sum(k3 * k3, axis=1)
             if PER_CHANNEL:
                 L0, S0, T0 = _spans(g_ptr, tok0, n, i_h, Hv, c0, 0, DK, BK, True)
                 L1, S1, T1 = _spans(g_ptr, tok0, n, i_h, Hv, c0, 16, DK, BK, True)
@@ -188,22 +224,25 @@ def _wy_blocked_kernel(q_ptr, k_ptr, v_ptr, g_ptr, b_ptr, w_ptr, u_ptr, a_ptr, k
                 r32 = k2 * tl.exp(S2)
                 lk = k1 * tl.exp(L1)
                 a10 += tl.dot(lk, tl.trans(r10), input_precision=PREC)
-                lq = (_head_rows(q_ptr, tok0, n, i_hk, QKR, c0, 16, 16, DK, BK)
-                      * (nq1[:, None] * tl.exp(L1)))
+                lq, qr = _q_decayed(q_ptr, tok0, n, i_hk, QKR, c0, 16, DK, BK, L1, nq1, RAW_K)
+                if RAW_K != "":
+                    sq1 += tl.sum(qr * qr, axis=1)
                 p10 += tl.dot(lq, tl.trans(r10), input_precision=PREC)
                 lk = k2 * tl.exp(L2)
                 a20 += tl.dot(lk, tl.trans(r20), input_precision=PREC)
                 a21 += tl.dot(lk, tl.trans(r21), input_precision=PREC)
-                lq = (_head_rows(q_ptr, tok0, n, i_hk, QKR, c0, 32, 16, DK, BK)
-                      * (nq2[:, None] * tl.exp(L2)))
+                lq, qr = _q_decayed(q_ptr, tok0, n, i_hk, QKR, c0, 32, DK, BK, L2, nq2, RAW_K)
+                if RAW_K != "":
+                    sq2 += tl.sum(qr * qr, axis=1)
                 p20 += tl.dot(lq, tl.trans(r20), input_precision=PREC)
                 p21 += tl.dot(lq, tl.trans(r21), input_precision=PREC)
                 lk = k3 * tl.exp(L3)
                 a30 += tl.dot(lk, tl.trans(r30), input_precision=PREC)
                 a31 += tl.dot(lk, tl.trans(r31), input_precision=PREC)
                 a32 += tl.dot(lk, tl.trans(r32), input_precision=PREC)
-                lq = (_head_rows(q_ptr, tok0, n, i_hk, QKR, c0, 48, 16, DK, BK)
-                      * (nq3[:, None] * tl.exp(L3)))
+                lq, qr = _q_decayed(q_ptr, tok0, n, i_hk, QKR, c0, 48, DK, BK, L3, nq3, RAW_K)
+                if RAW_K != "":
+                    sq3 += tl.sum(qr * qr, axis=1)
                 p30 += tl.dot(lq, tl.trans(r30), input_precision=PREC)
                 p31 += tl.dot(lq, tl.trans(r31), input_precision=PREC)
                 p32 += tl.dot(lq, tl.trans(r32), input_precision=PREC)
@@ -218,9 +257,28 @@ def _wy_blocked_kernel(q_ptr, k_ptr, v_ptr, g_ptr, b_ptr, w_ptr, u_ptr, a_ptr, k
                 a30 += tl.dot(k3, tl.trans(k0), input_precision=PREC)
                 a31 += tl.dot(k3, tl.trans(k1), input_precision=PREC)
                 a32 += tl.dot(k3, tl.trans(k2), input_precision=PREC)
-            _store_kgates(kg_ptr, k0, k1, k2, k3, S0, S1, S2, S3, T1, T2, T3, tok0, n, i_h, Hv, c0,
-                          DK, BK, PER_CHANNEL)
+            if RAW_K == "":   # (with RAW_K, KDA's decayed keys are written by _wu_kernel)
+                _store_kgates(kg_ptr, k0, k1, k2, k3, S0, S1, S2, S3, T1, T2, T3, tok0, n, i_h,
+                              Hv, c0, DK, BK, PER_CHANNEL)
     if PER_CHANNEL:
+        if RAW_K != "":
+            nk0, nk1 = _rsqrt_norm(sk0, eps, USE_L2NORM), _rsqrt_norm(sk1, eps, USE_L2NORM)
+            nk2, nk3 = _rsqrt_norm(sk2, eps, USE_L2NORM), _rsqrt_norm(sk3, eps, USE_L2NORM)
+            a10 = a10 * (nk1[:, None] * nk0[None, :])
+            a20 = a20 * (nk2[:, None] * nk0[None, :])
+            a21 = a21 * (nk2[:, None] * nk1[None, :])
+            a30 = a30 * (nk3[:, None] * nk0[None, :])
+            a31 = a31 * (nk3[:, None] * nk1[None, :])
+            a32 = a32 * (nk3[:, None] * nk2[None, :])
+            nq1 = _rsqrt_norm(sq1, eps, USE_L2NORM) * scale
+            nq2 = _rsqrt_norm(sq2, eps, USE_L2NORM) * scale
+            nq3 = _rsqrt_norm(sq3, eps, USE_L2NORM) * scale
+            p10 = p10 * (nq1[:, None] * nk0[None, :])
+            p20 = p20 * (nq2[:, None] * nk0[None, :])
+            p21 = p21 * (nq2[:, None] * nk1[None, :])
+            p30 = p30 * (nq3[:, None] * nk0[None, :])
+            p31 = p31 * (nq3[:, None] * nk1[None, :])
+            p32 = p32 * (nq3[:, None] * nk2[None, :])
         _store_off_blocks(a_ptr, p10, p20, p21, p30, p31, p32, tok0, n, i_h, Hv)
         x00, x11, x22, x33 = _x_diag(xd_ptr, tok0, n, i_h, Hv)
     else:
