@@ -12,8 +12,8 @@ sums at once (255 registers and spills on the H200 when it did).
 (each exponent <= 0, a sum of its own terms, as everywhere in these kernels). Shapes: k [tokens,
 Hk, Dk] and v [tokens, Hv, Dv] in the input dtype, g [tokens, Hv(, Dk)] and beta [tokens, Hv]
 any float, w [tokens, Hv, Dk] (bf16 for 16-bit inputs), u [tokens, Hv, Dv] fp32. With ``KG``
-(a WY kernel that read the keys raw: GDN_RAW_K, KDA_RAW_K) the decayed keys kg [tokens, Hv, Dk]
-for the state stage are written here too.
+(GDN whose WY kernel read the keys raw) the decayed keys kg [tokens, Hv, Dk] for the state stage
+are written here too.
 """
 from __future__ import annotations
 
@@ -40,20 +40,14 @@ def _wu_kernel(k_ptr, v_ptr, g_ptr, b_ptr, x_ptr, w_ptr, u_ptr, kg_ptr, tab_ptr,
     bk = b * nk
     if not PER_CHANNEL:   # GDN: one decay a row
         bk = bk * tl.exp(tl.cumsum(_g_rows(g_ptr, tok0, n, i_h, Hv, 0, 64, DK, False), axis=0))
-    if KG and not PER_CHANNEL:
-        # The decayed keys k e^{G_end - G} for the state stage (the WY kernel leaves them here
-        # when it reads the keys raw): the decay after row t, a sum of g over rows t+1 .. n-1
-        # (GDN: one a row; KDA: per channel, in the loop).
+    if KG:
+        # GDN's decayed keys k e^{G_end - G} for the state stage (the WY kernel leaves them here
+        # when it reads the keys raw): the decay after row t, a sum of g over rows t+1 .. n-1.
         kgs = nk * tl.exp(tl.cumsum(_g_rows(g_ptr, tok0 + 1, n - 1, i_h, Hv, 0, 64, DK, False),
                                     axis=0, reverse=True))
     for c0 in range(0, DK, BC):
         kr = _head_rows(k_ptr, tok0, n, i_hk, QKR, c0, 0, 64, DK, BC)
-        if KG and PER_CHANNEL:
-            after = tl.cumsum(_head_rows(g_ptr, tok0 + 1, n - 1, i_h, Hv, c0, 0, 64, DK, BC),
-                              axis=0, reverse=True)
-            _store_rows(kg_ptr, kr * nk[:, None] * tl.exp(after), tok0, n, i_h, Hv, c0, 0, 64,
-                        DK, BC)
-        elif KG:
+        if KG:
             _store_rows(kg_ptr, kr * kgs[:, None], tok0, n, i_h, Hv, c0, 0, 64, DK, BC)
         y = kr * bk[:, None]
         if PER_CHANNEL:
