@@ -143,11 +143,10 @@ assert rel(res[True][0], res[False][0]) < 1e-4 and rel(res[True][1], res[False][
 o2, s2 = ref.gdn_recurrent(qb, kb, vb, g[..., 0], beta, s0)
 assert rel(res[True][0], o2) < 5e-3 and rel(res[True][1], s2) < 5e-3, (rel(res[True][0], o2), rel(res[True][1], s2))
 # KDA_RAW_K (the default): KDA's WY kernel takes q and k as stored and scales its blocks by the
-# rows' norms after; the decayed keys are stored raw and the state kernel scales the deltas' rows
-# by the key norms. fp32 inputs: the same math up to fp32 rounding (with and without the norms;
-# varlen tiles of 1 and 17 rows). bf16 inputs: the raw keys' decayed rows are rounded to bf16
-# instead of the normalised ones, so the forms differ by that rounding; each is checked against
-# the token loop, the raw one no further from it.
+# rows' norms after; the decayed keys are written by _wu_kernel. fp32 inputs: the same math up
+# to fp32 rounding (with and without the norms; varlen tiles of 1 and 17 rows). bf16 inputs
+# (keys stored in bf16, their decay from the chunk's total less G): each form against the token
+# loop, the raw one no further from it.
 for args, kw in (((q, k, v), {}), ((q, k * 0.3, v), dict(use_qk_l2norm=False, scale=0.3)),
                  ((q[:, :T // 2], k[:, :T // 2], v[:, :T // 2]), dict(cu_seqlens=cu_odd)),
                  ((qb, kb, vb), {})):
@@ -168,7 +167,6 @@ for args, kw in (((q, k, v), {}), ((q, k * 0.3, v), dict(use_qk_l2norm=False, sc
         o_ref, s_ref = ref.kda_recurrent(*args, gg, bb, ss, **kw)
         err = {raw: (rel(res[raw][0], o_ref), rel(res[raw][1], s_ref)) for raw in res}
         assert err[True][0] < 1.1 * err[False][0] and err[True][1] < 1.1 * err[False][1], err
-        assert rel(res[True][1], res[False][1]) > 1e-5, err   # both forms ran
 # OUT_QS="split" (the default; GDN with bf16 q): the output stage's q S0 from q's raw rows
 # against S0 as hi + lo. Against the fp32 q e^G product (OUT_QS="", exact in the interpreter)
 # under 1% of the bf16 outputs round differently; with S0 rounded to bf16 (lo dropped), 6%.

@@ -139,10 +139,12 @@ WY_SPLIT = True
 GDN_SOLVE = "x4"
 GDN_RAW_K = True
 # KDA's split WY kernel with q and k entering its products as stored, their norms summed in the
-# same channel loop and applied to the [16, 16] blocks after (no norm pass first); the decayed
-# keys stored raw, the key norms written apart ([tokens, Hv] fp32) and applied to the deltas'
-# rows by the state kernel (kg^T d is linear in each row). H100, KDA 1 x 16k (s25c): WY kernel
-# 1,157 -> 851 us (spilled 54 -> 10 B).
+# same channel loop and applied to the [16, 16] blocks after (no norm pass first), and the
+# decayed keys written by _wu_kernel (KG) instead of the WY kernel. H100, KDA 1 x 16k (s25c,
+# 1f13277): WY kernel 1,157 -> 851 us (spilled 54 -> 10 B), _wu_kernel 415 -> 620 with an exact
+# second scan for the keys' decay. Kept in the WY kernel (stored raw, their norms applied to the
+# deltas by the state kernel; f6cb453) the WY kernel went back to 1,210 us: the decayed keys'
+# spans and stores are what spilled it.
 KDA_RAW_K = True
 SPLIT_LAUNCH = {"gdn": (2, 4, 32), "kda": (4, 4, 32)}
 # KDA's diagonal blocks: ``_kda_diag_kernel``, a row at a time, in DIAG_WARPS warps. Measured
@@ -158,9 +160,9 @@ DIAG_AHEAD = 1
 
 @triton.jit
 def _state_kernel(kg_ptr, ge_ptr, w_ptr, u_ptr, h0_ptr, hs_ptr, d_ptr, ht_ptr, seq_ptr, slot_ptr,
-                  kn_ptr, Hv, DK: tl.constexpr, DV: tl.constexpr, BV: tl.constexpr,
+                  Hv, DK: tl.constexpr, DV: tl.constexpr, BV: tl.constexpr,
                   PER_CHANNEL: tl.constexpr, HAS_H0: tl.constexpr, PREC: tl.constexpr,
-                  PREFETCH: tl.constexpr, HAS_SLOTS: tl.constexpr, KNORM: tl.constexpr):
+                  PREFETCH: tl.constexpr, HAS_SLOTS: tl.constexpr):
     i_nh = tl.program_id(0)
     i_vb = tl.program_id(1)
     i_n = i_nh // Hv
@@ -207,12 +209,7 @@ def _state_kernel(kg_ptr, ge_ptr, w_ptr, u_ptr, h0_ptr, hs_ptr, d_ptr, ht_ptr, s
             h = h * tl.exp(g_end)[:, None]
         else:
             h = h * tl.exp(tl.load(ge_ptr + (chunk0 + c) * Hv + i_h))
-        if KNORM:   # kg holds the raw keys' decayed rows (KDA_RAW_K): their norms scale d's rows
-            r64 = tl.arange(0, 64)
-            kn = tl.load(kn_ptr + (t0 + r64) * Hv + i_h, mask=r64 < n, other=0.0)
-            h += _mm_split(tl.trans(kg), d * kn[:, None], PREC)
-        else:
-            h += _mm_split(tl.trans(kg), d, PREC)
+        h += _mm_split(tl.trans(kg), d, PREC)
         if PREFETCH:
             w, kg = w_next, kg_next
     tl.store(ht_ptr + row * DK * DV + offs_s, h)
@@ -517,7 +514,6 @@ def _run(op: str, q, k, v, g, beta, initial_state, scale, use_qk_l2norm, cu_seql
         _kda_diag_kernel[(4 * nc, Hv)](q, k, g, beta, a, xd, chunks, Hk, Hv, qkr, scale,
                                        L2NORM_EPS, DK=Dk, USE_L2NORM=l2, AHEAD=int(DIAG_AHEAD),
                                        num_warps=DIAG_WARPS)
-    kn, knorm = u, False   # KDA_RAW_K's key norms (below); otherwise an unread placeholder
     if nc and not block_k:
         _wy_kernel[(nc, Hv)](q, k, v, g, beta, w, u, a, kg, ge, chunks, xd, Hk, Hv, qkr, vr,
                              scale, L2NORM_EPS, DK=Dk, DV=Dv, PER_CHANNEL=per_channel, USE_L2NORM=l2,
@@ -534,23 +530,20 @@ def _run(op: str, q, k, v, g, beta, initial_state, scale, use_qk_l2norm, cu_seql
             raw_k = "fp32" if _INTERPRET else "native"
         if KDA_RAW_K and split and per_channel:   # (KDA's products stay fp32 / tf32 ones)
             raw_k = "fp32"
-        if raw_k and per_channel:
-            kn, knorm = torch.empty(B * T, Hv, **f32), True
-        _wy_blocked_kernel[(nc, Hv)](q, k, v, g, beta, w, u, a, kg, ge, chunks, xd, xs, kn, Hk, Hv,
+        _wy_blocked_kernel[(nc, Hv)](q, k, v, g, beta, w, u, a, kg, ge, chunks, xd, xs, Hk, Hv,
                                      qkr, vr, scale, L2NORM_EPS, DK=Dk, DV=Dv, PER_CHANNEL=per_channel,
                                      USE_L2NORM=l2, PREC=prec, BK=block_k, SPLIT=split,
                                      SOLVE=GDN_SOLVE, RAW_K=raw_k, num_warps=num_warps or wy_warps)
         if split:
             _wu_kernel[(nc, Hv)](k, v, g, beta, xs, w, u, kg, chunks, Hk, Hv, qkr, vr, L2NORM_EPS,
                                  DK=Dk, DV=Dv, BC=min(wu_block, Dk, Dv), PER_CHANNEL=per_channel,
-                                 USE_L2NORM=l2, PREC=prec, KG=bool(raw_k) and not per_channel,
+                                 USE_L2NORM=l2, PREC=prec, KG=bool(raw_k),
                                  num_warps=num_warps or wu_warps)
     _state_kernel[(n * Hv, Dv // bv_state)](
         kg, ge, w, u, h0 if h0 is not None else ht, hs, d, ht, seqs,
-        state_slots if pool is not None else seqs, kn, Hv,
+        state_slots if pool is not None else seqs, Hv,
         DK=Dk, DV=Dv, BV=bv_state, PER_CHANNEL=per_channel, HAS_H0=h0 is not None, PREC=prec_state,
-        PREFETCH=prefetch, HAS_SLOTS=pool is not None, KNORM=knorm,
-        num_warps=num_warps or state_warps, **stages)
+        PREFETCH=prefetch, HAS_SLOTS=pool is not None, num_warps=num_warps or state_warps, **stages)
     if nc and block_k_out:
         _out_blocked_kernel[(nc, Hv, Dv // bv_out)](
             q, k, g, a, hs, d, o, chunks, Hk, Hv, qkr, scale, L2NORM_EPS,
@@ -634,7 +627,7 @@ def _aot_specs():
                 # its rows raw (KDA_RAW_K)
                 specs.append(AotSpec(
                     f"delta_chunk_wy_blocked[{kind},{dtype},{d},bk32{',split' if split else ''}]",
-                    _wy_blocked_kernel, {**wy, "x_ptr": f32, "kn_ptr": f32, "BK": "constexpr",
+                    _wy_blocked_kernel, {**wy, "x_ptr": f32, "BK": "constexpr",
                                          "SPLIT": "constexpr", "SOLVE": "constexpr",
                                          "RAW_K": "constexpr",
                                          **({"a_ptr": half} if split and per_channel else {})},
@@ -657,7 +650,7 @@ def _aot_specs():
             if not per_channel:   # GDN's default form on NVIDIA: raw 16-bit keys, "x4" solve
                 specs.append(AotSpec(
                     f"delta_chunk_wy_blocked[{kind},{dtype},{d},bk32,split,raw,x4]",
-                    _wy_blocked_kernel, {**wy, "x_ptr": f32, "kn_ptr": f32, "BK": "constexpr",
+                    _wy_blocked_kernel, {**wy, "x_ptr": f32, "BK": "constexpr",
                                          "SPLIT": "constexpr", "SOLVE": "constexpr",
                                          "RAW_K": "constexpr"},
                     {**flags, "PREC": "tf32", "BK": 32, "SPLIT": True, "SOLVE": "x4",
@@ -676,10 +669,10 @@ def _aot_specs():
                                          {"num_warps": 2}))
             st = {"kg_ptr": half, "ge_ptr": f32, "w_ptr": half, "u_ptr": f32, "h0_ptr": f32,
                   "hs_ptr": f32, "d_ptr": f32, "ht_ptr": f32, "seq_ptr": "*i32",
-                  "slot_ptr": "*i32", "kn_ptr": f32, "Hv": "i32",
+                  "slot_ptr": "*i32", "Hv": "i32",
                   "DK": "constexpr", "DV": "constexpr", "BV": "constexpr",
                   "PER_CHANNEL": "constexpr", "HAS_H0": "constexpr", "PREC": "constexpr",
-                  "PREFETCH": "constexpr", "HAS_SLOTS": "constexpr", "KNORM": "constexpr"}
+                  "PREFETCH": "constexpr", "HAS_SLOTS": "constexpr"}
             # (no prefetch, 4 warps) as on AMD and for many programs; prefetch at 8 warps. On
             # NVIDIA (split) the states and deltas are handed over in bf16 (HANDOFF_16BIT).
             for prec, pf, targets in (("ieee", False, None), ("split", False, ("sm_90", "sm_100")),
@@ -689,8 +682,7 @@ def _aot_specs():
                     f"delta_chunk_state[{kind},{dtype},{d},{prec}{',prefetch' if pf else ''}]",
                     _state_kernel, {**st, **handoff},
                     {"DK": d, "DV": d, "BV": 32, "PER_CHANNEL": per_channel, "HAS_H0": True,
-                     "PREC": prec, "PREFETCH": pf, "HAS_SLOTS": True,
-                     "KNORM": per_channel and prec == "split" and KDA_RAW_K},
+                     "PREC": prec, "PREFETCH": pf, "HAS_SLOTS": True},
                     {"num_warps": 8 if pf else 4, "num_stages": 2}, targets))
             out = {"q_ptr": ptr, "k_ptr": ptr, "g_ptr": f32, "a_ptr": f32, "hs_ptr": f32,
                    "d_ptr": f32, "o_ptr": ptr, "tab_ptr": "*i32", "Hk": "i32", "Hv": "i32",

@@ -12,8 +12,8 @@ sums at once (255 registers and spills on the H200 when it did).
 (each exponent <= 0, a sum of its own terms, as everywhere in these kernels). Shapes: k [tokens,
 Hk, Dk] and v [tokens, Hv, Dv] in the input dtype, g [tokens, Hv(, Dk)] and beta [tokens, Hv]
 any float, w [tokens, Hv, Dk] (bf16 for 16-bit inputs), u [tokens, Hv, Dv] fp32. With ``KG``
-(GDN whose WY kernel read the keys raw) the decayed keys kg [tokens, Hv, Dk] for the state stage
-are written here too.
+(a WY kernel that read the keys raw: GDN_RAW_K, KDA_RAW_K) the decayed keys kg [tokens, Hv, Dk]
+for the state stage are written here too.
 """
 from __future__ import annotations
 
@@ -40,18 +40,34 @@ def _wu_kernel(k_ptr, v_ptr, g_ptr, b_ptr, x_ptr, w_ptr, u_ptr, kg_ptr, tab_ptr,
     bk = b * nk
     if not PER_CHANNEL:   # GDN: one decay a row
         bk = bk * tl.exp(tl.cumsum(_g_rows(g_ptr, tok0, n, i_h, Hv, 0, 64, DK, False), axis=0))
-    if KG:
-        # GDN's decayed keys k e^{G_end - G} for the state stage (the WY kernel leaves them here
-        # when it reads the keys raw): the decay after row t, a sum of g over rows t+1 .. n-1.
+    if KG and not PER_CHANNEL:
+        # The decayed keys k e^{G_end - G} for the state stage (the WY kernel leaves them here
+        # when it reads the keys raw): the decay after row t, a sum of g over rows t+1 .. n-1
+        # (GDN: one a row; KDA: per channel, in the loop).
         kgs = nk * tl.exp(tl.cumsum(_g_rows(g_ptr, tok0 + 1, n - 1, i_h, Hv, 0, 64, DK, False),
                                     axis=0, reverse=True))
     for c0 in range(0, DK, BC):
         kr = _head_rows(k_ptr, tok0, n, i_hk, QKR, c0, 0, 64, DK, BC)
-        if KG:
-            _store_rows(kg_ptr, kr * kgs[:, None], tok0, n, i_h, Hv, c0, 0, 64, DK, BC)
         y = kr * bk[:, None]
         if PER_CHANNEL:
-            y = y * tl.exp(tl.cumsum(_head_rows(g_ptr, tok0, n, i_h, Hv, c0, 0, 64, DK, BC), axis=0))
+            gb = _head_rows(g_ptr, tok0, n, i_h, Hv, c0, 0, 64, DK, BC)
+            G = tl.cumsum(gb, axis=0)
+            y = y * tl.exp(G)
+            if KG and kg_ptr.dtype.element_ty == tl.float32:
+                # exact: the decay after row t as a sum of its own terms (rows t+1 .. n-1)
+                after = tl.cumsum(_head_rows(g_ptr, tok0 + 1, n - 1, i_h, Hv, c0, 0, 64, DK, BC),
+                                  axis=0, reverse=True)
+                _store_rows(kg_ptr, kr * nk[:, None] * tl.exp(after), tok0, n, i_h, Hv, c0, 0,
+                            64, DK, BC)
+            elif KG:
+                # bf16 keys: the chunk's total less G (no second scan). Its cancellation costs
+                # |G_end| x 6e-8 of the exponent (<= 1e-5 at |g| <= 2 a token), far under the
+                # 2^-9 of the bf16 rounding the stored keys take anyway.
+                after = tl.minimum(tl.sum(gb, axis=0)[None, :] - G, 0.0)
+                _store_rows(kg_ptr, kr * nk[:, None] * tl.exp(after), tok0, n, i_h, Hv, c0, 0,
+                            64, DK, BC)
+        elif KG:
+            _store_rows(kg_ptr, kr * kgs[:, None], tok0, n, i_h, Hv, c0, 0, 64, DK, BC)
         _store_rows(w_ptr, tl.dot(x, y, input_precision=PREC), tok0, n, i_h, Hv, c0, 0, 64, DK, BC)
     for c0 in range(0, DV, BC):
         y = _head_rows(v_ptr, tok0, n, i_h, VR, c0, 0, 64, DV, BC) * b[:, None]

@@ -139,16 +139,6 @@ def _rsqrt_norm(ss, eps, USE_L2NORM: tl.constexpr):
 
 
 @triton.jit
-def _store_norms(kn_ptr, nk0, nk1, nk2, nk3, tok0, n, i_h, Hv):
-    """The chunk's key-row norms (1 / ||k||) into kn [tokens, Hv] for the state kernel."""
-    r = tl.arange(0, 16)
-    tl.store(kn_ptr + (tok0 + r) * Hv + i_h, nk0, mask=r < n)
-    tl.store(kn_ptr + (tok0 + 16 + r) * Hv + i_h, nk1, mask=16 + r < n)
-    tl.store(kn_ptr + (tok0 + 32 + r) * Hv + i_h, nk2, mask=32 + r < n)
-    tl.store(kn_ptr + (tok0 + 48 + r) * Hv + i_h, nk3, mask=48 + r < n)
-
-
-@triton.jit
 def _q_decayed(q_ptr, tok0, n, i_hk, QKR, c0, R0: tl.constexpr, DK: tl.constexpr,
                BK: tl.constexpr, L, nq, RAW_K: tl.constexpr):
     """A q tile decayed by e^L ([16, BK]) and the tile as loaded: normalised and scaled by nq
@@ -162,7 +152,7 @@ def _q_decayed(q_ptr, tok0, n, i_hk, QKR, c0, R0: tl.constexpr, DK: tl.constexpr
 
 @triton.jit
 def _wy_blocked_kernel(q_ptr, k_ptr, v_ptr, g_ptr, b_ptr, w_ptr, u_ptr, a_ptr, kg_ptr, ge_ptr,
-                       tab_ptr, xd_ptr, x_ptr, kn_ptr, Hk, Hv, QKR, VR, scale, eps, DK: tl.constexpr,
+                       tab_ptr, xd_ptr, x_ptr, Hk, Hv, QKR, VR, scale, eps, DK: tl.constexpr,
                        DV: tl.constexpr, PER_CHANNEL: tl.constexpr, USE_L2NORM: tl.constexpr,
                        PREC: tl.constexpr, BK: tl.constexpr, SPLIT: tl.constexpr,
                        SOLVE: tl.constexpr, RAW_K: tl.constexpr):
@@ -184,8 +174,7 @@ def _wy_blocked_kernel(q_ptr, k_ptr, v_ptr, g_ptr, b_ptr, w_ptr, u_ptr, a_ptr, k
     elif PER_CHANNEL:
         # KDA with RAW_K: the rows enter the products as stored, their squared norms summed in
         # the same channel loop and applied to the [16, 16] blocks after it (a block is linear
-        # in each row's scale); no norm pass first. The decayed keys are stored raw and the key
-        # norms written to kn: the state kernel scales d's rows by them (kg^T d is linear too)
+        # in each row's scale); no norm pass first
         sk0 = tl.zeros([16], dtype=tl.float32)
         sk1, sk2, sk3, sq1, sq2, sq3 = sk0, sk0, sk0, sk0, sk0, sk0
         nq1, nq2, nq3 = sk0, sk0, sk0   # (unused until set from sq after the loop)
@@ -268,14 +257,13 @@ def _wy_blocked_kernel(q_ptr, k_ptr, v_ptr, g_ptr, b_ptr, w_ptr, u_ptr, a_ptr, k
                 a30 += tl.dot(k3, tl.trans(k0), input_precision=PREC)
                 a31 += tl.dot(k3, tl.trans(k1), input_precision=PREC)
                 a32 += tl.dot(k3, tl.trans(k2), input_precision=PREC)
-            # (KDA with RAW_K: the raw keys' decayed rows; the state kernel applies their norms)
-            _store_kgates(kg_ptr, k0, k1, k2, k3, S0, S1, S2, S3, T1, T2, T3, tok0, n, i_h, Hv, c0,
-                          DK, BK, PER_CHANNEL)
+            if RAW_K == "":   # (with RAW_K, KDA's decayed keys are written by _wu_kernel)
+                _store_kgates(kg_ptr, k0, k1, k2, k3, S0, S1, S2, S3, T1, T2, T3, tok0, n, i_h,
+                              Hv, c0, DK, BK, PER_CHANNEL)
     if PER_CHANNEL:
         if RAW_K != "":
             nk0, nk1 = _rsqrt_norm(sk0, eps, USE_L2NORM), _rsqrt_norm(sk1, eps, USE_L2NORM)
             nk2, nk3 = _rsqrt_norm(sk2, eps, USE_L2NORM), _rsqrt_norm(sk3, eps, USE_L2NORM)
-            _store_norms(kn_ptr, nk0, nk1, nk2, nk3, tok0, n, i_h, Hv)
             a10 = a10 * (nk1[:, None] * nk0[None, :])
             a20 = a20 * (nk2[:, None] * nk0[None, :])
             a21 = a21 * (nk2[:, None] * nk1[None, :])
