@@ -33,5 +33,5 @@ backend = Backend(
     detect=_detect,
     impl_table=lambda: list(IMPLS),
     dist_backend="nccl",
-    hardware_status="strict conformance suite passed on an H200 (sm_90) 2026-12-01 and on an H100 (sm_90) 2026-12-05 at 1137b7c, sparse MLA again on an H100 2026-12-06 at 386cf69 (docs/hardware-runs.md); sm_100 compiled and interpreted only",
+    hardware_status="strict conformance suite passed on an H200 (sm_90) 2026-12-01 and on an H100 (sm_90) 2026-12-05 at 1137b7c, sparse MLA again on an H100 2026-12-06 at 386cf69, chunked GDN / KDA at 59e497a (docs/hardware-runs.md); sm_100 compiled and interpreted only",
 )
