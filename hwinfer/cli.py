@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from hwinfer.cache.spec import KV_FORMATS
+from hwinfer.cache.spec import KV_FORMATS, LEDGER_FORMATS
 
 # The stored KV format of the caches a serving command allocates (CausalLM.set_kv_format).
 _KV_HELP = ("cache storage: auto / bf16 = the compute dtype (default); fp8 = DeepSeek-V4's packed "
@@ -40,8 +40,9 @@ def _build_parser() -> argparse.ArgumentParser:
                         help="checkpoint directory, config.json, or preset name (see hwinfer.presets)")
     ledger.add_argument("--context", required=True, help="context length in tokens: 8192, 128K, 1M (K = 1024)")
     ledger.add_argument("--json", action="store_true", help="print the ledger as JSON (bytes)")
-    ledger.add_argument("--kv-format", default="auto", choices=KV_FORMATS,
-                        help="auto: each architecture's deployed format (default); bf16; fp8")
+    ledger.add_argument("--kv-format", default="deployed", choices=LEDGER_FORMATS,
+                        help="deployed: each architecture's deployed format (default); auto: the "
+                             "model dtype, as load_model allocates by default; bf16; fp8")
     _add_serving_commands(sub)
     bench = sub.add_parser("bench", help="benchmarks: serve (latency / throughput against a running server)")
     bench_sub = bench.add_subparsers(dest="bench_command", required=True)

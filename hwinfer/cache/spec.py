@@ -38,6 +38,16 @@ import torch
 # Names of the stored KV formats, shared by the memory ledger (what a format would cost) and
 # the models' allocation (what the pool stores); see hwinfer.engine.ledger and CausalLM.set_kv_format.
 KV_FORMATS = ("auto", "bf16", "fp8")
+# The ledger's row formats: these and ``deployed``, each architecture's deployed format (the
+# ledger's default). ``auto`` means the model dtype in both places, as load_model allocates.
+LEDGER_FORMATS = ("deployed",) + KV_FORMATS
+
+
+def check_ledger_format(kv_format: str) -> str:
+    """``kv_format`` itself if it is one of :data:`LEDGER_FORMATS`, else a ValueError naming it."""
+    if kv_format not in LEDGER_FORMATS:
+        raise ValueError(f"kv_format must be one of {', '.join(LEDGER_FORMATS)}, got {kv_format!r}")
+    return kv_format
 
 
 def check_kv_format(kv_format: str) -> str:

@@ -10,9 +10,12 @@ or a preset name is enough. Per layer kind the ledger gives, in bytes:
 * ``total_bytes`` at a context of ``N`` tokens: ``bytes_per_token * N + fixed_bytes_per_request``;
 * ``decode_entries``: cached rows one decode step attends in one layer of that kind at ``N``.
 
-``kv_format`` picks the row size: ``"auto"`` is each architecture's deployed format (the FP8 row
-a layer declares in ``fp8_row_bytes``, else the declared dtype, i.e. the model dtype for KV and
-fp32 for recurrent and compressor state); ``"bf16"`` ignores the FP8 rows; ``"fp8"`` also stores
+``kv_format`` picks the row size (:data:`LEDGER_FORMATS`): ``"deployed"`` (the default) is each
+architecture's deployed format (the FP8 row a layer declares in ``fp8_row_bytes``, else the
+declared dtype, i.e. the model dtype for KV and fp32 for recurrent and compressor state);
+``"auto"`` is what ``load_model`` allocates by default, the model dtype's rows (as ``"bf16"``
+for bf16 models; the ledger's default was called ``auto`` until it meant two things);
+``"bf16"`` ignores the FP8 rows; ``"fp8"`` also stores
 undeclared model-dtype KV rows (token and ring tensors) as one e4m3 byte per value. Rows that
 ``shared_with`` another tensor are not stored in either format. ``pool_*`` report what
 hwinfer's own cache pool allocates for the model as built (declared dtypes, or the packed rows a
@@ -30,7 +33,9 @@ import torch
 from torch import nn
 
 # KV_FORMATS lives with the cache declarations (allocation validates the same names); kept here too.
-from hwinfer.cache.spec import KV_FORMATS, CacheTensor, check_kv_format  # noqa: F401
+from hwinfer.cache.spec import (  # noqa: F401
+    KV_FORMATS, LEDGER_FORMATS, CacheTensor, check_kv_format, check_ledger_format,
+)
 
 _DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 # model_type -> the model_type whose class has the same cache geometry, for configs that hwinfer
@@ -84,14 +89,17 @@ class Ledger:
 
 def row_bytes(spec: CacheTensor, kv_format: str, model_dtype: torch.dtype) -> int:
     """Bytes of one stored row of ``spec`` in ``kv_format`` (0 if another tensor's row serves)."""
-    check_kv_format(kv_format)
+    check_ledger_format(kv_format)
     if spec.shared_with is not None:
         return 0
-    if kv_format != "bf16" and spec.fp8_row_bytes is not None:
+    if kv_format in ("deployed", "fp8") and spec.fp8_row_bytes is not None:
         return spec.fp8_row_bytes
     if spec.dtype != model_dtype:
         return spec.row_bytes
-    per_value = 1 if kv_format == "fp8" and spec.per != "request" else 2
+    if kv_format == "fp8" and spec.per != "request":
+        per_value = 1
+    else:   # "auto": the model dtype's bytes (2 for bf16 models, as "bf16" and "deployed")
+        per_value = model_dtype.itemsize if kv_format == "auto" else 2
     return math.prod(spec.shape) * per_value
 
 
@@ -146,7 +154,7 @@ def kind_name(mixer: nn.Module | None) -> str:
     return names.get(cls, cls)
 
 
-def compute(model: nn.Module, *, context: int, kv_format: str = "auto", name: str = "",
+def compute(model: nn.Module, *, context: int, kv_format: str = "deployed", name: str = "",
             dtype: torch.dtype | None = None) -> Ledger:
     """The ledger of a built model (meta device is fine) at ``context`` tokens."""
     if context < 1:
@@ -182,7 +190,7 @@ def compute(model: nn.Module, *, context: int, kv_format: str = "auto", name: st
                   round(per_token * context) + fixed, pool_token, pool_fixed, kinds)
 
 
-def ledger(model_or_config: str | Path | dict[str, Any], *, context: int, kv_format: str = "auto") -> Ledger:
+def ledger(model_or_config: str | Path | dict[str, Any], *, context: int, kv_format: str = "deployed") -> Ledger:
     """The ledger of a checkpoint directory, a config.json path, a preset name, or a config dict."""
     from hwinfer.loader.config import ConfigError, flatten_config, load_config
     from hwinfer.presets import resolve
@@ -235,7 +243,7 @@ def format_table(led: Ledger) -> str:
     return "\n".join(lines)
 
 
-def presets_markdown(kv_format: str = "auto") -> str:
+def presets_markdown(kv_format: str = "deployed") -> str:
     """Every preset's ledger at 8K, 128K and 1M tokens as a Markdown table (docs/ledger.md)."""
     from hwinfer.presets import preset_names
 

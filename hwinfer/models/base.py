@@ -75,8 +75,8 @@ class CausalLM(nn.Module, metaclass=abc.ABCMeta):
 
         * ``"auto"`` (default) and ``"bf16"``: every tensor in its declared dtype, i.e. KV rows
           in the model's compute dtype (bf16 on accelerators, fp32 on the CPU by default) and
-          state in fp32. Unlike the memory ledger, whose ``"auto"`` reports each architecture's
-          deployed format, allocation never picks a lossy format by itself.
+          state in fp32 (the memory ledger's ``"auto"`` counts the same rows; its ``"deployed"``
+          is each architecture's packed format): allocation never picks a lossy format by itself.
         * ``"fp8"``: the packed FP8 rows of the layers that support them, the other tensors in
           their declared dtype. Only DeepSeek-V4 supports it today (its sliding-window ring and
           compressed entries as 584-byte ``fp8_ds_mla`` rows; the indexer keys and compressor

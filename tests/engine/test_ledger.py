@@ -87,10 +87,16 @@ def test_entries_at_short_context():
 
 
 def test_kv_formats():
-    auto, bf16 = ledger("deepseek-v4-flash", context=M1), ledger("deepseek-v4-flash", context=M1, kv_format="bf16")
+    deployed = ledger("deepseek-v4-flash", context=M1)
+    bf16 = ledger("deepseek-v4-flash", context=M1, kv_format="bf16")
+    assert deployed.kv_format == "deployed"
     # bf16 rows: 1024 B per 512-wide entry, 256 B per indexer key; fp32 compressor state unchanged.
     assert bf16.bytes_per_token == 21 * (1024 / 4 + 256 / 4) + 20 * 1024 / 128
-    assert bf16.fixed_bytes_per_request - auto.fixed_bytes_per_request == 43 * 128 * (1024 - 584)
+    assert bf16.fixed_bytes_per_request - deployed.fixed_bytes_per_request == 43 * 128 * (1024 - 584)
+    # "auto" means what load_model allocates by default, as everywhere: the model dtype's rows
+    auto = ledger("deepseek-v4-flash", context=M1, kv_format="auto")
+    assert (auto.bytes_per_token, auto.fixed_bytes_per_request) == (
+        bf16.bytes_per_token, bf16.fixed_bytes_per_request)
     qwen = ledger("qwen3.5-0.8b", context=M1, kv_format="fp8")
     assert qwen.bytes_per_token == 6 * 2 * 2 * 256          # one byte per K / V value
     assert qwen.fixed_bytes_per_request == ledger("qwen3.5-0.8b", context=M1).fixed_bytes_per_request
@@ -157,7 +163,7 @@ def test_cli_json(capsys):
     assert main(["ledger", "deepseek-v4-flash", "--context", "1M", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert {"bytes_per_token", "fixed_bytes_per_request", "total_bytes"} <= set(out)
-    assert out["context"] == M1 and out["kv_format"] == "auto"
+    assert out["context"] == M1 and out["kv_format"] == "deployed"
     assert out["total_bytes"] == round(out["bytes_per_token"] * M1) + out["fixed_bytes_per_request"]
     assert [k["decode_entries"] for k in out["kinds"]] == [128, 640, 8320]
 
