@@ -13,7 +13,9 @@ sums at once (255 registers and spills on the H200 when it did).
 Hk, Dk] and v [tokens, Hv, Dv] in the input dtype, g [tokens, Hv(, Dk)] and beta [tokens, Hv]
 any float, w [tokens, Hv, Dk] (bf16 for 16-bit inputs), u [tokens, Hv, Dv] fp32. With ``KG``
 (a WY kernel that read the keys raw: GDN_RAW_K, KDA_RAW_K) the decayed keys kg [tokens, Hv, Dk]
-for the state stage are written here too.
+for the state stage are written here too. The one exponent here that is not a sum of its own
+terms: KDA's keys stored in bf16 take their decay as the chunk's total less G (clamped at 0),
+whose cancellation is far under their bf16 rounding; fp32 keys keep the exact reverse sum.
 """
 from __future__ import annotations
 

@@ -15,6 +15,12 @@ channel is taken BK channels at a time:
 4. per channel block again: ``w = X (beta k e^G)`` from reloaded k and g (cache hits), and
    ``u = X (beta v)`` per BK value channels.
 
+KDA with ``RAW_K`` (the drivers' ``KDA_RAW_K``, the default with ``SPLIT``) skips step 1 and
+the decayed keys of step 2: q and k enter the products as stored, their squared norms are summed
+in the same channel loop and applied to the [16, 16] blocks after it, and ``_wu_kernel`` writes
+the decayed keys (twenty-fifth session: those keys' spans and stores were what spilled this
+kernel; 1,157 -> 855 us on an H100 at KDA 1 x 16k).
+
 Every exponent is still a sum of g over its own span, <= 0. Selected by ``block_k`` in the
 drivers (``gdn_chunked`` / ``kda_chunked``; the default). With ``SPLIT`` (the drivers'
 ``WY_SPLIT``, the default) step 4 is left to ``_wu_kernel`` (:mod:`.delta_chunk_wu`): X is
