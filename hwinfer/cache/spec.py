@@ -43,17 +43,11 @@ KV_FORMATS = ("auto", "bf16", "fp8")
 LEDGER_FORMATS = ("deployed",) + KV_FORMATS
 
 
-def check_ledger_format(kv_format: str) -> str:
-    """``kv_format`` itself if it is one of :data:`LEDGER_FORMATS`, else a ValueError naming it."""
-    if kv_format not in LEDGER_FORMATS:
-        raise ValueError(f"kv_format must be one of {', '.join(LEDGER_FORMATS)}, got {kv_format!r}")
-    return kv_format
-
-
-def check_kv_format(kv_format: str) -> str:
-    """``kv_format`` itself if it is one of :data:`KV_FORMATS`, else a ValueError naming the option."""
-    if kv_format not in KV_FORMATS:
-        raise ValueError(f"kv_format must be one of {', '.join(KV_FORMATS)}, got {kv_format!r}")
+def check_kv_format(kv_format: str, allowed: tuple[str, ...] = KV_FORMATS) -> str:
+    """``kv_format`` itself if it is one of ``allowed`` (:data:`KV_FORMATS`; the ledger passes
+    :data:`LEDGER_FORMATS`), else a ValueError naming the option."""
+    if kv_format not in allowed:
+        raise ValueError(f"kv_format must be one of {', '.join(allowed)}, got {kv_format!r}")
     return kv_format
 
 

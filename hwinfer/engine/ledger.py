@@ -34,7 +34,7 @@ from torch import nn
 
 # KV_FORMATS lives with the cache declarations (allocation validates the same names); kept here too.
 from hwinfer.cache.spec import (  # noqa: F401
-    KV_FORMATS, LEDGER_FORMATS, CacheTensor, check_kv_format, check_ledger_format,
+    KV_FORMATS, LEDGER_FORMATS, CacheTensor, check_kv_format,
 )
 
 _DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
@@ -89,7 +89,7 @@ class Ledger:
 
 def row_bytes(spec: CacheTensor, kv_format: str, model_dtype: torch.dtype) -> int:
     """Bytes of one stored row of ``spec`` in ``kv_format`` (0 if another tensor's row serves)."""
-    check_ledger_format(kv_format)
+    check_kv_format(kv_format, LEDGER_FORMATS)
     if spec.shared_with is not None:
         return 0
     if kv_format in ("deployed", "fp8") and spec.fp8_row_bytes is not None:

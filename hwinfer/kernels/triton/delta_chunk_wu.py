@@ -55,17 +55,16 @@ def _wu_kernel(k_ptr, v_ptr, g_ptr, b_ptr, x_ptr, w_ptr, u_ptr, kg_ptr, tab_ptr,
             gb = _head_rows(g_ptr, tok0, n, i_h, Hv, c0, 0, 64, DK, BC)
             G = tl.cumsum(gb, axis=0)
             y = y * tl.exp(G)
-            if KG and kg_ptr.dtype.element_ty == tl.float32:
-                # exact: the decay after row t as a sum of its own terms (rows t+1 .. n-1)
-                after = tl.cumsum(_head_rows(g_ptr, tok0 + 1, n - 1, i_h, Hv, c0, 0, 64, DK, BC),
-                                  axis=0, reverse=True)
-                _store_rows(kg_ptr, kr * nk[:, None] * tl.exp(after), tok0, n, i_h, Hv, c0, 0,
-                            64, DK, BC)
-            elif KG:
-                # bf16 keys: the chunk's total less G (no second scan). Its cancellation costs
-                # |G_end| x 6e-8 of the exponent (<= 1e-5 at |g| <= 2 a token), far under the
-                # 2^-9 of the bf16 rounding the stored keys take anyway.
-                after = tl.minimum(tl.sum(gb, axis=0)[None, :] - G, 0.0)
+            if KG:   # the decay after row t, per channel
+                if kg_ptr.dtype.element_ty == tl.float32:
+                    # exact: a sum of its own terms (rows t+1 .. n-1)
+                    after = tl.cumsum(_head_rows(g_ptr, tok0 + 1, n - 1, i_h, Hv, c0, 0, 64, DK,
+                                                 BC), axis=0, reverse=True)
+                else:
+                    # bf16 keys: the chunk's total less G (no second scan). Its cancellation
+                    # costs |G_end| x 6e-8 of the exponent (<= 1e-5 at |g| <= 2 a token), far
+                    # under the 2^-9 of the bf16 rounding the stored keys take anyway.
+                    after = tl.minimum(tl.sum(gb, axis=0)[None, :] - G, 0.0)
                 _store_rows(kg_ptr, kr * nk[:, None] * tl.exp(after), tok0, n, i_h, Hv, c0, 0,
                             64, DK, BC)
         elif KG:

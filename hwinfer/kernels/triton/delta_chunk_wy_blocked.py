@@ -38,17 +38,24 @@ from hwinfer.kernels.triton.delta_chunk_wy import (
 
 
 @triton.jit
+def _rsqrt_norm(ss, eps, USE_L2NORM: tl.constexpr):
+    """1 / ||row|| from the row's sum of squares (1 without the norm)."""
+    if USE_L2NORM:
+        return tl.rsqrt(ss + eps)
+    else:
+        return ss * 0.0 + 1.0
+
+
+@triton.jit
 def _inv_norm(ptr, tok0, n, i_hk, Hk, eps, R0: tl.constexpr, NR: tl.constexpr,
               DK: tl.constexpr, BK: tl.constexpr, USE_L2NORM: tl.constexpr):
     """1 / ||row|| of rows R0 .. R0+NR-1 of q or k (head i_hk), summed over channel blocks."""
+    ss = tl.zeros([NR], dtype=tl.float32)
     if USE_L2NORM:
-        ss = tl.zeros([NR], dtype=tl.float32)
         for c0 in range(0, DK, BK):
             x = _head_rows(ptr, tok0, n, i_hk, Hk, c0, R0, NR, DK, BK)
             ss += tl.sum(x * x, axis=1)
-        return tl.rsqrt(ss + eps)
-    else:
-        return tl.full([NR], 1.0, tl.float32)
+    return _rsqrt_norm(ss, eps, USE_L2NORM)
 
 
 @triton.jit
@@ -133,15 +140,6 @@ def _gdn_raw_blocks(k_ptr, tok0, n, i_hk, QKR, eps, DK: tl.constexpr, BK: tl.con
         a31 = a31 * (n3[:, None] * n1[None, :])
         a32 = a32 * (n3[:, None] * n2[None, :])
     return a00, a11, a22, a33, a10, a20, a21, a30, a31, a32
-
-
-@triton.jit
-def _rsqrt_norm(ss, eps, USE_L2NORM: tl.constexpr):
-    """1 / ||row|| from the row's sum of squares (1 without the norm)."""
-    if USE_L2NORM:
-        return tl.rsqrt(ss + eps)
-    else:
-        return ss * 0.0 + 1.0
 
 
 @triton.jit
