@@ -23,6 +23,9 @@
 #                                         # per kernel (S25C_VARIANTS: --variant ... flags; at
 #                                         # d98ff5d it timed a shared diagonal loop and the WY
 #                                         # kernel's num_stages, both removed)
+#   bash scripts/device_issue6.sh s26a      # KDA's diagonal blocks by quarters (DIAG_FORM): strict
+#                                         # conformance with it, per kernel beside the row loop,
+#                                         # with 4 warps, and with the state stage's bf16 products
 #   bash scripts/device_issue6.sh bench     # whole-model speed vs transformers and the roofline,
 #                                         # every kernel benchmark (--quick)
 # The phases of earlier sessions (s11a ... s21e and the named ones before them), which
@@ -113,6 +116,29 @@ elif [ "$phase" = s25c ]; then
     > "$out/bench_delta_chunk.csv" 2> "$out/bench_delta_chunk.err"
   echo "== bench_delta_chunk rc=$?"; grep -v "Warn\|warn\|at::native\|anonymous\|Memcpy\|^# hwinfer" \
     "$out/bench_delta_chunk.err" | grep "triton\|_diag_kernel\|_wy_blocked" | cut -c1-150 | head -60
+elif [ "$phase" = s26a ]; then
+  nvidia-smi --query-gpu=name --format=csv,noheader | tee "$out/gpu.txt"
+  D=hwinfer.kernels.triton.delta_chunk
+  strict 150 "gdn_chunked or kda_chunked"
+  mv "$out/conformance.txt" "$out/conformance_default.txt"
+  # the same cases with the quarters form (module constants are read at each call)
+  timeout 150 python3 -c "import sys, pytest, $D as d; d.DIAG_FORM = 'quarters'; sys.exit(pytest.main(
+    ['tests/conformance', '--backend', 'nvidia', '--strict', '-q', '-p', 'no:cacheprovider',
+     '-k', 'kda_chunked']))" > "$out/conformance_quarters.txt" 2>&1
+  echo "== strict kda_chunked, DIAG_FORM=quarters"; grep -E "passed|failed|FAILED" "$out/conformance_quarters.txt" | tail -6
+  timeout 240 python3 scripts/bench_delta_chunk.py --kinds kda --shapes 1x16384,8x2048 --no-torch \
+    --no-fla --no-variants --breakdown \
+    --variant "quarters@$D:DIAG_FORM='quarters'" \
+    --variant "quarters4@$D:DIAG_FORM='quarters';$D:DIAG_WARPS=4" \
+    --variant "state_bf16@$D:STATE_DOTS='bf16'" \
+    --variant "quarters_state_bf16@$D:DIAG_FORM='quarters';$D:STATE_DOTS='bf16'" \
+    > "$out/bench_delta_chunk.csv" 2> "$out/bench_delta_chunk.err"
+  echo "== bench_delta_chunk rc=$?"; grep -v "Warn\|warn\|at::native\|anonymous\|Memcpy\|^# hwinfer" \
+    "$out/bench_delta_chunk.err" | grep "triton\|_diag\|_state" | cut -c1-150 | head -60
+  timeout 120 python3 scripts/bench_delta_chunk.py --kinds kda --shapes 1x16384 --no-torch --no-fla \
+    --no-variants --breakdown --set "$D:DIAG_FORM='quarters'" \
+    > "$out/bench_quarters.csv" 2> "$out/bench_quarters.err"
+  echo "== breakdown with quarters rc=$?"; grep "_kernel\|triton" "$out/bench_quarters.err" | cut -c1-150 | head -20
 elif [ "$phase" = s25b ]; then
   nvidia-smi --query-gpu=name --format=csv,noheader | tee "$out/gpu.txt"
   for ws in 0 1; do

@@ -10,7 +10,8 @@ the output stage's bf16 products (``dots="bf16"``; the default for 16-bit inputs
 (``STATE_DOTS``) and of GDN's q S0 (``OUT_QS``), GDN's diagonal blocks solved together or one by
 one (``GDN_SOLVE``), GDN's k k^T from the raw keys (``GDN_RAW_K``), KDA's WY products from the
 raw rows (``KDA_RAW_K``), KDA's factored diagonal
-blocks' row loop fetching rows ahead or not (``DIAG_AHEAD``), the output stage's inputs handed
+blocks' row loop fetching rows ahead or not (``DIAG_AHEAD``) and by quarters (``DIAG_FORM``),
+the output stage's inputs handed
 over in bf16 (``HANDOFF_16BIT``, bit-equal). Checked
 against the token-loop
 reference and the fused recurrent Triton kernel. ``TRITON_INTERPRET`` is read when a kernel is decorated: a fresh interpreter process.
@@ -95,6 +96,22 @@ for g in (-0.02 * torch.rand(B, T, H, D), -torch.rand(B, T, H, D), -100 * torch.
                                         beta[:, :T // 2], s0.repeat(3, 1, 1, 1), cu_seqlens=cu_odd))
     for ahead in (1, 2):
         assert all(torch.equal(a, b) for a, b in zip(outs[0], outs[ahead])), ("AHEAD", ahead)
+    # DIAG_FORM="quarters": the tile's quarters walked together, the pairs across quarters as
+    # products split at a quarter boundary (exact products in the interpreter): within 2e-6 of
+    # the token loop at every decay strength, and of the row loop on the varlen tiles of 1 and
+    # 17 rows; bf16 inputs (Aqk handed over in bf16) within 1e-3 of the row loop.
+    tc.DIAG_FORM = "quarters"
+    quarters = (tc.kda_chunked(q, k, v, g, beta, s0)
+                + tc.kda_chunked(q[:, :T // 2], k[:, :T // 2], v[:, :T // 2], g[:, :T // 2],
+                                 beta[:, :T // 2], s0.repeat(3, 1, 1, 1), cu_seqlens=cu_odd))
+    q16 = tc.kda_chunked(q.bfloat16(), k.bfloat16(), v.bfloat16(), g, beta, s0)
+    tc.DIAG_FORM = "rows"
+    o_ref, s_ref = ref.kda_recurrent(q, k, v, g, beta, s0)
+    assert rel(quarters[0], o_ref) < 2e-6 and rel(quarters[1], s_ref) < 2e-6, (
+        rel(quarters[0], o_ref), rel(quarters[1], s_ref))
+    assert all(rel(a, b) < 2e-6 for a, b in zip(quarters[2:], outs[1][2:])), "quarters varlen"
+    r16 = tc.kda_chunked(q.bfloat16(), k.bfloat16(), v.bfloat16(), g, beta, s0)
+    assert rel(q16[0], r16[0]) < 1e-3 and rel(q16[1], r16[1]) < 1e-3, (rel(q16[0], r16[0]),)
 # dots="bf16": the output stage's operands rounded to bf16 (emulated in fp32 here); the state
 # recurrence untouched, the output moved by bf16 rounding only.
 o1, s1 = tc.gdn_chunked(q, k, v, g[..., 0], beta, s0, dots="bf16")

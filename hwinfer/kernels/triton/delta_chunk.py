@@ -7,7 +7,9 @@ Chunks of 64 tokens (never crossing a sequence boundary), four launches (five fo
 0. KDA only, ``_kda_diag_kernel`` (:mod:`.delta_chunk_wy`), one small program per (16-row
    tile, value head): the diagonal 16 x 16 blocks, whose per-channel decay needs a sequential
    loop over rows (on the H200 this made KDA 1.8x faster than the same loop inside the WY
-   kernel);
+   kernel); ``DIAG_FORM = "quarters"`` runs ``_kda_diag_quarters_kernel``
+   (:mod:`.delta_chunk_diag`: 4 steps over the tile's quarters, the blocks between them as
+   products) instead;
 1. ``_wy_blocked_kernel`` (:mod:`.delta_chunk_wy_blocked`; the key channels in blocks of 32,
    the default) or ``_wy_kernel`` (:mod:`.delta_chunk_wy`, whole tiles, ``block_k=0``), one
    program per (chunk, value head), all chunks in parallel: ``w``, ``u`` of the WY form (the
@@ -71,6 +73,7 @@ from hwinfer.kernels.triton.delta_chunk_wy import (
     _as_stored, _g_rows, _gdn_decay, _head_rows, _kda_diag_kernel, _mm, _mm_split, _qk_rows,
     _raw_rows, _row_scale, _store_rows, _wy_kernel,
 )
+from hwinfer.kernels.triton.delta_chunk_diag import _kda_diag_quarters_kernel
 from hwinfer.kernels.triton.delta_chunk_wu import _wu_kernel
 from hwinfer.kernels.triton.delta_chunk_wy_blocked import _wy_blocked_kernel, block_k_ok
 from hwinfer.ops.linear_attention_chunked import L2NORM_EPS, check_inputs
@@ -156,6 +159,12 @@ DIAG_WARPS = 2
 # Rows the diagonal loop fetches ahead of the row it works (``AHEAD`` of _kda_diag_kernel; bit-
 # equal outputs). H100, KDA 1 x 16k: the kernel 1,147 us at 0, 870 at 1 (the call 4,528 -> 4,248).
 DIAG_AHEAD = 1
+# KDA's diagonal blocks: "rows" (``_kda_diag_kernel``, the row loop above) or "quarters"
+# (:mod:`.delta_chunk_diag`: the four 4-row quarters of a tile walked together, the blocks
+# between them as tf32 products, so for 16-bit inputs on NVIDIA only; ~0.55x the row loop's
+# instructions and no barriers in its loop in sm_90 compiles, not yet timed on a card, so not
+# the default).
+DIAG_FORM = "rows"
 
 
 @triton.jit
@@ -510,7 +519,15 @@ def _run(op: str, q, k, v, g, beta, initial_state, scale, use_qk_l2norm, cu_seql
         raise ValueError(f"{op} (triton): block_k_out={block_k_out} must be a power of two >= 16 "
                          f"dividing Dk={Dk}")
     xd = torch.empty(B * T, Hv, 16, **f32) if per_channel else u  # KDA's diagonal inverses
-    if nc and per_channel:
+    if DIAG_FORM not in ("rows", "quarters"):
+        raise ValueError(f"{op} (triton): DIAG_FORM={DIAG_FORM!r} must be 'rows' or 'quarters'")
+    # "quarters" where its products are tf32 (16-bit inputs on NVIDIA; exact fp32 products of
+    # [16, 128] tiles spill it); the interpreter runs it for every input (exact products there).
+    if nc and per_channel and DIAG_FORM == "quarters" and (prec == "tf32" or _INTERPRET):
+        _kda_diag_quarters_kernel[(4 * nc, Hv)](q, k, g, beta, a, xd, chunks, Hk, Hv, qkr, scale,
+                                                L2NORM_EPS, DK=Dk, USE_L2NORM=l2, PREC=prec,
+                                                num_warps=DIAG_WARPS)
+    elif nc and per_channel:
         _kda_diag_kernel[(4 * nc, Hv)](q, k, g, beta, a, xd, chunks, Hk, Hv, qkr, scale,
                                        L2NORM_EPS, DK=Dk, USE_L2NORM=l2, AHEAD=int(DIAG_AHEAD),
                                        num_warps=DIAG_WARPS)
@@ -667,6 +684,12 @@ def _aot_specs():
                                          {**dg, "a_ptr": half if a16 else f32},
                                          {"DK": d, "USE_L2NORM": True, "AHEAD": ahead},
                                          {"num_warps": 2}))
+                # DIAG_FORM "quarters" (NVIDIA: tf32 products, Aqk handed over in bf16)
+                specs.append(AotSpec(f"kda_diag_quarters[{dtype},{d}]", _kda_diag_quarters_kernel,
+                                     {**{name: t for name, t in dg.items() if name != "AHEAD"},
+                                      "a_ptr": half, "PREC": "constexpr"},
+                                     {"DK": d, "USE_L2NORM": True, "PREC": "tf32"},
+                                     {"num_warps": 2}, ("sm_90", "sm_100")))
             st = {"kg_ptr": half, "ge_ptr": f32, "w_ptr": half, "u_ptr": f32, "h0_ptr": f32,
                   "hs_ptr": f32, "d_ptr": f32, "ht_ptr": f32, "seq_ptr": "*i32",
                   "slot_ptr": "*i32", "Hv": "i32",
