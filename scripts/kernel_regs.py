@@ -2,6 +2,7 @@
 
     python scripts/kernel_regs.py gated_norm add_norm     # specs whose name contains a filter
     python scripts/kernel_regs.py --rows 1 --option maxnreg=80 conv   # a register cap's effect
+    python scripts/kernel_regs.py --sass kda_diag     # with the SASS: loop bodies, barriers
 
 Compiles each matching spec of ``hwinfer.kernels.triton.aot`` for sm_90 and runs the ptxas that
 ships with Triton (``-v``) on its PTX. Programs an SM are counted from the 65,536 registers only
@@ -14,7 +15,9 @@ the JIT would specialise a contiguous decode call: every pointer 16-byte aligned
 ``stride_*`` argument divisible by 16 (what lets Triton vectorise the weight loads), and with
 ``--rows 1`` an argument named ``M`` equal to 1 (the JIT turns an integer 1 into a constant, so a
 batch-1 call never runs the other rows of a ``static_range(MAX_M)`` loop). ``--as-spec`` compiles
-the spec as written (what CI's AOT check builds).
+the spec as written (what CI's AOT check builds). ``--sass`` adds what the SASS says: its
+instruction count, each loop's body (instructions and barriers; a program's dynamic count is the
+rest plus each body times its trip count, which the caller knows) and its spill loads / stores.
 """
 from __future__ import annotations
 
@@ -72,6 +75,34 @@ def ptxas_report(ptx: str, arch: str = "sm_90a") -> dict[str, int]:
             "spill_bytes": int(spill.group(1)) if spill else 0}
 
 
+def sass_report(ptx: str, arch: str = "sm_90a") -> dict:
+    """The SASS of ``ptx`` (ptxas, then cuobjdump -sass, both shipped with Triton): its instruction
+    count, its loops (found from their backward branches: [instructions, barriers] of each body,
+    innermost first as they appear) and its local-memory (spill) loads and stores."""
+    import triton
+
+    bindir = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
+    with tempfile.TemporaryDirectory() as tmp:
+        src, cubin = os.path.join(tmp, "k.ptx"), os.path.join(tmp, "k.cubin")
+        with open(src, "w") as f:
+            f.write(ptx)
+        subprocess.run([os.path.join(bindir, "ptxas"), f"--gpu-name={arch}", src, "-o", cubin],
+                       capture_output=True, text=True, check=True)
+        sass = subprocess.run([os.path.join(bindir, "cuobjdump"), "-sass", cubin],
+                              capture_output=True, text=True, check=True).stdout
+    ins = [(int(m.group(1), 16), m.group(2).strip()) for m in
+           re.finditer(r"/\*([0-9a-f]{4,})\*/\s+([^;/]*);", sass)]
+    at = {addr: i for i, (addr, _) in enumerate(ins)}
+    loops = []
+    for i, (addr, text) in enumerate(ins):
+        target = re.search(r"\bBRA\s+0x([0-9a-f]+)", text)
+        if target and int(target.group(1), 16) < addr and int(target.group(1), 16) in at:
+            body = ins[at[int(target.group(1), 16)]:i + 1]
+            loops.append((len(body), sum("BAR.SYNC" in t for _, t in body)))
+    return {"instructions": len(ins), "loops": loops,
+            "spill_ops": sum(bool(re.search(r"\b(LDL|STL)\b", t)) for _, t in ins)}
+
+
 def live_registers() -> list[dict]:
     """Registers and spills of every kernel the JIT has compiled and loaded in this process (on a
     GPU, after a run): the ground truth the AOT estimate above approximates."""
@@ -105,6 +136,9 @@ def main() -> int:
     ap.add_argument("--as-spec", action="store_true", help="no run-time specialisation")
     ap.add_argument("--option", action="append", default=[], metavar="NAME=INT",
                     help="a compile option for every matching spec, e.g. maxnreg=80")
+    ap.add_argument("--sass", action="store_true",
+                    help="also the SASS: instructions, loop bodies [instructions, barriers], "
+                         "spill loads / stores (ptxas + cuobjdump from Triton's wheel)")
     args = ap.parse_args()
     for item in args.set:
         set_constant(item)
@@ -137,7 +171,12 @@ def main() -> int:
         rep = ptxas_report(compiled.asm["ptx"])
         warps = spec.options.get("num_warps", 4)
         per_sm = 65536 // max(1, rep["registers"] * 32 * warps)
-        print(f"{spec.name:<44} {warps:>5} {rep['registers']:>5} {rep['spill_bytes']:>7} {per_sm:>11}")
+        line = f"{spec.name:<44} {warps:>5} {rep['registers']:>5} {rep['spill_bytes']:>7} {per_sm:>11}"
+        if args.sass:
+            sass = sass_report(compiled.asm["ptx"])
+            loops = " ".join(f"[{n}, {b}]" for n, b in sass["loops"])
+            line += f"  sass {sass['instructions']} loops {loops or '-'} spill ops {sass['spill_ops']}"
+        print(line)
     return 0
 
 

@@ -161,9 +161,9 @@ DIAG_WARPS = 2
 DIAG_AHEAD = 1
 # KDA's diagonal blocks: "rows" (``_kda_diag_kernel``, the row loop above) or "quarters"
 # (:mod:`.delta_chunk_diag`: the four 4-row quarters of a tile walked together, the blocks
-# between them as tf32 products, so for 16-bit inputs on NVIDIA only; ~0.57x the row loop's
-# instructions and no barriers in its loop in sm_90a compiles (Triton 3.6), not yet timed on a
-# card, so not the default).
+# between them as tf32 products, so for 16-bit inputs on NVIDIA only; ~0.47x the row loop's
+# instructions and no barrier in its 4 unrolled steps in sm_90a compiles (Triton 3.6), not yet
+# timed on a card, so not the default).
 DIAG_FORM = "rows"
 
 

@@ -29,9 +29,10 @@ Why (an estimate from sm_90a compiles with Triton 3.6, the card's, read as SASS:
 times trip counts; not a timing): the row loop's step (two reductions over the channels, its
 rows' layout conversions and norms) is ~441 instructions with 18 barriers, 16 steps: ~18,300
 warp-instructions a program (2 warps, 128 registers, 8 programs an SM), ~3,100 of them the 15
-substitution steps of ``_inv16``. This form: ~8,200 (2 warps, 255 registers with 232 bytes
-spilled, 4 programs an SM; 4 warps: ~12,900), no barrier in its 4-step loop, the inverse by
-``_inv16_blocks`` (six products; with ``_inv16`` it was ~10,400).
+substitution steps of ``_inv16``. This form: ~8,600 (2 warps, 255 registers with 232 bytes
+spilled, 4 programs an SM; 4 warps: ~12,900), no loop left (its 4 steps unrolled, no barrier
+among them), the inverse by ``_inv16_blocks`` (six products; with ``_inv16``: ~10,400).
+``python scripts/kernel_regs.py --sass kda_diag`` prints what these come from.
 """
 from __future__ import annotations
 
