@@ -117,16 +117,19 @@ elif [ "$phase" = s25c ]; then
   echo "== bench_delta_chunk rc=$?"; grep -v "Warn\|warn\|at::native\|anonymous\|Memcpy\|^# hwinfer" \
     "$out/bench_delta_chunk.err" | grep "triton\|_diag_kernel\|_wy_blocked" | cut -c1-150 | head -60
 elif [ "$phase" = s26a ]; then
+  # (timeouts sum to 580 s: one device call)
   nvidia-smi --query-gpu=name --format=csv,noheader | tee "$out/gpu.txt"
   D=hwinfer.kernels.triton.delta_chunk
-  strict 150 "gdn_chunked or kda_chunked"
-  mv "$out/conformance.txt" "$out/conformance_default.txt"
+  HWINFER_RESULTS_DATE=$(date -u +%F) timeout 150 python3 -m pytest tests/conformance --backend nvidia \
+    --strict -q -p no:cacheprovider -k "gdn_chunked or kda_chunked" -p hwinfer.ci.pytest_plugin \
+    --results-csv "$out/conformance_rows.csv" > "$out/conformance_default.txt" 2>&1
+  echo "== strict, defaults"; grep -E "passed|failed|FAILED" "$out/conformance_default.txt" | tail -6
   # the same cases with the quarters form (module constants are read at each call)
-  timeout 150 python3 -c "import sys, pytest, $D as d; d.DIAG_FORM = 'quarters'; sys.exit(pytest.main(
+  timeout 120 python3 -c "import sys, pytest, $D as d; d.DIAG_FORM = 'quarters'; sys.exit(pytest.main(
     ['tests/conformance', '--backend', 'nvidia', '--strict', '-q', '-p', 'no:cacheprovider',
      '-k', 'kda_chunked']))" > "$out/conformance_quarters.txt" 2>&1
   echo "== strict kda_chunked, DIAG_FORM=quarters"; grep -E "passed|failed|FAILED" "$out/conformance_quarters.txt" | tail -6
-  timeout 240 python3 scripts/bench_delta_chunk.py --kinds kda --shapes 1x16384,8x2048 --no-torch \
+  timeout 220 python3 scripts/bench_delta_chunk.py --kinds kda --shapes 1x16384,8x2048 --no-torch \
     --no-fla --no-variants --breakdown \
     --variant "quarters@$D:DIAG_FORM='quarters'" \
     --variant "quarters4@$D:DIAG_FORM='quarters';$D:DIAG_WARPS=4" \
@@ -135,7 +138,7 @@ elif [ "$phase" = s26a ]; then
     > "$out/bench_delta_chunk.csv" 2> "$out/bench_delta_chunk.err"
   echo "== bench_delta_chunk rc=$?"; grep -v "Warn\|warn\|at::native\|anonymous\|Memcpy\|^# hwinfer" \
     "$out/bench_delta_chunk.err" | grep "triton\|_diag\|_state" | cut -c1-150 | head -60
-  timeout 120 python3 scripts/bench_delta_chunk.py --kinds kda --shapes 1x16384 --no-torch --no-fla \
+  timeout 90 python3 scripts/bench_delta_chunk.py --kinds kda --shapes 1x16384 --no-torch --no-fla \
     --no-variants --breakdown --set "$D:DIAG_FORM='quarters'" \
     > "$out/bench_quarters.csv" 2> "$out/bench_quarters.err"
   echo "== breakdown with quarters rc=$?"; grep "_kernel\|triton" "$out/bench_quarters.err" | cut -c1-150 | head -20
