@@ -24,8 +24,9 @@
 #                                         # d98ff5d it timed a shared diagonal loop and the WY
 #                                         # kernel's num_stages, both removed)
 #   bash scripts/device_issue6.sh s26a      # KDA's diagonal blocks by quarters (DIAG_FORM): strict
-#                                         # conformance with it, per kernel beside the row loop,
-#                                         # with 4 warps, and with the state stage's bf16 products
+#                                         # conformance with it, per kernel beside the row loop
+#                                         # (with and without its block inverse), with 4 warps,
+#                                         # and with the state stage's bf16 products
 #   bash scripts/device_issue6.sh bench     # whole-model speed vs transformers and the roofline,
 #                                         # every kernel benchmark (--quick)
 # The phases of earlier sessions (s11a ... s21e and the named ones before them), which
@@ -131,6 +132,7 @@ elif [ "$phase" = s26a ]; then
   echo "== strict kda_chunked, DIAG_FORM=quarters"; grep -E "passed|failed|FAILED" "$out/conformance_quarters.txt" | tail -6
   timeout 220 python3 scripts/bench_delta_chunk.py --kinds kda --shapes 1x16384,8x2048 --no-torch \
     --no-fla --no-variants --breakdown \
+    --variant "rows_blockinv@$D:DIAG_BLOCK_INV=True" \
     --variant "quarters@$D:DIAG_FORM='quarters'" \
     --variant "quarters4@$D:DIAG_FORM='quarters';$D:DIAG_WARPS=4" \
     --variant "state_bf16@$D:STATE_DOTS='bf16'" \

@@ -10,7 +10,8 @@ the output stage's bf16 products (``dots="bf16"``; the default for 16-bit inputs
 (``STATE_DOTS``) and of GDN's q S0 (``OUT_QS``), GDN's diagonal blocks solved together or one by
 one (``GDN_SOLVE``), GDN's k k^T from the raw keys (``GDN_RAW_K``), KDA's WY products from the
 raw rows (``KDA_RAW_K``), KDA's factored diagonal
-blocks' row loop fetching rows ahead or not (``DIAG_AHEAD``) and by quarters (``DIAG_FORM``),
+blocks' row loop fetching rows ahead or not (``DIAG_AHEAD``), with its inverse by blocks
+(``DIAG_BLOCK_INV``) and by quarters (``DIAG_FORM``),
 the output stage's inputs handed
 over in bf16 (``HANDOFF_16BIT``, bit-equal). Checked
 against the token-loop
@@ -112,6 +113,13 @@ for g in (-0.02 * torch.rand(B, T, H, D), -torch.rand(B, T, H, D), -100 * torch.
     assert all(rel(a, b) < 2e-6 for a, b in zip(quarters[2:], outs[1][2:])), "quarters varlen"
     r16 = tc.kda_chunked(q.bfloat16(), k.bfloat16(), v.bfloat16(), g, beta, s0)
     assert rel(q16[0], r16[0]) < 1e-3 and rel(q16[1], r16[1]) < 1e-3, (rel(q16[0], r16[0]),)
+    # DIAG_BLOCK_INV: the row loop's inverse by 4 x 4 blocks, the same within fp32 rounding
+    tc.DIAG_BLOCK_INV = True
+    blockinv = tc.kda_chunked(q, k, v, g, beta, s0)
+    tc.DIAG_BLOCK_INV = False
+    assert rel(blockinv[0], outs[1][0]) < 1e-6 and rel(blockinv[1], outs[1][1]) < 1e-6
+    if g.min() > -50:   # (it ran; at g ~ -100 the blocks' off-diagonal entries vanish: X = I)
+        assert not torch.equal(blockinv[0], outs[1][0])
 # dots="bf16": the output stage's operands rounded to bf16 (emulated in fp32 here); the state
 # recurrence untouched, the output moved by bf16 rounding only.
 o1, s1 = tc.gdn_chunked(q, k, v, g[..., 0], beta, s0, dots="bf16")

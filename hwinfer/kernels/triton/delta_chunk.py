@@ -165,6 +165,10 @@ DIAG_AHEAD = 1
 # instructions and no barrier in its 4 unrolled steps in sm_90a compiles (Triton 3.6), not yet
 # timed on a card, so not the default).
 DIAG_FORM = "rows"
+# The row loop's (I + beta A)^-1 by its 4 x 4 diagonal blocks (delta_chunk_wy._inv16_blocks, six
+# exact products) instead of 15 substitution steps (~0.89x its instructions in the same
+# compiles; untimed, so off). The quarters form always takes the block inverse.
+DIAG_BLOCK_INV = False
 
 
 @triton.jit
@@ -530,7 +534,7 @@ def _run(op: str, q, k, v, g, beta, initial_state, scale, use_qk_l2norm, cu_seql
     elif nc and per_channel:
         _kda_diag_kernel[(4 * nc, Hv)](q, k, g, beta, a, xd, chunks, Hk, Hv, qkr, scale,
                                        L2NORM_EPS, DK=Dk, USE_L2NORM=l2, AHEAD=int(DIAG_AHEAD),
-                                       num_warps=DIAG_WARPS)
+                                       BLOCK_INV=bool(DIAG_BLOCK_INV), num_warps=DIAG_WARPS)
     if nc and not block_k:
         _wy_kernel[(nc, Hv)](q, k, v, g, beta, w, u, a, kg, ge, chunks, xd, Hk, Hv, qkr, vr,
                              scale, L2NORM_EPS, DK=Dk, DV=Dv, PER_CHANNEL=per_channel, USE_L2NORM=l2,
@@ -676,17 +680,20 @@ def _aot_specs():
                 dg = {"q_ptr": ptr, "k_ptr": ptr, "g_ptr": f32, "b_ptr": f32, "a_ptr": f32,
                       "xd_ptr": f32, "tab_ptr": "*i32", "Hk": "i32", "Hv": "i32",
                       "QKR": "i32", "scale": "fp32", "eps": "fp32", "DK": "constexpr",
-                      "USE_L2NORM": "constexpr", "AHEAD": "constexpr"}
-                # rows fetched ahead by the row loop; Aqk in bf16 (NVIDIA's hand-off) or fp32
-                for ahead, a16 in ((0, True), (1, True), (2, True), (1, False)):
-                    tag = f"ahead{ahead}{'' if a16 else ',a32'}"
+                      "USE_L2NORM": "constexpr", "AHEAD": "constexpr", "BLOCK_INV": "constexpr"}
+                # rows fetched ahead by the row loop; Aqk in bf16 (NVIDIA's hand-off) or fp32;
+                # the inverse by blocks (DIAG_BLOCK_INV)
+                for ahead, a16, inv in ((0, True, False), (1, True, False), (2, True, False),
+                                        (1, False, False), (1, True, True)):
+                    tag = f"ahead{ahead}{'' if a16 else ',a32'}{',blockinv' if inv else ''}"
                     specs.append(AotSpec(f"kda_diag[{dtype},{d},{tag}]", _kda_diag_kernel,
                                          {**dg, "a_ptr": half if a16 else f32},
-                                         {"DK": d, "USE_L2NORM": True, "AHEAD": ahead},
-                                         {"num_warps": 2}))
+                                         {"DK": d, "USE_L2NORM": True, "AHEAD": ahead,
+                                          "BLOCK_INV": inv}, {"num_warps": 2}))
                 # DIAG_FORM "quarters" (NVIDIA: tf32 products, Aqk handed over in bf16)
                 specs.append(AotSpec(f"kda_diag_quarters[{dtype},{d}]", _kda_diag_quarters_kernel,
-                                     {**{name: t for name, t in dg.items() if name != "AHEAD"},
+                                     {**{name: t for name, t in dg.items()
+                                         if name not in ("AHEAD", "BLOCK_INV")},
                                       "a_ptr": half, "PREC": "constexpr"},
                                      {"DK": d, "USE_L2NORM": True, "PREC": "tf32"},
                                      {"num_warps": 2}, ("sm_90", "sm_100")))

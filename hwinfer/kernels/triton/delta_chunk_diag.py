@@ -39,7 +39,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from hwinfer.kernels.triton.delta_chunk_wy import _as_stored, _inv16, _tile_program
+from hwinfer.kernels.triton.delta_chunk_wy import _as_stored, _inv16_blocks, _tile_program
 
 
 @triton.jit
@@ -68,26 +68,6 @@ def _normalised(x, scale, eps, USE_L2NORM: tl.constexpr):
 def _flat(x, keep):
     """[4, 4, DK] -> [16, DK] with the rows where ``keep`` is false zeroed."""
     return tl.reshape(tl.where(keep, x, 0.0), (16, x.shape[2]))
-
-
-@triton.jit
-def _inv16_blocks(a):
-    """(I + a)^-1 for a strictly lower 16 x 16 ``a`` (zero rows stay identity rows), by its 4 x 4
-    diagonal blocks: with ``d`` those blocks and ``o = a - d``, ``(I + a) = (I + d)(I + n)``, ``n
-    = (I + d)^-1 o``; ``d^4 = 0`` and ``n^4 = 0`` (four block rows), so ``(I + d)^-1 = I - d + d^2
-    - d^3`` and ``(I + n)^-1 = (I - n)(I + n^2)``: six exact fp32 [16, 16] products instead of
-    the 15 substitution steps of ``_inv16``. As accurate as the substitution relative to the
-    largest entry of the inverse (within 3e-7 on 200 random lower blocks in [-1, 1], 6e-8 where
-    the inverse grows to 1.6e4)."""
-    r = tl.arange(0, 16)
-    eye = tl.where(r[:, None] == r[None, :], 1.0, 0.0)
-    blk = (r[:, None] // 4) == (r[None, :] // 4)
-    d = tl.where(blk, a, 0.0)
-    d2 = tl.dot(d, d, input_precision="ieee")
-    xd = eye - d + d2 - tl.dot(d2, d, input_precision="ieee")
-    n = tl.dot(xd, tl.where(blk, 0.0, a), input_precision="ieee")
-    n2 = tl.dot(n, n, input_precision="ieee")
-    return tl.dot(tl.dot(eye - n, eye + n2, input_precision="ieee"), xd, input_precision="ieee")
 
 
 @triton.jit

@@ -258,6 +258,26 @@ def _inv16(a, live):
 
 
 @triton.jit
+def _inv16_blocks(a):
+    """(I + a)^-1 for a strictly lower 16 x 16 ``a`` (zero rows stay identity rows), by its 4 x 4
+    diagonal blocks: with ``d`` those blocks and ``o = a - d``, ``(I + a) = (I + d)(I + n)``, ``n
+    = (I + d)^-1 o``; ``d^4 = 0`` and ``n^4 = 0`` (four block rows), so ``(I + d)^-1 = I - d + d^2
+    - d^3`` and ``(I + n)^-1 = (I - n)(I + n^2)``: six exact fp32 [16, 16] products instead of
+    the 15 substitution steps of ``_inv16``. As accurate as the substitution relative to the
+    largest entry of the inverse (within 3e-7 on 200 random lower blocks in [-1, 1], 6e-8 where
+    the inverse grows to 1.6e4)."""
+    r = tl.arange(0, 16)
+    eye = tl.where(r[:, None] == r[None, :], 1.0, 0.0)
+    blk = (r[:, None] // 4) == (r[None, :] // 4)
+    d = tl.where(blk, a, 0.0)
+    d2 = tl.dot(d, d, input_precision="ieee")
+    xd = eye - d + d2 - tl.dot(d2, d, input_precision="ieee")
+    n = tl.dot(xd, tl.where(blk, 0.0, a), input_precision="ieee")
+    n2 = tl.dot(n, n, input_precision="ieee")
+    return tl.dot(tl.dot(eye - n, eye + n2, input_precision="ieee"), xd, input_precision="ieee")
+
+
+@triton.jit
 def _inv16x4(a0, a1, a2, a3, live):
     """:func:`_inv16` of four 16 x 16 blocks at once (GDN's diagonal blocks of a chunk):
     stacked as [4, 16, 16], row i of every block is solved in the same step, so the loop runs 15
@@ -281,7 +301,8 @@ def _inv16x4(a0, a1, a2, a3, live):
 
 @triton.jit
 def _kda_diag_kernel(q_ptr, k_ptr, g_ptr, b_ptr, a_ptr, xd_ptr, tab_ptr, Hk, Hv, QKR, scale, eps,
-                     DK: tl.constexpr, USE_L2NORM: tl.constexpr, AHEAD: tl.constexpr = 1):
+                     DK: tl.constexpr, USE_L2NORM: tl.constexpr, AHEAD: tl.constexpr = 1,
+                     BLOCK_INV: tl.constexpr = False):
     """KDA's diagonal 16 x 16 blocks, one program per (16-row tile, value head): the decayed
     q k^T block (lower), written into Aqk at the tile's columns, and ``(I + beta A)^-1`` with
     ``A`` the decayed k k^T block (strictly lower), written to ``xd`` [tokens, Hv, 16] fp32 for
@@ -311,7 +332,10 @@ def _kda_diag_kernel(q_ptr, k_ptr, g_ptr, b_ptr, a_ptr, xd_ptr, tab_ptr, Hk, Hv,
         b = tl.load(b_ptr + (tok0 + r) * Hv + i_h, mask=r < live, other=0.0).to(tl.float32)
         akk, aqk = _diag_rows(q_ptr, k_ptr, g_ptr, k, tok0, live, i_h, i_hk, Hv, QKR, scale, eps,
                               DK, USE_L2NORM, AHEAD)
-        x = _inv16(akk * b[:, None], live)
+        if BLOCK_INV:   # six products instead of 15 substitution steps (_inv16_blocks)
+            x = _inv16_blocks(akk * b[:, None])
+        else:
+            x = _inv16(akk * b[:, None], live)
         out = ((tok0 + r) * Hv + i_h)[:, None]
         tl.store(xd_ptr + out * 16 + r[None, :], x, mask=(r < live)[:, None])
         tl.store(a_ptr + out * 64 + r0 + r[None, :], _as_stored(aqk, a_ptr),
