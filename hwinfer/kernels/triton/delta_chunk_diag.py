@@ -58,7 +58,7 @@ def _quarter_rows(q_ptr, k_ptr, g_ptr, tok0, t, live, i_h, i_hk, Hv, QKR, DK: tl
 
 @triton.jit
 def _normalised(x, scale, eps, USE_L2NORM: tl.constexpr):
-    """Rows of q or k [..., DK] fp32 (the last axis the channels), normalised and scaled."""
+    """Rows of q or k, [4, R, DK] fp32 (R rows of each quarter), normalised and scaled."""
     if USE_L2NORM:
         x = x * tl.rsqrt(tl.sum(x * x, axis=2) + eps)[:, :, None]
     return x * scale
