@@ -643,31 +643,38 @@ def _aot_specs():
                   "PREC": "constexpr"}
             specs.append(AotSpec(f"delta_chunk_wy[{kind},{dtype},{d}]", _wy_kernel, wy, flags,
                                  {"num_warps": 8 if per_channel else 4}))
-            for split in (False, True):
-                # the split form as NVIDIA runs it: KDA's Aqk handed over in bf16 (HANDOFF_16BIT),
-                # its rows raw (KDA_RAW_K)
+            # the split form: KDA's Aqk handed over in bf16 (HANDOFF_16BIT), its rows raw
+            # (KDA_RAW_K); exact products (AMD) and, as NVIDIA runs it, tf32 ones
+            for split, prec, targets in ((False, "ieee", None), (True, "ieee", None),
+                                         (True, "tf32", ("sm_90", "sm_100"))):
+                if prec == "tf32" and not per_channel:
+                    continue   # (GDN's NVIDIA form is the raw x4 spec below)
                 specs.append(AotSpec(
-                    f"delta_chunk_wy_blocked[{kind},{dtype},{d},bk32{',split' if split else ''}]",
+                    f"delta_chunk_wy_blocked[{kind},{dtype},{d},bk32{',split' if split else ''}"
+                    f"{',tf32' if prec == 'tf32' else ''}]",
                     _wy_blocked_kernel, {**wy, "x_ptr": f32, "BK": "constexpr",
                                          "SPLIT": "constexpr", "SOLVE": "constexpr",
                                          "RAW_K": "constexpr",
                                          **({"a_ptr": half} if split and per_channel else {})},
-                    {**flags, "BK": 32, "SPLIT": split, "SOLVE": GDN_SOLVE,
+                    {**flags, "PREC": prec, "BK": 32, "SPLIT": split, "SOLVE": GDN_SOLVE,
                      "RAW_K": "fp32" if split and per_channel and KDA_RAW_K else ""},
-                    {"num_warps": SPLIT_LAUNCH[kind][0] if split else 4}))
+                    {"num_warps": SPLIT_LAUNCH[kind][0] if split else 4}, targets))
             wu = {"k_ptr": ptr, "v_ptr": ptr, "g_ptr": f32, "b_ptr": f32, "x_ptr": f32,
                   "w_ptr": half, "u_ptr": f32, "kg_ptr": half, "tab_ptr": "*i32", "Hk": "i32",
                   "Hv": "i32", "QKR": "i32", "VR": "i32", "eps": "fp32", "DK": "constexpr",
                   "DV": "constexpr",
                   "BC": "constexpr", "PER_CHANNEL": "constexpr", "USE_L2NORM": "constexpr",
                   "PREC": "constexpr", "KG": "constexpr"}
-            for raw in (False, True):   # KG: the decayed keys written here (GDN / KDA_RAW_K)
-                specs.append(AotSpec(f"delta_chunk_wu[{kind},{dtype},{d}{',kg' if raw else ''}]",
+            # KG: the decayed keys written here (GDN / KDA_RAW_K); tf32: as NVIDIA runs it
+            for raw, prec, targets in ((False, "ieee", None), (True, "ieee", None),
+                                       (True, "tf32", ("sm_90", "sm_100"))):
+                specs.append(AotSpec(f"delta_chunk_wu[{kind},{dtype},{d}{',kg' if raw else ''}"
+                                     f"{',tf32' if prec == 'tf32' else ''}]",
                                      _wu_kernel, wu,
                                      {"DK": d, "DV": d, "BC": SPLIT_LAUNCH[kind][2],
                                       "PER_CHANNEL": per_channel, "USE_L2NORM": True,
-                                      "PREC": "ieee", "KG": raw},
-                                     {"num_warps": SPLIT_LAUNCH[kind][1]}))
+                                      "PREC": prec, "KG": raw},
+                                     {"num_warps": SPLIT_LAUNCH[kind][1]}, targets))
             if not per_channel:   # GDN's default form on NVIDIA: raw 16-bit keys, "x4" solve
                 specs.append(AotSpec(
                     f"delta_chunk_wy_blocked[{kind},{dtype},{d},bk32,split,raw,x4]",
