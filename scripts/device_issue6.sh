@@ -26,7 +26,8 @@
 #   bash scripts/device_issue6.sh s26a      # KDA's diagonal blocks by quarters (DIAG_FORM): strict
 #                                         # conformance with it, per kernel beside the row loop
 #                                         # (with and without its block inverse), with 4 warps,
-#                                         # and with the state stage's bf16 products
+#                                         # with the state stage's bf16 products and with the WY
+#                                         # kernel's stacked products (WY_STACKED)
 #   bash scripts/device_issue6.sh bench     # whole-model speed vs transformers and the roofline,
 #                                         # every kernel benchmark (--quick)
 # The phases of earlier sessions (s11a ... s21e and the named ones before them), which
@@ -125,11 +126,12 @@ elif [ "$phase" = s26a ]; then
     --strict -q -p no:cacheprovider -k "gdn_chunked or kda_chunked" -p hwinfer.ci.pytest_plugin \
     --results-csv "$out/conformance_rows.csv" > "$out/conformance_default.txt" 2>&1
   echo "== strict, defaults"; grep -E "passed|failed|FAILED" "$out/conformance_default.txt" | tail -6
-  # the same cases with the quarters form (module constants are read at each call)
-  timeout 120 python3 -c "import sys, pytest, $D as d; d.DIAG_FORM = 'quarters'; sys.exit(pytest.main(
+  # the same cases with the quarters form and the stacked WY products (module constants are
+  # read at each call)
+  timeout 120 python3 -c "import sys, pytest, $D as d; d.DIAG_FORM = 'quarters'; d.WY_STACKED = True; sys.exit(pytest.main(
     ['tests/conformance', '--backend', 'nvidia', '--strict', '-q', '-p', 'no:cacheprovider',
      '-k', 'kda_chunked']))" > "$out/conformance_quarters.txt" 2>&1
-  echo "== strict kda_chunked, DIAG_FORM=quarters"; grep -E "passed|failed|FAILED" "$out/conformance_quarters.txt" | tail -6
+  echo "== strict kda_chunked, DIAG_FORM=quarters, WY_STACKED"; grep -E "passed|failed|FAILED" "$out/conformance_quarters.txt" | tail -6
   timeout 220 python3 scripts/bench_delta_chunk.py --kinds kda --shapes 1x16384,8x2048 --no-torch \
     --no-fla --no-variants --breakdown \
     --variant "rows_blockinv@$D:DIAG_BLOCK_INV=True" \
@@ -137,6 +139,8 @@ elif [ "$phase" = s26a ]; then
     --variant "quarters4@$D:DIAG_FORM='quarters';$D:DIAG_WARPS=4" \
     --variant "state_bf16@$D:STATE_DOTS='bf16'" \
     --variant "quarters_state_bf16@$D:DIAG_FORM='quarters';$D:STATE_DOTS='bf16'" \
+    --variant "wy_stacked@$D:WY_STACKED=True" \
+    --variant "quarters_wy_stacked@$D:DIAG_FORM='quarters';$D:WY_STACKED=True" \
     > "$out/bench_delta_chunk.csv" 2> "$out/bench_delta_chunk.err"
   echo "== bench_delta_chunk rc=$?"; grep -v "Warn\|warn\|at::native\|anonymous\|Memcpy\|^# hwinfer" \
     "$out/bench_delta_chunk.err" | grep "triton\|#   " | cut -c1-150 | head -90

@@ -9,7 +9,7 @@ the output stage's bf16 products (``dots="bf16"``; the default for 16-bit inputs
 ``OUT_DOTS_16BIT``), the split bf16 products of the state stage
 (``STATE_DOTS``) and of GDN's q S0 (``OUT_QS``), GDN's diagonal blocks solved together or one by
 one (``GDN_SOLVE``), GDN's k k^T from the raw keys (``GDN_RAW_K``), KDA's WY products from the
-raw rows (``KDA_RAW_K``), KDA's factored diagonal
+raw rows (``KDA_RAW_K``) and by stacked products (``WY_STACKED``), KDA's factored diagonal
 blocks' row loop fetching rows ahead or not (``DIAG_AHEAD``), with its inverse by blocks
 (``DIAG_BLOCK_INV``) and by quarters (``DIAG_FORM``),
 the output stage's inputs handed
@@ -192,6 +192,29 @@ for args, kw in (((q, k, v), {}), ((q, k * 0.3, v), dict(use_qk_l2norm=False, sc
         o_ref, s_ref = ref.kda_recurrent(*args, gg, bb, ss, **kw)
         err = {raw: (rel(res[raw][0], o_ref), rel(res[raw][1], s_ref)) for raw in res}
         assert err[True][0] < 1.1 * err[False][0] and err[True][1] < 1.1 * err[False][1], err
+# WY_STACKED: KDA's split WY blocks by stacked products, the same factors: within 1e-6 of the
+# unstacked loop in fp32 (one and two channel blocks, varlen tiles of 1 and 17 rows, weak and
+# strong decay), and bf16 inputs within 1e-5.
+for gg in (-0.02 * torch.rand(B, T, H, D), -100 * torch.rand(B, T, H, D)):
+    for kw in ({}, dict(block_k=16)):
+        res = {}
+        for stacked in (False, True):
+            tc.WY_STACKED = stacked
+            res[stacked] = (tc.kda_chunked(q, k, v, gg, beta, s0, **kw)
+                            + tc.kda_chunked(q[:, :T // 2], k[:, :T // 2], v[:, :T // 2],
+                                             gg[:, :T // 2], beta[:, :T // 2],
+                                             s0.repeat(3, 1, 1, 1), cu_seqlens=cu_odd, **kw))
+        tc.WY_STACKED = False
+        errs = [rel(a, b) for a, b in zip(res[True], res[False])]
+        assert max(errs) < 1e-6, (kw, errs)
+        if gg.min() > -50:   # (it ran)
+            assert not torch.equal(res[True][0], res[False][0])
+res = {}
+for stacked in (False, True):
+    tc.WY_STACKED = stacked
+    res[stacked] = tc.kda_chunked(qb, kb, vb, g, beta, s0)
+tc.WY_STACKED = False
+assert rel(res[True][0], res[False][0]) < 1e-5 and rel(res[True][1], res[False][1]) < 1e-5
 # OUT_QS="split" (the default; GDN with bf16 q): the output stage's q S0 from q's raw rows
 # against S0 as hi + lo. Against the fp32 q e^G product (OUT_QS="", exact in the interpreter)
 # under 1% of the bf16 outputs round differently; with S0 rounded to bf16 (lo dropped), 6%.

@@ -150,6 +150,12 @@ GDN_RAW_K = True
 # spans and stores are what spilled it.
 KDA_RAW_K = True
 SPLIT_LAUNCH = {"gdn": (2, 4, 32), "kda": (4, 4, 32)}
+# KDA's split WY kernel with its blocks below the diagonal from stacked products
+# (delta_chunk_wy_blocked._kda_stacked_blocks: per row tile one [32, BK] x [BK, 64] product of
+# its key and query rows against every earlier key row, three a channel block instead of twelve
+# [16, BK] x [BK, 16] ones, half the operands staged through shared memory; the compiled loop
+# had 44 barriers a channel block). Written without a card: off until one times it.
+WY_STACKED = False
 # KDA's diagonal blocks: ``_kda_diag_kernel``, a row at a time, in DIAG_WARPS warps. Measured
 # against it on the H200 (KDA 1 x 16k, docs/kernels.md) and removed: all rows at once by a
 # binary split of the tile (3,408 us with exact fp32 segment sums, 5,628 with 3xTF32, against
@@ -554,7 +560,9 @@ def _run(op: str, q, k, v, g, beta, initial_state, scale, use_qk_l2norm, cu_seql
         _wy_blocked_kernel[(nc, Hv)](q, k, v, g, beta, w, u, a, kg, ge, chunks, xd, xs, Hk, Hv,
                                      qkr, vr, scale, L2NORM_EPS, DK=Dk, DV=Dv, PER_CHANNEL=per_channel,
                                      USE_L2NORM=l2, PREC=prec, BK=block_k, SPLIT=split,
-                                     SOLVE=GDN_SOLVE, RAW_K=raw_k, num_warps=num_warps or wy_warps)
+                                     SOLVE=GDN_SOLVE, RAW_K=raw_k,
+                                     STACKED=bool(WY_STACKED and per_channel and split and raw_k),
+                                     num_warps=num_warps or wy_warps)
         if split:
             _wu_kernel[(nc, Hv)](k, v, g, beta, xs, w, u, kg, chunks, Hk, Hv, qkr, vr, L2NORM_EPS,
                                  DK=Dk, DV=Dv, BC=min(wu_block, Dk, Dv), PER_CHANNEL=per_channel,
@@ -645,19 +653,23 @@ def _aot_specs():
                                  {"num_warps": 8 if per_channel else 4}))
             # the split form: KDA's Aqk handed over in bf16 (HANDOFF_16BIT), its rows raw
             # (KDA_RAW_K); exact products (AMD) and, as NVIDIA runs it, tf32 ones
-            for split, prec, targets in ((False, "ieee", None), (True, "ieee", None),
-                                         (True, "tf32", ("sm_90", "sm_100"))):
+            # (and KDA's stacked products, WY_STACKED)
+            for split, prec, targets, stacked in (
+                    (False, "ieee", None, False), (True, "ieee", None, False),
+                    (True, "tf32", ("sm_90", "sm_100"), False),
+                    (True, "tf32", ("sm_90", "sm_100"), True)):
                 if prec == "tf32" and not per_channel:
                     continue   # (GDN's NVIDIA form is the raw x4 spec below)
                 specs.append(AotSpec(
                     f"delta_chunk_wy_blocked[{kind},{dtype},{d},bk32{',split' if split else ''}"
-                    f"{',tf32' if prec == 'tf32' else ''}]",
+                    f"{',tf32' if prec == 'tf32' else ''}{',stacked' if stacked else ''}]",
                     _wy_blocked_kernel, {**wy, "x_ptr": f32, "BK": "constexpr",
                                          "SPLIT": "constexpr", "SOLVE": "constexpr",
-                                         "RAW_K": "constexpr",
+                                         "RAW_K": "constexpr", "STACKED": "constexpr",
                                          **({"a_ptr": half} if split and per_channel else {})},
                     {**flags, "PREC": prec, "BK": 32, "SPLIT": split, "SOLVE": GDN_SOLVE,
-                     "RAW_K": "fp32" if split and per_channel and KDA_RAW_K else ""},
+                     "RAW_K": "fp32" if split and per_channel and KDA_RAW_K else "",
+                     "STACKED": stacked},
                     {"num_warps": SPLIT_LAUNCH[kind][0] if split else 4}, targets))
             wu = {"k_ptr": ptr, "v_ptr": ptr, "g_ptr": f32, "b_ptr": f32, "x_ptr": f32,
                   "w_ptr": half, "u_ptr": f32, "kg_ptr": half, "tab_ptr": "*i32", "Hk": "i32",
@@ -680,9 +692,10 @@ def _aot_specs():
                     f"delta_chunk_wy_blocked[{kind},{dtype},{d},bk32,split,raw,x4]",
                     _wy_blocked_kernel, {**wy, "x_ptr": f32, "BK": "constexpr",
                                          "SPLIT": "constexpr", "SOLVE": "constexpr",
-                                         "RAW_K": "constexpr"},
+                                         "RAW_K": "constexpr", "STACKED": "constexpr"},
                     {**flags, "PREC": "tf32", "BK": 32, "SPLIT": True, "SOLVE": "x4",
-                     "RAW_K": "native"}, {"num_warps": SPLIT_LAUNCH[kind][0]}, ("sm_90", "sm_100")))
+                     "RAW_K": "native", "STACKED": False}, {"num_warps": SPLIT_LAUNCH[kind][0]},
+                    ("sm_90", "sm_100")))
             if per_channel:
                 dg = {"q_ptr": ptr, "k_ptr": ptr, "g_ptr": f32, "b_ptr": f32, "a_ptr": f32,
                       "xd_ptr": f32, "tab_ptr": "*i32", "Hk": "i32", "Hv": "i32",
