@@ -119,7 +119,7 @@ elif [ "$phase" = s25c ]; then
   echo "== bench_delta_chunk rc=$?"; grep -v "Warn\|warn\|at::native\|anonymous\|Memcpy\|^# hwinfer" \
     "$out/bench_delta_chunk.err" | grep "triton\|_diag_kernel\|_wy_blocked" | cut -c1-150 | head -60
 elif [ "$phase" = s26a ]; then
-  # (timeouts sum to 490 s: one device call; --breakdown times every variant's kernels)
+  # (timeouts sum to 570 s: one device call; --breakdown times every variant's kernels)
   nvidia-smi --query-gpu=name --format=csv,noheader | tee "$out/gpu.txt"
   D=hwinfer.kernels.triton.delta_chunk
   HWINFER_RESULTS_DATE=$(date -u +%F) timeout 150 python3 -m pytest tests/conformance --backend nvidia \
@@ -132,7 +132,7 @@ elif [ "$phase" = s26a ]; then
     ['tests/conformance', '--backend', 'nvidia', '--strict', '-q', '-p', 'no:cacheprovider',
      '-k', 'kda_chunked']))" > "$out/conformance_quarters.txt" 2>&1
   echo "== strict kda_chunked, DIAG_FORM=quarters, WY_STACKED"; grep -E "passed|failed|FAILED" "$out/conformance_quarters.txt" | tail -6
-  timeout 220 python3 scripts/bench_delta_chunk.py --kinds kda --shapes 1x16384,8x2048 --no-torch \
+  timeout 300 python3 scripts/bench_delta_chunk.py --kinds kda --shapes 1x16384,8x2048 --no-torch \
     --no-fla --no-variants --breakdown \
     --variant "rows_blockinv@$D:DIAG_BLOCK_INV=True" \
     --variant "quarters@$D:DIAG_FORM='quarters'" \

@@ -154,7 +154,8 @@ SPLIT_LAUNCH = {"gdn": (2, 4, 32), "kda": (4, 4, 32)}
 # (delta_chunk_wy_blocked._kda_stacked_blocks: per row tile one [32, BK] x [BK, 64] product of
 # its key and query rows against every earlier key row, three a channel block instead of twelve
 # [16, BK] x [BK, 16] ones, half the operands staged through shared memory; the compiled loop
-# had 44 barriers a channel block). Written without a card: off until one times it.
+# had 44 barriers a channel block). NVIDIA's tf32 form only (and the interpreter). Written
+# without a card: off until one times it.
 WY_STACKED = False
 # KDA's diagonal blocks: ``_kda_diag_kernel``, a row at a time, in DIAG_WARPS warps. Measured
 # against it on the H200 (KDA 1 x 16k, docs/kernels.md) and removed: all rows at once by a
@@ -561,7 +562,8 @@ def _run(op: str, q, k, v, g, beta, initial_state, scale, use_qk_l2norm, cu_seql
                                      qkr, vr, scale, L2NORM_EPS, DK=Dk, DV=Dv, PER_CHANNEL=per_channel,
                                      USE_L2NORM=l2, PREC=prec, BK=block_k, SPLIT=split,
                                      SOLVE=GDN_SOLVE, RAW_K=raw_k,
-                                     STACKED=bool(WY_STACKED and per_channel and split and raw_k),
+                                     STACKED=bool(WY_STACKED and per_channel and split and raw_k
+                                                  and (prec == "tf32" or _INTERPRET)),
                                      num_warps=num_warps or wy_warps)
         if split:
             _wu_kernel[(nc, Hv)](k, v, g, beta, xs, w, u, kg, chunks, Hk, Hv, qkr, vr, L2NORM_EPS,
