@@ -104,6 +104,15 @@ def _raw_kk(a, b, RAW: tl.constexpr):
 
 
 @triton.jit
+def _scale_lower(b10, b20, b21, b30, b31, b32, r1, r2, r3, c0, c1, c2):
+    """The six blocks below the diagonal of a [64, 64] block matrix, block (i, j) scaled by
+    r_i (its rows) and c_j (its columns): the rows' norms applied after raw products."""
+    return (b10 * (r1[:, None] * c0[None, :]), b20 * (r2[:, None] * c0[None, :]),
+            b21 * (r2[:, None] * c1[None, :]), b30 * (r3[:, None] * c0[None, :]),
+            b31 * (r3[:, None] * c1[None, :]), b32 * (r3[:, None] * c2[None, :]))
+
+
+@triton.jit
 def _gdn_raw_blocks(k_ptr, tok0, n, i_hk, QKR, eps, DK: tl.constexpr, BK: tl.constexpr,
                     USE_L2NORM: tl.constexpr, RAW: tl.constexpr):
     """GDN's ten lower 16 x 16 blocks of k k^T over a chunk, from the keys as stored, each
@@ -139,12 +148,8 @@ def _gdn_raw_blocks(k_ptr, tok0, n, i_hk, QKR, eps, DK: tl.constexpr, BK: tl.con
         a11 = a11 * (n1[:, None] * n1[None, :])
         a22 = a22 * (n2[:, None] * n2[None, :])
         a33 = a33 * (n3[:, None] * n3[None, :])
-        a10 = a10 * (n1[:, None] * n0[None, :])
-        a20 = a20 * (n2[:, None] * n0[None, :])
-        a21 = a21 * (n2[:, None] * n1[None, :])
-        a30 = a30 * (n3[:, None] * n0[None, :])
-        a31 = a31 * (n3[:, None] * n1[None, :])
-        a32 = a32 * (n3[:, None] * n2[None, :])
+        a10, a20, a21, a30, a31, a32 = _scale_lower(a10, a20, a21, a30, a31, a32, n1, n2, n3,
+                                                    n0, n1, n2)
     return a00, a11, a22, a33, a10, a20, a21, a30, a31, a32
 
 
@@ -383,21 +388,13 @@ def _wy_blocked_kernel(q_ptr, k_ptr, v_ptr, g_ptr, b_ptr, w_ptr, u_ptr, a_ptr, k
         if RAW_K != "" and not STACKED:
             nk0, nk1 = _rsqrt_norm(sk0, eps, USE_L2NORM), _rsqrt_norm(sk1, eps, USE_L2NORM)
             nk2, nk3 = _rsqrt_norm(sk2, eps, USE_L2NORM), _rsqrt_norm(sk3, eps, USE_L2NORM)
-            a10 = a10 * (nk1[:, None] * nk0[None, :])
-            a20 = a20 * (nk2[:, None] * nk0[None, :])
-            a21 = a21 * (nk2[:, None] * nk1[None, :])
-            a30 = a30 * (nk3[:, None] * nk0[None, :])
-            a31 = a31 * (nk3[:, None] * nk1[None, :])
-            a32 = a32 * (nk3[:, None] * nk2[None, :])
+            a10, a20, a21, a30, a31, a32 = _scale_lower(a10, a20, a21, a30, a31, a32, nk1, nk2,
+                                                        nk3, nk0, nk1, nk2)
             nq1 = _rsqrt_norm(sq1, eps, USE_L2NORM) * scale
             nq2 = _rsqrt_norm(sq2, eps, USE_L2NORM) * scale
             nq3 = _rsqrt_norm(sq3, eps, USE_L2NORM) * scale
-            p10 = p10 * (nq1[:, None] * nk0[None, :])
-            p20 = p20 * (nq2[:, None] * nk0[None, :])
-            p21 = p21 * (nq2[:, None] * nk1[None, :])
-            p30 = p30 * (nq3[:, None] * nk0[None, :])
-            p31 = p31 * (nq3[:, None] * nk1[None, :])
-            p32 = p32 * (nq3[:, None] * nk2[None, :])
+            p10, p20, p21, p30, p31, p32 = _scale_lower(p10, p20, p21, p30, p31, p32, nq1, nq2,
+                                                        nq3, nk0, nk1, nk2)
         _store_off_blocks(a_ptr, p10, p20, p21, p30, p31, p32, tok0, n, i_h, Hv)
         x00, x11, x22, x33 = _x_diag(xd_ptr, tok0, n, i_h, Hv)
     else:
