@@ -241,6 +241,8 @@ def _kda_stacked_blocks(q_ptr, k_ptr, g_ptr, ge_ptr, i_c, tok0, n, i_h, i_hk, Hv
         b3 = tl.reshape(tl.where((tiles < 3)[:, :, None], ks * e12[:, None, :], 0.0), (64, BK))
         b2 = tl.reshape(tl.where((tiles < 2)[:, :, None], ks * e1[:, None, :], 0.0), (64, BK))
         b1 = tl.reshape(tl.where((tiles < 1)[:, :, None], ks, 0.0), (64, BK))
+        # (each tile's key and g rows are loaded again for its stacked rows, cache hits: taking
+        # them out of the [64, BK] tiles would stage them through shared memory instead)
         x, el = _kda_stacked_row(q_ptr, k_ptr, g_ptr, tok0, n, i_h, i_hk, Hv, QKR, c0, 16, DK, BK)
         s1 += tl.sum(x * x, axis=1)
         acc1 += tl.dot(x * el, tl.trans(b1), input_precision=PREC)
