@@ -77,8 +77,8 @@ def ptxas_report(ptx: str, arch: str = "sm_90a") -> dict[str, int]:
 
 def sass_report(ptx: str, arch: str = "sm_90a") -> dict:
     """The SASS of ``ptx`` (ptxas, then cuobjdump -sass, both shipped with Triton): its instruction
-    count, its loops (found from their backward branches: [instructions, barriers] of each body,
-    innermost first as they appear) and its local-memory (spill) loads and stores."""
+    count, its barriers, its loops (found from their backward branches: [instructions, barriers]
+    of each body, innermost first as they appear) and its local-memory (spill) loads and stores."""
     import triton
 
     bindir = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
@@ -100,6 +100,7 @@ def sass_report(ptx: str, arch: str = "sm_90a") -> dict:
             body = ins[at[int(target.group(1), 16)]:i + 1]
             loops.append((len(body), sum("BAR.SYNC" in t for _, t in body)))
     return {"instructions": len(ins), "loops": loops,
+            "barriers": sum("BAR.SYNC" in t for _, t in ins),
             "spill_ops": sum(bool(re.search(r"\b(LDL|STL)\b", t)) for _, t in ins)}
 
 
@@ -175,7 +176,7 @@ def main() -> int:
         if args.sass:
             sass = sass_report(compiled.asm["ptx"])
             loops = " ".join(f"[{n}, {b}]" for n, b in sass["loops"])
-            line += f"  sass {sass['instructions']} loops {loops or '-'} spill ops {sass['spill_ops']}"
+            line += f"  sass {sass['instructions']} bar {sass['barriers']} loops {loops or '-'} spill ops {sass['spill_ops']}"
         print(line)
     return 0
 

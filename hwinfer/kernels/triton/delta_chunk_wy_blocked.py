@@ -38,8 +38,8 @@ import triton
 import triton.language as tl
 
 from hwinfer.kernels.triton.delta_chunk_wy import (
-    _chunk_program, _g_rows, _head_rows, _head_rows_raw, _inv16, _inv16x4, _kb, _solve_off, _store_kgates,
-    _store_off_blocks, _store_rows, _wy_rows, _x_diag,
+    _as_stored, _chunk_program, _g_rows, _head_rows, _head_rows_raw, _inv16, _inv16x4, _kb,
+    _solve_off, _store_kgates, _store_off_blocks, _store_rows, _wy_rows, _x_diag, _x_rows,
 )
 
 
@@ -173,15 +173,6 @@ def _halves(x):
 
 
 @triton.jit
-def _quarters(x):
-    """[16, 64] -> its column blocks 0..15, 16..31, 32..47, 48..63, [16, 16] each."""
-    b0, b1 = tl.split(tl.permute(tl.reshape(x, (16, 2, 2, 16)), (0, 3, 1, 2)))
-    c0, c2 = tl.split(b0)
-    c1, c3 = tl.split(b1)
-    return c0, c1, c2, c3
-
-
-@triton.jit
 def _kda_stacked_row(q_ptr, k_ptr, g_ptr, tok0, n, i_h, i_hk, Hv, QKR, c0, R0: tl.constexpr,
                      DK: tl.constexpr, BK: tl.constexpr):
     """Rows R0..R0+15 of k (rows 0..15) and of q (rows 16..31) as loaded, [32, BK] fp32, and
@@ -199,16 +190,17 @@ def _kda_stacked_row(q_ptr, k_ptr, g_ptr, tok0, n, i_h, i_hk, Hv, QKR, c0, R0: t
 
 
 @triton.jit
-def _kda_stacked_blocks(q_ptr, k_ptr, g_ptr, ge_ptr, i_c, tok0, n, i_h, i_hk, Hv, QKR, scale,
+def _kda_stacked_rows(q_ptr, k_ptr, g_ptr, ge_ptr, i_c, tok0, n, i_h, i_hk, Hv, QKR, scale,
                         eps, DK: tl.constexpr, BK: tl.constexpr, USE_L2NORM: tl.constexpr,
                         PREC: tl.constexpr):
-    """KDA's six blocks below the diagonal of A and of Aqk (``STACKED``), normalised, from one
-    product per row tile i: the tile's key and query rows stacked, [k_i e^{L_i}; q_i e^{L_i}]
-    [32, BK], against the keys of every row of the tiles before it, k_s e^{S_s + T_{j+1} + .. +
-    T_{i-1}} (s in tile j < i; rows of tiles >= i zero) [64, BK]: three [32, BK] x [BK, 64]
-    products a channel block instead of twelve [16, BK] x [BK, 16] ones, so six operands go
-    through shared memory instead of twelve. The same factors as the unstacked loop (each a
-    product of exponentials of sums of their own terms, <= 1), the rows' norms applied after."""
+    """KDA's rows of A and of Aqk below the diagonal (``STACKED``), normalised: for row tiles
+    i = 1, 2, 3 the [16, 64] rows k_i and q_i (columns >= 16 i zero), from one product per tile:
+    its key and query rows stacked, [k_i e^{L_i}; q_i e^{L_i}] [32, BK], against the keys of
+    every row of the tiles before it, k_s e^{S_s + T_{j+1} + .. + T_{i-1}} (s in tile j < i;
+    rows of tiles >= i zero) [64, BK]: three [32, BK] x [BK, 64] products a channel block
+    instead of twelve [16, BK] x [BK, 16] ones, so six operands go through shared memory
+    instead of twelve. The same factors as the unstacked loop (each a product of exponentials
+    of sums of their own terms, <= 1), the rows' norms applied after."""
     r = tl.arange(0, 64)
     tiles = tl.arange(0, 4)[:, None]
     acc1 = tl.zeros([32, 64], dtype=tl.float32)
@@ -262,13 +254,56 @@ def _kda_stacked_blocks(q_ptr, k_ptr, g_ptr, ge_ptr, i_c, tok0, n, i_h, i_hk, Hv
     k1, q1 = _halves(acc1)
     k2, q2 = _halves(acc2)
     k3, q3 = _halves(acc3)
-    a10, _u0, _u1, _u2 = _quarters(k1)
-    a20, a21, _u3, _u4 = _quarters(k2)
-    a30, a31, a32, _u5 = _quarters(k3)
-    p10, _v0, _v1, _v2 = _quarters(q1)
-    p20, p21, _v3, _v4 = _quarters(q2)
-    p30, p31, p32, _v5 = _quarters(q3)
-    return a10, a20, a21, a30, a31, a32, p10, p20, p21, p30, p31, p32
+    return k1, q1, k2, q2, k3, q3
+
+
+@triton.jit
+def _lower_rows_store(ptr, x, tok0, n, i_h, Hv, R0: tl.constexpr):
+    """Row tile R0's [16, 64] rows of a chunk's lower matrix (KDA's causal Aqk) below its
+    diagonal block: columns < R0 (the diagonal blocks are _kda_diag_kernel's)."""
+    r = R0 + tl.arange(0, 16)
+    c = tl.arange(0, 64)
+    tl.store(ptr + ((tok0 + r) * Hv + i_h)[:, None] * 64 + c[None, :], _as_stored(x, ptr),
+             mask=(r < n)[:, None] & (c < R0)[None, :])
+
+
+@triton.jit
+def _x_block_diag(xd_ptr, tok0, n, i_h, Hv):
+    """X's four diagonal blocks (KDA: ``_kda_diag_kernel``'s [tokens, Hv, 16] rows) as one
+    [64, 64] tile, zero off them; the identity for rows past n."""
+    r = tl.arange(0, 64)[:, None]
+    c = tl.arange(0, 64)[None, :]
+    x = tl.load(xd_ptr + ((tok0 + r) * Hv + i_h) * 16 + c % 16,
+                mask=(c // 16 == r // 16) & (r < n), other=0.0)
+    return tl.where((r >= n) & (r == c), 1.0, x)
+
+
+@triton.jit
+def _solve_row_tile(x, a, xii, b, R0: tl.constexpr, PREC: tl.constexpr):
+    """X with row tile R0's part below the diagonal added: X_i = -X_ii beta_i A_i X, where A_i
+    [16, 64] (columns >= R0 zero) only meets the rows of X already done. x [64, 64]."""
+    xi = -tl.dot(xii, tl.dot(a * b[:, None], x, input_precision=PREC), input_precision=PREC)
+    tiles = tl.arange(0, 4)[:, None, None]
+    return x + tl.reshape(tl.where(tiles == R0 // 16, xi[None, :, :], 0.0), (64, 64))
+
+
+@triton.jit
+def _kda_stacked_wy(q_ptr, k_ptr, g_ptr, ge_ptr, a_ptr, xd_ptr, x_ptr, i_c, tok0, n, i_h, i_hk,
+                    Hv, QKR, scale, eps, b1, b2, b3, DK: tl.constexpr, BK: tl.constexpr,
+                    USE_L2NORM: tl.constexpr, PREC: tl.constexpr):
+    """``STACKED``: A's and Aqk's rows from _kda_stacked_rows, Aqk's stored as they come, and X
+    solved by row tiles over the whole [64, 64] tile and stored as rows [tokens, Hv, 64] in one
+    store (four products and one store instead of ten and ten)."""
+    k1, q1, k2, q2, k3, q3 = _kda_stacked_rows(q_ptr, k_ptr, g_ptr, ge_ptr, i_c, tok0, n, i_h,
+                                               i_hk, Hv, QKR, scale, eps, DK, BK, USE_L2NORM, PREC)
+    _lower_rows_store(a_ptr, q1, tok0, n, i_h, Hv, 16)
+    _lower_rows_store(a_ptr, q2, tok0, n, i_h, Hv, 32)
+    _lower_rows_store(a_ptr, q3, tok0, n, i_h, Hv, 48)
+    x = _x_block_diag(xd_ptr, tok0, n, i_h, Hv)
+    x = _solve_row_tile(x, k1, _x_rows(xd_ptr, tok0, n, i_h, Hv, 16), b1, 16, PREC)
+    x = _solve_row_tile(x, k2, _x_rows(xd_ptr, tok0, n, i_h, Hv, 32), b2, 32, PREC)
+    x = _solve_row_tile(x, k3, _x_rows(xd_ptr, tok0, n, i_h, Hv, 48), b3, 48, PREC)
+    _store_rows(x_ptr, x, tok0, n, i_h, Hv, 0, 0, 64, 64, 64)
 
 
 @triton.jit
@@ -310,10 +345,9 @@ def _wy_blocked_kernel(q_ptr, k_ptr, v_ptr, g_ptr, b_ptr, w_ptr, u_ptr, a_ptr, k
     a10, a20, a21, a30, a31, a32 = z, z, z, z, z, z
     p10, p20, p21, p30, p31, p32 = z, z, z, z, z, z
     if STACKED and PER_CHANNEL:
-        # KDA by stacked products (_kda_stacked_blocks), the blocks normalised there
-        a10, a20, a21, a30, a31, a32, p10, p20, p21, p30, p31, p32 = _kda_stacked_blocks(
-            q_ptr, k_ptr, g_ptr, ge_ptr, i_c, tok0, n, i_h, i_hk, Hv, QKR, scale, eps, DK, BK,
-            USE_L2NORM, PREC)
+        # KDA by stacked products and row tiles, Aqk and X stored there (SPLIT only)
+        _kda_stacked_wy(q_ptr, k_ptr, g_ptr, ge_ptr, a_ptr, xd_ptr, x_ptr, i_c, tok0, n, i_h,
+                        i_hk, Hv, QKR, scale, eps, b1, b2, b3, DK, BK, USE_L2NORM, PREC)
     elif RAW_K != "" and not PER_CHANNEL:
         # GDN with 16-bit keys: A's blocks from the keys as stored (exact products), their
         # norms applied after; the decayed keys are stored by _wu_kernel (its KG).
@@ -386,48 +420,49 @@ def _wy_blocked_kernel(q_ptr, k_ptr, v_ptr, g_ptr, b_ptr, w_ptr, u_ptr, a_ptr, k
             if RAW_K == "":   # (with RAW_K, KDA's decayed keys are written by _wu_kernel)
                 _store_kgates(kg_ptr, k0, k1, k2, k3, S0, S1, S2, S3, T1, T2, T3, tok0, n, i_h,
                               Hv, c0, DK, BK, PER_CHANNEL)
-    if PER_CHANNEL:
-        if RAW_K != "" and not STACKED:
-            nk0, nk1 = _rsqrt_norm(sk0, eps, USE_L2NORM), _rsqrt_norm(sk1, eps, USE_L2NORM)
-            nk2, nk3 = _rsqrt_norm(sk2, eps, USE_L2NORM), _rsqrt_norm(sk3, eps, USE_L2NORM)
-            a10, a20, a21, a30, a31, a32 = _scale_lower(a10, a20, a21, a30, a31, a32, nk1, nk2,
-                                                        nk3, nk0, nk1, nk2)
-            nq1 = _rsqrt_norm(sq1, eps, USE_L2NORM) * scale
-            nq2 = _rsqrt_norm(sq2, eps, USE_L2NORM) * scale
-            nq3 = _rsqrt_norm(sq3, eps, USE_L2NORM) * scale
-            p10, p20, p21, p30, p31, p32 = _scale_lower(p10, p20, p21, p30, p31, p32, nq1, nq2,
-                                                        nq3, nk0, nk1, nk2)
-        _store_off_blocks(a_ptr, p10, p20, p21, p30, p31, p32, tok0, n, i_h, Hv)
-        x00, x11, x22, x33 = _x_diag(xd_ptr, tok0, n, i_h, Hv)
-    else:
-        tl.store(ge_ptr + i_c.to(tl.int64) * Hv + i_h, T0 + T1 + T2 + T3)
-        a10 = a10 * _gdn_factor(L1, S0, 0.0)
-        a20 = a20 * _gdn_factor(L2, S0, T1)
-        a21 = a21 * _gdn_factor(L2, S1, 0.0)
-        a30 = a30 * _gdn_factor(L3, S0, T1 + T2)
-        a31 = a31 * _gdn_factor(L3, S1, T2)
-        a32 = a32 * _gdn_factor(L3, S2, 0.0)
-        a00 = a00 * _gdn_diag(g_ptr, tok0, n, i_h, Hv, DK, 0) * b0[:, None]
-        a11 = a11 * _gdn_diag(g_ptr, tok0, n, i_h, Hv, DK, 16) * b1[:, None]
-        a22 = a22 * _gdn_diag(g_ptr, tok0, n, i_h, Hv, DK, 32) * b2[:, None]
-        a33 = a33 * _gdn_diag(g_ptr, tok0, n, i_h, Hv, DK, 48) * b3[:, None]
-        if SOLVE == "x4":   # the four blocks in one substitution (a third of the instructions)
-            x00, x11, x22, x33 = _inv16x4(a00, a11, a22, a33, n)
+    if not (STACKED and PER_CHANNEL):   # (the stacked form stored its Aqk and X above)
+        if PER_CHANNEL:
+            if RAW_K != "":
+                nk0, nk1 = _rsqrt_norm(sk0, eps, USE_L2NORM), _rsqrt_norm(sk1, eps, USE_L2NORM)
+                nk2, nk3 = _rsqrt_norm(sk2, eps, USE_L2NORM), _rsqrt_norm(sk3, eps, USE_L2NORM)
+                a10, a20, a21, a30, a31, a32 = _scale_lower(a10, a20, a21, a30, a31, a32, nk1, nk2,
+                                                            nk3, nk0, nk1, nk2)
+                nq1 = _rsqrt_norm(sq1, eps, USE_L2NORM) * scale
+                nq2 = _rsqrt_norm(sq2, eps, USE_L2NORM) * scale
+                nq3 = _rsqrt_norm(sq3, eps, USE_L2NORM) * scale
+                p10, p20, p21, p30, p31, p32 = _scale_lower(p10, p20, p21, p30, p31, p32, nq1, nq2,
+                                                            nq3, nk0, nk1, nk2)
+            _store_off_blocks(a_ptr, p10, p20, p21, p30, p31, p32, tok0, n, i_h, Hv)
+            x00, x11, x22, x33 = _x_diag(xd_ptr, tok0, n, i_h, Hv)
         else:
-            x00 = _inv16(a00, n)
-            x11 = _inv16(a11, n - 16)
-            x22 = _inv16(a22, n - 32)
-            x33 = _inv16(a33, n - 48)
-    x10, x20, x21, x30, x31, x32 = _solve_off(a10, a20, a21, a30, a31, a32, x00, x11, x22, x33,
-                                              b1, b2, b3, PREC)
-    if SPLIT:
-        # X to memory; w and u are one [64, 64] product each in _wu_kernel (delta_chunk_wu.py)
-        _store_off_blocks(x_ptr, x10, x20, x21, x30, x31, x32, tok0, n, i_h, Hv)
-        _store_diag_blocks(x_ptr, x00, x11, x22, x33, tok0, n, i_h, Hv)
-    else:
-        _wu_here(k_ptr, v_ptr, g_ptr, w_ptr, u_ptr, tok0, n, i_h, i_hk, QKR, VR, Hv, nk0, nk1, nk2,
-                 nk3, b0, b1, b2, b3, x00, x10, x11, x20, x21, x22, x30, x31, x32, x33, DK, DV,
-                 PER_CHANNEL, PREC, BK)
+            tl.store(ge_ptr + i_c.to(tl.int64) * Hv + i_h, T0 + T1 + T2 + T3)
+            a10 = a10 * _gdn_factor(L1, S0, 0.0)
+            a20 = a20 * _gdn_factor(L2, S0, T1)
+            a21 = a21 * _gdn_factor(L2, S1, 0.0)
+            a30 = a30 * _gdn_factor(L3, S0, T1 + T2)
+            a31 = a31 * _gdn_factor(L3, S1, T2)
+            a32 = a32 * _gdn_factor(L3, S2, 0.0)
+            a00 = a00 * _gdn_diag(g_ptr, tok0, n, i_h, Hv, DK, 0) * b0[:, None]
+            a11 = a11 * _gdn_diag(g_ptr, tok0, n, i_h, Hv, DK, 16) * b1[:, None]
+            a22 = a22 * _gdn_diag(g_ptr, tok0, n, i_h, Hv, DK, 32) * b2[:, None]
+            a33 = a33 * _gdn_diag(g_ptr, tok0, n, i_h, Hv, DK, 48) * b3[:, None]
+            if SOLVE == "x4":   # the four blocks in one substitution (a third of the instructions)
+                x00, x11, x22, x33 = _inv16x4(a00, a11, a22, a33, n)
+            else:
+                x00 = _inv16(a00, n)
+                x11 = _inv16(a11, n - 16)
+                x22 = _inv16(a22, n - 32)
+                x33 = _inv16(a33, n - 48)
+        x10, x20, x21, x30, x31, x32 = _solve_off(a10, a20, a21, a30, a31, a32, x00, x11, x22, x33,
+                                                  b1, b2, b3, PREC)
+        if SPLIT:
+            # X to memory; w and u are one [64, 64] product each in _wu_kernel (delta_chunk_wu.py)
+            _store_off_blocks(x_ptr, x10, x20, x21, x30, x31, x32, tok0, n, i_h, Hv)
+            _store_diag_blocks(x_ptr, x00, x11, x22, x33, tok0, n, i_h, Hv)
+        else:
+            _wu_here(k_ptr, v_ptr, g_ptr, w_ptr, u_ptr, tok0, n, i_h, i_hk, QKR, VR, Hv, nk0, nk1, nk2,
+                     nk3, b0, b1, b2, b3, x00, x10, x11, x20, x21, x22, x30, x31, x32, x33, DK, DV,
+                     PER_CHANNEL, PREC, BK)
 
 
 @triton.jit
