@@ -132,7 +132,8 @@ elif [ "$phase" = s26a ]; then
     ['tests/conformance', '--backend', 'nvidia', '--strict', '-q', '-p', 'no:cacheprovider',
      '-k', 'kda_chunked']))" > "$out/conformance_quarters.txt" 2>&1
   echo "== strict kda_chunked, DIAG_FORM=quarters, WY_STACKED"; grep -E "passed|failed|FAILED" "$out/conformance_quarters.txt" | tail -6
-  timeout 300 python3 scripts/bench_delta_chunk.py --kinds kda --shapes 1x16384,8x2048 --no-torch \
+  timeout ${S26A_BENCH_S:-300} python3 scripts/bench_delta_chunk.py --kinds kda \
+    --shapes ${S26A_SHAPES:-1x16384,8x2048} --no-torch \
     --no-fla --no-variants --breakdown \
     --variant "rows_blockinv@$D:DIAG_BLOCK_INV=True" \
     --variant "quarters@$D:DIAG_FORM='quarters'" \
