@@ -23,18 +23,15 @@
 #                                         # per kernel (S25C_VARIANTS: --variant ... flags; at
 #                                         # d98ff5d it timed a shared diagonal loop and the WY
 #                                         # kernel's num_stages, both removed)
-#   bash scripts/device_issue6.sh s26a      # KDA's diagonal blocks by quarters (DIAG_FORM): strict
-#                                         # conformance with it, per kernel beside the row loop
-#                                         # (with and without its block inverse), with 4 warps,
-#                                         # with the state stage's bf16 products and with the WY
-#                                         # kernel's stacked products (WY_STACKED)
+#   bash scripts/device_issue6.sh s27a      # the new GDN / KDA defaults: strict, models, vs fla
 #   bash scripts/device_issue6.sh bench     # whole-model speed vs transformers and the roofline,
 #                                         # every kernel benchmark (--quick)
 # The phases of earlier sessions (s11a ... s21e and the named ones before them), which
 # docs/kernels.md, docs/engine.md and docs/hardware-runs.md quote as the commands of their
 # numbers, ran at the trees those docs name; they are in git history, e.g.
 # `git show c29c3a5:scripts/device_issue6.sh` (the last tree that had them all; `s22a`, which
-# `s23a` replaces, is at a5916f9).
+# `s23a` replaces, is at a5916f9; `s26a`, which timed the since removed quarters and stacked
+# forms, is at ee04e58).
 # Carry .whl (fla-core 0.6.0) for the fla comparisons. Results in $OUT.
 set -uo pipefail
 phase=${1:-check}
@@ -118,33 +115,25 @@ elif [ "$phase" = s25c ]; then
     > "$out/bench_delta_chunk.csv" 2> "$out/bench_delta_chunk.err"
   echo "== bench_delta_chunk rc=$?"; grep -v "Warn\|warn\|at::native\|anonymous\|Memcpy\|^# hwinfer" \
     "$out/bench_delta_chunk.err" | grep "triton\|_diag_kernel\|_wy_blocked" | cut -c1-150 | head -60
-elif [ "$phase" = s26a ]; then
-  # (timeouts sum to 570 s: one device call; --breakdown times every variant's kernels)
+elif [ "$phase" = s27a ]; then
+  # The new defaults (the row loop's block inverse, bf16 state products for 16-bit inputs):
+  # strict conformance with the rows for ci/results, the model tests of the two linear-attention
+  # families on the card, and GDN / KDA beside fla (carry .whl) and beside the old defaults.
   nvidia-smi --query-gpu=name --format=csv,noheader | tee "$out/gpu.txt"
   D=hwinfer.kernels.triton.delta_chunk
   HWINFER_RESULTS_DATE=$(date -u +%F) timeout 150 python3 -m pytest tests/conformance --backend nvidia \
     --strict -q -p no:cacheprovider -k "gdn_chunked or kda_chunked" -p hwinfer.ci.pytest_plugin \
     --results-csv "$out/conformance_rows.csv" > "$out/conformance_default.txt" 2>&1
   echo "== strict, defaults"; grep -E "passed|failed|FAILED" "$out/conformance_default.txt" | tail -6
-  # the same cases with the quarters form and the stacked WY products (module constants are
-  # read at each call)
-  timeout 120 python3 -c "import sys, pytest, $D as d; d.DIAG_FORM = 'quarters'; d.WY_STACKED = True; sys.exit(pytest.main(
-    ['tests/conformance', '--backend', 'nvidia', '--strict', '-q', '-p', 'no:cacheprovider',
-     '-k', 'kda_chunked']))" > "$out/conformance_quarters.txt" 2>&1
-  echo "== strict kda_chunked, DIAG_FORM=quarters, WY_STACKED"; grep -E "passed|failed|FAILED" "$out/conformance_quarters.txt" | tail -6
-  timeout ${S26A_BENCH_S:-300} python3 scripts/bench_delta_chunk.py --kinds kda \
-    --shapes ${S26A_SHAPES:-1x16384,8x2048} --no-torch \
-    --no-fla --no-variants --breakdown \
-    --variant "rows_blockinv@$D:DIAG_BLOCK_INV=True" \
-    --variant "quarters@$D:DIAG_FORM='quarters'" \
-    --variant "quarters4@$D:DIAG_FORM='quarters';$D:DIAG_WARPS=4" \
-    --variant "state_bf16@$D:STATE_DOTS='bf16'" \
-    --variant "quarters_state_bf16@$D:DIAG_FORM='quarters';$D:STATE_DOTS='bf16'" \
-    --variant "wy_stacked@$D:WY_STACKED=True" \
-    --variant "quarters_wy_stacked@$D:DIAG_FORM='quarters';$D:WY_STACKED=True" \
+  HWINFER_TEST_DEVICE=cuda timeout 150 python3 -m pytest tests/models -q -p no:cacheprovider \
+    -k "qwen or kimi" > "$out/models.txt" 2>&1
+  echo "== models (qwen, kimi) on the card"; grep -E "passed|failed|FAILED" "$out/models.txt" | tail -6
+  timeout 250 python3 scripts/bench_delta_chunk.py --kinds gdn,kda --shapes 1x16384,8x2048 \
+    --no-torch --no-variants --breakdown \
+    --variant "old_defaults@$D:DIAG_BLOCK_INV=False;$D:STATE_DOTS='split'" \
     > "$out/bench_delta_chunk.csv" 2> "$out/bench_delta_chunk.err"
   echo "== bench_delta_chunk rc=$?"; grep -v "Warn\|warn\|at::native\|anonymous\|Memcpy\|^# hwinfer" \
-    "$out/bench_delta_chunk.err" | grep "triton\|#   " | cut -c1-150 | head -90
+    "$out/bench_delta_chunk.err" | grep "triton\|fla\|#   " | grep -v "chunk_table\|regs" | cut -c1-150 | head -90
 elif [ "$phase" = s25b ]; then
   nvidia-smi --query-gpu=name --format=csv,noheader | tee "$out/gpu.txt"
   for ws in 0 1; do

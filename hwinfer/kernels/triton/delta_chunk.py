@@ -7,9 +7,7 @@ Chunks of 64 tokens (never crossing a sequence boundary), four launches (five fo
 0. KDA only, ``_kda_diag_kernel`` (:mod:`.delta_chunk_wy`), one small program per (16-row
    tile, value head): the diagonal 16 x 16 blocks, whose per-channel decay needs a sequential
    loop over rows (on the H200 this made KDA 1.8x faster than the same loop inside the WY
-   kernel); ``DIAG_FORM = "quarters"`` runs ``_kda_diag_quarters_kernel``
-   (:mod:`.delta_chunk_diag`: 4 steps over the tile's quarters, the blocks between them as
-   products) instead;
+   kernel);
 1. ``_wy_blocked_kernel`` (:mod:`.delta_chunk_wy_blocked`; the key channels in blocks of 32,
    the default) or ``_wy_kernel`` (:mod:`.delta_chunk_wy`, whole tiles, ``block_k=0``), one
    program per (chunk, value head), all chunks in parallel: ``w``, ``u`` of the WY form (the
@@ -73,7 +71,6 @@ from hwinfer.kernels.triton.delta_chunk_wy import (
     _as_stored, _g_rows, _gdn_decay, _head_rows, _kda_diag_kernel, _mm, _mm_split, _qk_rows,
     _raw_rows, _row_scale, _store_rows, _wy_kernel,
 )
-from hwinfer.kernels.triton.delta_chunk_diag import _kda_diag_quarters_kernel
 from hwinfer.kernels.triton.delta_chunk_wu import _wu_kernel
 from hwinfer.kernels.triton.delta_chunk_wy_blocked import _wy_blocked_kernel, block_k_ok
 from hwinfer.ops.linear_attention_chunked import L2NORM_EPS, check_inputs
@@ -97,12 +94,15 @@ HANDOFF_16BIT = True
 # Key channels per block of the output stage when a call names no ``block_k_out``: 0 runs the
 # whole-tile ``_out_kernel``, a power of two the blocked one (:mod:`.delta_chunk_out_blocked`).
 OUT_BLOCK_K = 0
-# The state stage's products (w S and k^T d): "split" (delta_chunk_wy._mm_split: S and d as
-# bf16 hi + lo, two bf16 products, more precise than tf32) for 16-bit inputs on NVIDIA, where w
-# and the decayed keys are stored in bf16, tf32 / exact fp32 otherwise; None keeps tf32 with w
-# and the keys converted to fp32 (exact fp32 for fp32 inputs and on AMD); "bf16" rounds S and
-# d to bf16 (one product; the carried state stays fp32), as fla does, for every input.
-STATE_DOTS: str | None = "split"
+# The state stage's products (w S and k^T d) for 16-bit inputs on NVIDIA, where w and the
+# decayed keys are stored in bf16: "bf16" (S and d rounded to bf16, one product; the carried
+# state stays fp32; fla's form) or "split" (delta_chunk_wy._mm_split: S and d as bf16 hi + lo,
+# two products, ~16 bits of the fp32 operand); None keeps tf32 with w and the keys converted to
+# fp32. fp32 inputs and AMD always take exact fp32 products. H100, twenty-seventh session
+# (docs/kernels.md): "bf16" took the KDA state stage from 765 to 605 us at 1 x 16k (710 -> 700
+# at 8 x 2k), GDN's from 454 to 410 us, the final state's error against the token loop from
+# 1.7e-3 to 2.4e-3 and the outputs' not at all (3.3e-3); the strict conformance passes with it.
+STATE_DOTS: str | None = "bf16"
 # Whether the state stage loads the next chunk's w and decayed keys while it works on this one
 # (None: where its grid is one wave at most, see _run; True / False force it).
 STATE_PREFETCH: bool | None = None
@@ -150,13 +150,6 @@ GDN_RAW_K = True
 # spans and stores are what spilled it.
 KDA_RAW_K = True
 SPLIT_LAUNCH = {"gdn": (2, 4, 32), "kda": (4, 4, 32)}
-# KDA's split WY kernel with its blocks below the diagonal from stacked products
-# (delta_chunk_wy_blocked._kda_stacked_blocks: per row tile one [32, BK] x [BK, 64] product of
-# its key and query rows against every earlier key row, three a channel block instead of twelve
-# [16, BK] x [BK, 16] ones, half the operands staged through shared memory; the compiled loop
-# had 44 barriers a channel block). NVIDIA's tf32 form only (and the interpreter). Written
-# without a card: off until one times it.
-WY_STACKED = False
 # KDA's diagonal blocks: ``_kda_diag_kernel``, a row at a time, in DIAG_WARPS warps. Measured
 # against it on the H200 (KDA 1 x 16k, docs/kernels.md) and removed: all rows at once by a
 # binary split of the tile (3,408 us with exact fp32 segment sums, 5,628 with 3xTF32, against
@@ -166,16 +159,10 @@ DIAG_WARPS = 2
 # Rows the diagonal loop fetches ahead of the row it works (``AHEAD`` of _kda_diag_kernel; bit-
 # equal outputs). H100, KDA 1 x 16k: the kernel 1,147 us at 0, 870 at 1 (the call 4,528 -> 4,248).
 DIAG_AHEAD = 1
-# KDA's diagonal blocks: "rows" (``_kda_diag_kernel``, the row loop above) or "quarters"
-# (:mod:`.delta_chunk_diag`: the four 4-row quarters of a tile walked together, the blocks
-# between them as tf32 products, so for 16-bit inputs on NVIDIA only; ~0.47x the row loop's
-# instructions and no barrier in its 4 unrolled steps in sm_90a compiles (Triton 3.6), not yet
-# timed on a card, so not the default).
-DIAG_FORM = "rows"
 # The row loop's (I + beta A)^-1 by its 4 x 4 diagonal blocks (delta_chunk_wy._inv16_blocks, six
-# exact products) instead of 15 substitution steps (~0.89x its instructions in the same
-# compiles; untimed, so off). The quarters form always takes the block inverse.
-DIAG_BLOCK_INV = False
+# exact products) instead of 15 substitution steps: ~0.89x its instructions, and on an H100
+# (twenty-seventh session) 901 -> 745 us at KDA 1 x 16k, 874 -> 720 us at 8 x 2k.
+DIAG_BLOCK_INV = True
 
 
 @triton.jit
@@ -509,8 +496,8 @@ def _run(op: str, q, k, v, g, beta, initial_state, scale, use_qk_l2norm, cu_seql
         raise ValueError(f"{op} (triton): STATE_DOTS={STATE_DOTS!r} must be None, 'bf16' or "
                          "'split'")
     prec_state = prec
-    # "split" needs w and the keys in bf16: 16-bit inputs on NVIDIA (and in the interpreter).
-    if STATE_DOTS == "bf16" or (STATE_DOTS == "split" and prec == "tf32"):
+    # "bf16" / "split" need w and the keys in bf16: 16-bit inputs on NVIDIA (and interpreted).
+    if STATE_DOTS is not None and prec == "tf32":
         prec_state = STATE_DOTS + ("_rounded" if _INTERPRET else "")
     # What the output stage reads (the chunk states S0, the deltas d, KDA's Aqk) in bf16 where
     # its products round them to bf16 anyway: the same outputs bit for bit, half the bytes.
@@ -530,15 +517,7 @@ def _run(op: str, q, k, v, g, beta, initial_state, scale, use_qk_l2norm, cu_seql
         raise ValueError(f"{op} (triton): block_k_out={block_k_out} must be a power of two >= 16 "
                          f"dividing Dk={Dk}")
     xd = torch.empty(B * T, Hv, 16, **f32) if per_channel else u  # KDA's diagonal inverses
-    if DIAG_FORM not in ("rows", "quarters"):
-        raise ValueError(f"{op} (triton): DIAG_FORM={DIAG_FORM!r} must be 'rows' or 'quarters'")
-    # "quarters" where its products are tf32 (16-bit inputs on NVIDIA; exact fp32 products of
-    # [16, 128] tiles spill it); the interpreter runs it for every input (exact products there).
-    if nc and per_channel and DIAG_FORM == "quarters" and (prec == "tf32" or _INTERPRET):
-        _kda_diag_quarters_kernel[(4 * nc, Hv)](q, k, g, beta, a, xd, chunks, Hk, Hv, qkr, scale,
-                                                L2NORM_EPS, DK=Dk, USE_L2NORM=l2, PREC=prec,
-                                                num_warps=DIAG_WARPS)
-    elif nc and per_channel:
+    if nc and per_channel:
         _kda_diag_kernel[(4 * nc, Hv)](q, k, g, beta, a, xd, chunks, Hk, Hv, qkr, scale,
                                        L2NORM_EPS, DK=Dk, USE_L2NORM=l2, AHEAD=int(DIAG_AHEAD),
                                        BLOCK_INV=bool(DIAG_BLOCK_INV), num_warps=DIAG_WARPS)
@@ -561,10 +540,7 @@ def _run(op: str, q, k, v, g, beta, initial_state, scale, use_qk_l2norm, cu_seql
         _wy_blocked_kernel[(nc, Hv)](q, k, v, g, beta, w, u, a, kg, ge, chunks, xd, xs, Hk, Hv,
                                      qkr, vr, scale, L2NORM_EPS, DK=Dk, DV=Dv, PER_CHANNEL=per_channel,
                                      USE_L2NORM=l2, PREC=prec, BK=block_k, SPLIT=split,
-                                     SOLVE=GDN_SOLVE, RAW_K=raw_k,
-                                     STACKED=bool(WY_STACKED and per_channel and split and raw_k
-                                                  and (prec == "tf32" or _INTERPRET)),
-                                     num_warps=num_warps or wy_warps)
+                                     SOLVE=GDN_SOLVE, RAW_K=raw_k, num_warps=num_warps or wy_warps)
         if split:
             _wu_kernel[(nc, Hv)](k, v, g, beta, xs, w, u, kg, chunks, Hk, Hv, qkr, vr, L2NORM_EPS,
                                  DK=Dk, DV=Dv, BC=min(wu_block, Dk, Dv), PER_CHANNEL=per_channel,
@@ -655,23 +631,19 @@ def _aot_specs():
                                  {"num_warps": 8 if per_channel else 4}))
             # the split form: KDA's Aqk handed over in bf16 (HANDOFF_16BIT), its rows raw
             # (KDA_RAW_K); exact products (AMD) and, as NVIDIA runs it, tf32 ones
-            # (and KDA's stacked products, WY_STACKED)
-            for split, prec, targets, stacked in (
-                    (False, "ieee", None, False), (True, "ieee", None, False),
-                    (True, "tf32", ("sm_90", "sm_100"), False),
-                    (True, "tf32", ("sm_90", "sm_100"), True)):
+            for split, prec, targets in ((False, "ieee", None), (True, "ieee", None),
+                                         (True, "tf32", ("sm_90", "sm_100"))):
                 if prec == "tf32" and not per_channel:
                     continue   # (GDN's NVIDIA form is the raw x4 spec below)
                 specs.append(AotSpec(
                     f"delta_chunk_wy_blocked[{kind},{dtype},{d},bk32{',split' if split else ''}"
-                    f"{',tf32' if prec == 'tf32' else ''}{',stacked' if stacked else ''}]",
+                    f"{',tf32' if prec == 'tf32' else ''}]",
                     _wy_blocked_kernel, {**wy, "x_ptr": f32, "BK": "constexpr",
                                          "SPLIT": "constexpr", "SOLVE": "constexpr",
-                                         "RAW_K": "constexpr", "STACKED": "constexpr",
+                                         "RAW_K": "constexpr",
                                          **({"a_ptr": half} if split and per_channel else {})},
                     {**flags, "PREC": prec, "BK": 32, "SPLIT": split, "SOLVE": GDN_SOLVE,
-                     "RAW_K": "fp32" if split and per_channel and KDA_RAW_K else "",
-                     "STACKED": stacked},
+                     "RAW_K": "fp32" if split and per_channel and KDA_RAW_K else ""},
                     {"num_warps": SPLIT_LAUNCH[kind][0] if split else 4}, targets))
             wu = {"k_ptr": ptr, "v_ptr": ptr, "g_ptr": f32, "b_ptr": f32, "x_ptr": f32,
                   "w_ptr": half, "u_ptr": f32, "kg_ptr": half, "tab_ptr": "*i32", "Hk": "i32",
@@ -694,9 +666,9 @@ def _aot_specs():
                     f"delta_chunk_wy_blocked[{kind},{dtype},{d},bk32,split,raw,x4]",
                     _wy_blocked_kernel, {**wy, "x_ptr": f32, "BK": "constexpr",
                                          "SPLIT": "constexpr", "SOLVE": "constexpr",
-                                         "RAW_K": "constexpr", "STACKED": "constexpr"},
+                                         "RAW_K": "constexpr"},
                     {**flags, "PREC": "tf32", "BK": 32, "SPLIT": True, "SOLVE": "x4",
-                     "RAW_K": "native", "STACKED": False}, {"num_warps": SPLIT_LAUNCH[kind][0]},
+                     "RAW_K": "native"}, {"num_warps": SPLIT_LAUNCH[kind][0]},
                     ("sm_90", "sm_100")))
             if per_channel:
                 dg = {"q_ptr": ptr, "k_ptr": ptr, "g_ptr": f32, "b_ptr": f32, "a_ptr": f32,
@@ -712,13 +684,6 @@ def _aot_specs():
                                          {**dg, "a_ptr": half if a16 else f32},
                                          {"DK": d, "USE_L2NORM": True, "AHEAD": ahead,
                                           "BLOCK_INV": inv}, {"num_warps": 2}))
-                # DIAG_FORM "quarters" (NVIDIA: tf32 products, Aqk handed over in bf16)
-                specs.append(AotSpec(f"kda_diag_quarters[{dtype},{d}]", _kda_diag_quarters_kernel,
-                                     {**{name: t for name, t in dg.items()
-                                         if name not in ("AHEAD", "BLOCK_INV")},
-                                      "a_ptr": half, "PREC": "constexpr"},
-                                     {"DK": d, "USE_L2NORM": True, "PREC": "tf32"},
-                                     {"num_warps": 2}, ("sm_90", "sm_100")))
             st = {"kg_ptr": half, "ge_ptr": f32, "w_ptr": half, "u_ptr": f32, "h0_ptr": f32,
                   "hs_ptr": f32, "d_ptr": f32, "ht_ptr": f32, "seq_ptr": "*i32",
                   "slot_ptr": "*i32", "Hv": "i32",
@@ -726,10 +691,12 @@ def _aot_specs():
                   "PER_CHANNEL": "constexpr", "HAS_H0": "constexpr", "PREC": "constexpr",
                   "PREFETCH": "constexpr", "HAS_SLOTS": "constexpr"}
             # (no prefetch, 4 warps) as on AMD and for many programs; prefetch at 8 warps. On
-            # NVIDIA (split) the states and deltas are handed over in bf16 (HANDOFF_16BIT).
-            for prec, pf, targets in (("ieee", False, None), ("split", False, ("sm_90", "sm_100")),
-                                      ("split", True, ("sm_90", "sm_100"))):
-                handoff = {"hs_ptr": half, "d_ptr": half} if prec == "split" else {}
+            # NVIDIA (bf16, the default STATE_DOTS, or split) the states and deltas are handed
+            # over in bf16 (HANDOFF_16BIT).
+            nv = ("sm_90", "sm_100")
+            for prec, pf, targets in (("ieee", False, None), ("bf16", False, nv),
+                                      ("bf16", True, nv), ("split", True, nv)):
+                handoff = {"hs_ptr": half, "d_ptr": half} if prec != "ieee" else {}
                 specs.append(AotSpec(
                     f"delta_chunk_state[{kind},{dtype},{d},{prec}{',prefetch' if pf else ''}]",
                     _state_kernel, {**st, **handoff},

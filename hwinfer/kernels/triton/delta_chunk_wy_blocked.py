@@ -21,12 +21,6 @@ in the same channel loop and applied to the [16, 16] blocks after it, and ``_wu_
 the decayed keys (twenty-fifth session: those keys' spans and stores were what spilled this
 kernel; 1,157 -> 855 us on an H100 at KDA 1 x 16k).
 
-``STACKED`` (the drivers' ``WY_STACKED``, KDA with RAW_K, off until a card has timed it) forms
-step 2's blocks in ``_kda_stacked_blocks``: per row tile one product of its stacked key and query
-rows against every earlier key row (three products a channel block instead of twelve; sm_90a,
-Triton 3.6: 28 barriers a channel block instead of 44, 196 registers and no spill instead of
-255 and 36 bytes).
-
 Every exponent is still a sum of g over its own span, <= 0. Selected by ``block_k`` in the
 drivers (``gdn_chunked`` / ``kda_chunked``; the default). With ``SPLIT`` (the drivers'
 ``WY_SPLIT``, the default) step 4 is left to ``_wu_kernel`` (:mod:`.delta_chunk_wu`): X is
@@ -38,8 +32,8 @@ import triton
 import triton.language as tl
 
 from hwinfer.kernels.triton.delta_chunk_wy import (
-    _as_stored, _chunk_program, _g_rows, _head_rows, _head_rows_raw, _inv16, _inv16x4, _kb,
-    _solve_off, _store_kgates, _store_off_blocks, _store_rows, _wy_rows, _x_diag, _x_rows,
+    _chunk_program, _g_rows, _head_rows, _head_rows_raw, _inv16, _inv16x4, _kb, _solve_off,
+    _store_kgates, _store_off_blocks, _store_rows, _wy_rows, _x_diag,
 )
 
 
@@ -166,152 +160,11 @@ def _q_decayed(q_ptr, tok0, n, i_hk, QKR, c0, R0: tl.constexpr, DK: tl.constexpr
 
 
 @triton.jit
-def _halves(x):
-    """[32, C] -> its rows 0..15 and 16..31, [16, C] each."""
-    top, bottom = tl.split(tl.permute(tl.reshape(x, (2, 16, x.shape[1])), (1, 2, 0)))
-    return top, bottom
-
-
-@triton.jit
-def _kda_stacked_row(q_ptr, k_ptr, g_ptr, tok0, n, i_h, i_hk, Hv, QKR, c0, R0: tl.constexpr,
-                     DK: tl.constexpr, BK: tl.constexpr):
-    """Rows R0..R0+15 of k (rows 0..15) and of q (rows 16..31) as loaded, [32, BK] fp32, and
-    their decay from the tile's first row e^{L} (the same for both halves)."""
-    rr = tl.arange(0, 32)
-    row = R0 + rr % 16
-    live = (row < n)[:, None]
-    off = ((tok0 + row) * QKR + i_hk)[:, None] * DK + c0 + tl.arange(0, BK)[None, :]
-    x = tl.load(tl.where((rr < 16)[:, None], k_ptr + off, q_ptr + off), mask=live,
-                other=0.0).to(tl.float32)
-    g = tl.load(g_ptr + ((tok0 + row) * Hv + i_h)[:, None] * DK + c0 + tl.arange(0, BK)[None, :],
-                mask=live, other=0.0)
-    L = tl.reshape(tl.cumsum(tl.reshape(g, (2, 16, BK)), axis=1), (32, BK))
-    return x, tl.exp(L)
-
-
-@triton.jit
-def _kda_stacked_rows(q_ptr, k_ptr, g_ptr, ge_ptr, i_c, tok0, n, i_h, i_hk, Hv, QKR, scale,
-                        eps, DK: tl.constexpr, BK: tl.constexpr, USE_L2NORM: tl.constexpr,
-                        PREC: tl.constexpr):
-    """KDA's rows of A and of Aqk below the diagonal (``STACKED``), normalised: for row tiles
-    i = 1, 2, 3 the [16, 64] rows k_i and q_i (columns >= 16 i zero), from one product per tile:
-    its key and query rows stacked, [k_i e^{L_i}; q_i e^{L_i}] [32, BK], against the keys of
-    every row of the tiles before it, k_s e^{S_s + T_{j+1} + .. + T_{i-1}} (s in tile j < i;
-    rows of tiles >= i zero) [64, BK]: three [32, BK] x [BK, 64] products a channel block
-    instead of twelve [16, BK] x [BK, 16] ones, so six operands go through shared memory
-    instead of twelve. The same factors as the unstacked loop (each a product of exponentials
-    of sums of their own terms, <= 1), the rows' norms applied after."""
-    r = tl.arange(0, 64)
-    tiles = tl.arange(0, 4)[:, None]
-    acc1 = tl.zeros([32, 64], dtype=tl.float32)
-    acc2 = tl.zeros([32, 64], dtype=tl.float32)
-    acc3 = tl.zeros([32, 64], dtype=tl.float32)
-    sk = tl.zeros([64], dtype=tl.float32)
-    s1 = tl.zeros([32], dtype=tl.float32)
-    s2 = tl.zeros([32], dtype=tl.float32)
-    s3 = tl.zeros([32], dtype=tl.float32)
-    for c0 in range(0, DK, BK):
-        cols = c0 + tl.arange(0, BK)[None, :]
-        live = (r < n)[:, None]
-        g = tl.load(g_ptr + ((tok0 + r) * Hv + i_h)[:, None] * DK + cols, mask=live, other=0.0)
-        # row s: g_{s+1} while s + 1 is in s's tile (S: the decay after s to its tile's end)
-        gs = tl.load(g_ptr + ((tok0 + r + 1) * Hv + i_h)[:, None] * DK + cols,
-                     mask=((r + 1 < n) & (r % 16 != 15))[:, None], other=0.0)
-        S = tl.reshape(tl.cumsum(tl.reshape(gs, (4, 16, BK)), axis=1, reverse=True), (64, BK))
-        T = tl.sum(tl.reshape(g, (4, 16, BK)), axis=1)                         # [4, BK]
-        tl.store(ge_ptr + (i_c.to(tl.int64) * Hv + i_h) * DK + c0 + tl.arange(0, BK),
-                 tl.sum(T, axis=0))
-        t1 = tl.sum(tl.where(tiles == 1, T, 0.0), axis=0)[None, :]
-        t2 = tl.sum(tl.where(tiles == 2, T, 0.0), axis=0)[None, :]
-        k = tl.load(k_ptr + ((tok0 + r) * QKR + i_hk)[:, None] * DK + cols, mask=live,
-                    other=0.0).to(tl.float32)
-        sk += tl.sum(k * k, axis=1)
-        ks = tl.reshape(k * tl.exp(S), (4, 16, BK))
-        # the tiles between j and i: tile 3 sees T1 + T2 from tile 0, T2 from tile 1
-        e12 = tl.where(tiles == 0, tl.exp(t1 + t2), tl.where(tiles == 1, tl.exp(t2), 1.0))
-        e1 = tl.where(tiles == 0, tl.exp(t1), 1.0)
-        b3 = tl.reshape(tl.where((tiles < 3)[:, :, None], ks * e12[:, None, :], 0.0), (64, BK))
-        b2 = tl.reshape(tl.where((tiles < 2)[:, :, None], ks * e1[:, None, :], 0.0), (64, BK))
-        b1 = tl.reshape(tl.where((tiles < 1)[:, :, None], ks, 0.0), (64, BK))
-        # (each tile's key and g rows are loaded again for its stacked rows, cache hits: taking
-        # them out of the [64, BK] tiles would stage them through shared memory instead)
-        x, el = _kda_stacked_row(q_ptr, k_ptr, g_ptr, tok0, n, i_h, i_hk, Hv, QKR, c0, 16, DK, BK)
-        s1 += tl.sum(x * x, axis=1)
-        acc1 += tl.dot(x * el, tl.trans(b1), input_precision=PREC)
-        x, el = _kda_stacked_row(q_ptr, k_ptr, g_ptr, tok0, n, i_h, i_hk, Hv, QKR, c0, 32, DK, BK)
-        s2 += tl.sum(x * x, axis=1)
-        acc2 += tl.dot(x * el, tl.trans(b2), input_precision=PREC)
-        x, el = _kda_stacked_row(q_ptr, k_ptr, g_ptr, tok0, n, i_h, i_hk, Hv, QKR, c0, 48, DK, BK)
-        s3 += tl.sum(x * x, axis=1)
-        acc3 += tl.dot(x * el, tl.trans(b3), input_precision=PREC)
-    # the rows' norms (and q's scale) applied to the blocks
-    rr = tl.arange(0, 32)
-    qs = tl.where(rr < 16, 1.0, scale)
-    nk = _rsqrt_norm(sk, eps, USE_L2NORM)[None, :]
-    acc1 = acc1 * (_rsqrt_norm(s1, eps, USE_L2NORM) * qs)[:, None] * nk
-    acc2 = acc2 * (_rsqrt_norm(s2, eps, USE_L2NORM) * qs)[:, None] * nk
-    acc3 = acc3 * (_rsqrt_norm(s3, eps, USE_L2NORM) * qs)[:, None] * nk
-    k1, q1 = _halves(acc1)
-    k2, q2 = _halves(acc2)
-    k3, q3 = _halves(acc3)
-    return k1, q1, k2, q2, k3, q3
-
-
-@triton.jit
-def _lower_rows_store(ptr, x, tok0, n, i_h, Hv, R0: tl.constexpr):
-    """Row tile R0's [16, 64] rows of a chunk's lower matrix (KDA's causal Aqk) below its
-    diagonal block: columns < R0 (the diagonal blocks are _kda_diag_kernel's)."""
-    r = R0 + tl.arange(0, 16)
-    c = tl.arange(0, 64)
-    tl.store(ptr + ((tok0 + r) * Hv + i_h)[:, None] * 64 + c[None, :], _as_stored(x, ptr),
-             mask=(r < n)[:, None] & (c < R0)[None, :])
-
-
-@triton.jit
-def _x_block_diag(xd_ptr, tok0, n, i_h, Hv):
-    """X's four diagonal blocks (KDA: ``_kda_diag_kernel``'s [tokens, Hv, 16] rows) as one
-    [64, 64] tile, zero off them; the identity for rows past n."""
-    r = tl.arange(0, 64)[:, None]
-    c = tl.arange(0, 64)[None, :]
-    x = tl.load(xd_ptr + ((tok0 + r) * Hv + i_h) * 16 + c % 16,
-                mask=(c // 16 == r // 16) & (r < n), other=0.0)
-    return tl.where((r >= n) & (r == c), 1.0, x)
-
-
-@triton.jit
-def _solve_row_tile(x, a, xii, b, R0: tl.constexpr, PREC: tl.constexpr):
-    """X with row tile R0's part below the diagonal added: X_i = -X_ii beta_i A_i X, where A_i
-    [16, 64] (columns >= R0 zero) only meets the rows of X already done. x [64, 64]."""
-    xi = -tl.dot(xii, tl.dot(a * b[:, None], x, input_precision=PREC), input_precision=PREC)
-    tiles = tl.arange(0, 4)[:, None, None]
-    return x + tl.reshape(tl.where(tiles == R0 // 16, xi[None, :, :], 0.0), (64, 64))
-
-
-@triton.jit
-def _kda_stacked_wy(q_ptr, k_ptr, g_ptr, ge_ptr, a_ptr, xd_ptr, x_ptr, i_c, tok0, n, i_h, i_hk,
-                    Hv, QKR, scale, eps, b1, b2, b3, DK: tl.constexpr, BK: tl.constexpr,
-                    USE_L2NORM: tl.constexpr, PREC: tl.constexpr):
-    """``STACKED``: A's and Aqk's rows from _kda_stacked_rows, Aqk's stored as they come, and X
-    solved by row tiles over the whole [64, 64] tile and stored as rows [tokens, Hv, 64] in one
-    store (four products and one store instead of ten and ten)."""
-    k1, q1, k2, q2, k3, q3 = _kda_stacked_rows(q_ptr, k_ptr, g_ptr, ge_ptr, i_c, tok0, n, i_h,
-                                               i_hk, Hv, QKR, scale, eps, DK, BK, USE_L2NORM, PREC)
-    _lower_rows_store(a_ptr, q1, tok0, n, i_h, Hv, 16)
-    _lower_rows_store(a_ptr, q2, tok0, n, i_h, Hv, 32)
-    _lower_rows_store(a_ptr, q3, tok0, n, i_h, Hv, 48)
-    x = _x_block_diag(xd_ptr, tok0, n, i_h, Hv)
-    x = _solve_row_tile(x, k1, _x_rows(xd_ptr, tok0, n, i_h, Hv, 16), b1, 16, PREC)
-    x = _solve_row_tile(x, k2, _x_rows(xd_ptr, tok0, n, i_h, Hv, 32), b2, 32, PREC)
-    x = _solve_row_tile(x, k3, _x_rows(xd_ptr, tok0, n, i_h, Hv, 48), b3, 48, PREC)
-    _store_rows(x_ptr, x, tok0, n, i_h, Hv, 0, 0, 64, 64, 64)
-
-
-@triton.jit
 def _wy_blocked_kernel(q_ptr, k_ptr, v_ptr, g_ptr, b_ptr, w_ptr, u_ptr, a_ptr, kg_ptr, ge_ptr,
                        tab_ptr, xd_ptr, x_ptr, Hk, Hv, QKR, VR, scale, eps, DK: tl.constexpr,
                        DV: tl.constexpr, PER_CHANNEL: tl.constexpr, USE_L2NORM: tl.constexpr,
                        PREC: tl.constexpr, BK: tl.constexpr, SPLIT: tl.constexpr,
-                       SOLVE: tl.constexpr, RAW_K: tl.constexpr, STACKED: tl.constexpr = False):
+                       SOLVE: tl.constexpr, RAW_K: tl.constexpr):
     i_c, i_h, i_hk, tok0, n = _chunk_program(tab_ptr, Hk, Hv)
     r16 = tl.arange(0, 16)
     b0 = tl.load(b_ptr + (tok0 + r16) * Hv + i_h, mask=r16 < n, other=0.0).to(tl.float32)
@@ -344,11 +197,7 @@ def _wy_blocked_kernel(q_ptr, k_ptr, v_ptr, g_ptr, b_ptr, w_ptr, u_ptr, a_ptr, k
     a00, a11, a22, a33 = z, z, z, z   # GDN's diagonal blocks (KDA's come from _kda_diag_kernel)
     a10, a20, a21, a30, a31, a32 = z, z, z, z, z, z
     p10, p20, p21, p30, p31, p32 = z, z, z, z, z, z
-    if STACKED and PER_CHANNEL:
-        # KDA by stacked products and row tiles, Aqk and X stored there (SPLIT only)
-        _kda_stacked_wy(q_ptr, k_ptr, g_ptr, ge_ptr, a_ptr, xd_ptr, x_ptr, i_c, tok0, n, i_h,
-                        i_hk, Hv, QKR, scale, eps, b1, b2, b3, DK, BK, USE_L2NORM, PREC)
-    elif RAW_K != "" and not PER_CHANNEL:
+    if RAW_K != "" and not PER_CHANNEL:
         # GDN with 16-bit keys: A's blocks from the keys as stored (exact products), their
         # norms applied after; the decayed keys are stored by _wu_kernel (its KG).
         a00, a11, a22, a33, a10, a20, a21, a30, a31, a32 = _gdn_raw_blocks(
@@ -420,49 +269,48 @@ def _wy_blocked_kernel(q_ptr, k_ptr, v_ptr, g_ptr, b_ptr, w_ptr, u_ptr, a_ptr, k
             if RAW_K == "":   # (with RAW_K, KDA's decayed keys are written by _wu_kernel)
                 _store_kgates(kg_ptr, k0, k1, k2, k3, S0, S1, S2, S3, T1, T2, T3, tok0, n, i_h,
                               Hv, c0, DK, BK, PER_CHANNEL)
-    if not (STACKED and PER_CHANNEL):   # (the stacked form stored its Aqk and X above)
-        if PER_CHANNEL:
-            if RAW_K != "":
-                nk0, nk1 = _rsqrt_norm(sk0, eps, USE_L2NORM), _rsqrt_norm(sk1, eps, USE_L2NORM)
-                nk2, nk3 = _rsqrt_norm(sk2, eps, USE_L2NORM), _rsqrt_norm(sk3, eps, USE_L2NORM)
-                a10, a20, a21, a30, a31, a32 = _scale_lower(a10, a20, a21, a30, a31, a32, nk1, nk2,
-                                                            nk3, nk0, nk1, nk2)
-                nq1 = _rsqrt_norm(sq1, eps, USE_L2NORM) * scale
-                nq2 = _rsqrt_norm(sq2, eps, USE_L2NORM) * scale
-                nq3 = _rsqrt_norm(sq3, eps, USE_L2NORM) * scale
-                p10, p20, p21, p30, p31, p32 = _scale_lower(p10, p20, p21, p30, p31, p32, nq1, nq2,
-                                                            nq3, nk0, nk1, nk2)
-            _store_off_blocks(a_ptr, p10, p20, p21, p30, p31, p32, tok0, n, i_h, Hv)
-            x00, x11, x22, x33 = _x_diag(xd_ptr, tok0, n, i_h, Hv)
+    if PER_CHANNEL:
+        if RAW_K != "":
+            nk0, nk1 = _rsqrt_norm(sk0, eps, USE_L2NORM), _rsqrt_norm(sk1, eps, USE_L2NORM)
+            nk2, nk3 = _rsqrt_norm(sk2, eps, USE_L2NORM), _rsqrt_norm(sk3, eps, USE_L2NORM)
+            a10, a20, a21, a30, a31, a32 = _scale_lower(a10, a20, a21, a30, a31, a32, nk1, nk2,
+                                                        nk3, nk0, nk1, nk2)
+            nq1 = _rsqrt_norm(sq1, eps, USE_L2NORM) * scale
+            nq2 = _rsqrt_norm(sq2, eps, USE_L2NORM) * scale
+            nq3 = _rsqrt_norm(sq3, eps, USE_L2NORM) * scale
+            p10, p20, p21, p30, p31, p32 = _scale_lower(p10, p20, p21, p30, p31, p32, nq1, nq2,
+                                                        nq3, nk0, nk1, nk2)
+        _store_off_blocks(a_ptr, p10, p20, p21, p30, p31, p32, tok0, n, i_h, Hv)
+        x00, x11, x22, x33 = _x_diag(xd_ptr, tok0, n, i_h, Hv)
+    else:
+        tl.store(ge_ptr + i_c.to(tl.int64) * Hv + i_h, T0 + T1 + T2 + T3)
+        a10 = a10 * _gdn_factor(L1, S0, 0.0)
+        a20 = a20 * _gdn_factor(L2, S0, T1)
+        a21 = a21 * _gdn_factor(L2, S1, 0.0)
+        a30 = a30 * _gdn_factor(L3, S0, T1 + T2)
+        a31 = a31 * _gdn_factor(L3, S1, T2)
+        a32 = a32 * _gdn_factor(L3, S2, 0.0)
+        a00 = a00 * _gdn_diag(g_ptr, tok0, n, i_h, Hv, DK, 0) * b0[:, None]
+        a11 = a11 * _gdn_diag(g_ptr, tok0, n, i_h, Hv, DK, 16) * b1[:, None]
+        a22 = a22 * _gdn_diag(g_ptr, tok0, n, i_h, Hv, DK, 32) * b2[:, None]
+        a33 = a33 * _gdn_diag(g_ptr, tok0, n, i_h, Hv, DK, 48) * b3[:, None]
+        if SOLVE == "x4":   # the four blocks in one substitution (a third of the instructions)
+            x00, x11, x22, x33 = _inv16x4(a00, a11, a22, a33, n)
         else:
-            tl.store(ge_ptr + i_c.to(tl.int64) * Hv + i_h, T0 + T1 + T2 + T3)
-            a10 = a10 * _gdn_factor(L1, S0, 0.0)
-            a20 = a20 * _gdn_factor(L2, S0, T1)
-            a21 = a21 * _gdn_factor(L2, S1, 0.0)
-            a30 = a30 * _gdn_factor(L3, S0, T1 + T2)
-            a31 = a31 * _gdn_factor(L3, S1, T2)
-            a32 = a32 * _gdn_factor(L3, S2, 0.0)
-            a00 = a00 * _gdn_diag(g_ptr, tok0, n, i_h, Hv, DK, 0) * b0[:, None]
-            a11 = a11 * _gdn_diag(g_ptr, tok0, n, i_h, Hv, DK, 16) * b1[:, None]
-            a22 = a22 * _gdn_diag(g_ptr, tok0, n, i_h, Hv, DK, 32) * b2[:, None]
-            a33 = a33 * _gdn_diag(g_ptr, tok0, n, i_h, Hv, DK, 48) * b3[:, None]
-            if SOLVE == "x4":   # the four blocks in one substitution (a third of the instructions)
-                x00, x11, x22, x33 = _inv16x4(a00, a11, a22, a33, n)
-            else:
-                x00 = _inv16(a00, n)
-                x11 = _inv16(a11, n - 16)
-                x22 = _inv16(a22, n - 32)
-                x33 = _inv16(a33, n - 48)
-        x10, x20, x21, x30, x31, x32 = _solve_off(a10, a20, a21, a30, a31, a32, x00, x11, x22, x33,
-                                                  b1, b2, b3, PREC)
-        if SPLIT:
-            # X to memory; w and u are one [64, 64] product each in _wu_kernel (delta_chunk_wu.py)
-            _store_off_blocks(x_ptr, x10, x20, x21, x30, x31, x32, tok0, n, i_h, Hv)
-            _store_diag_blocks(x_ptr, x00, x11, x22, x33, tok0, n, i_h, Hv)
-        else:
-            _wu_here(k_ptr, v_ptr, g_ptr, w_ptr, u_ptr, tok0, n, i_h, i_hk, QKR, VR, Hv, nk0, nk1, nk2,
-                     nk3, b0, b1, b2, b3, x00, x10, x11, x20, x21, x22, x30, x31, x32, x33, DK, DV,
-                     PER_CHANNEL, PREC, BK)
+            x00 = _inv16(a00, n)
+            x11 = _inv16(a11, n - 16)
+            x22 = _inv16(a22, n - 32)
+            x33 = _inv16(a33, n - 48)
+    x10, x20, x21, x30, x31, x32 = _solve_off(a10, a20, a21, a30, a31, a32, x00, x11, x22, x33,
+                                              b1, b2, b3, PREC)
+    if SPLIT:
+        # X to memory; w and u are one [64, 64] product each in _wu_kernel (delta_chunk_wu.py)
+        _store_off_blocks(x_ptr, x10, x20, x21, x30, x31, x32, tok0, n, i_h, Hv)
+        _store_diag_blocks(x_ptr, x00, x11, x22, x33, tok0, n, i_h, Hv)
+    else:
+        _wu_here(k_ptr, v_ptr, g_ptr, w_ptr, u_ptr, tok0, n, i_h, i_hk, QKR, VR, Hv, nk0, nk1, nk2,
+                 nk3, b0, b1, b2, b3, x00, x10, x11, x20, x21, x22, x30, x31, x32, x33, DK, DV,
+                 PER_CHANNEL, PREC, BK)
 
 
 @triton.jit
