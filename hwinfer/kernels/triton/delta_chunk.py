@@ -127,8 +127,11 @@ OUT_LAUNCH = (4, None)
 # call runs. SPLIT_LAUNCH[kind]: (num_warps of the WY kernel, num_warps of _wu_kernel, its
 # channel block) when a call names no num_warps (AMD takes the H200's choice, untimed). On the
 # H200 at 1 x 16k (docs/kernels.md, twelfth session) the split took GDN's WY stage from 570 us to
-# 283 + 149 and KDA's from 1,976 to 1,148 + 401 with these launches (2 warps: GDN only; KDA's
-# WY kernel spills at 2); 64-channel blocks cost _wu_kernel 175 / 584 us.
+# 283 + 149 and KDA's from 1,976 to 1,148 + 401 with these launches (then 4 warps for KDA's WY
+# kernel); 64-channel blocks cost _wu_kernel 175 / 584 us. KDA's WY kernel at 2 warps (raw rows,
+# H100, twenty-seventh session): 856 -> 782 us at 1 x 16k, 861 -> 775 at 8 x 2k, although it
+# spills 196 B there (36 at 4 warps; sm_90a, Triton 3.6): four programs an SM instead of two,
+# and two warps share the work of four (its loop ~2,700 instructions a warp against ~1,800).
 WY_SPLIT = True
 # GDN's four diagonal 16 x 16 blocks of (I + diag(beta) A)^-1 in the blocked WY kernel: "x4"
 # together (delta_chunk_wy._inv16x4: 15 substitution steps instead of 60), "x1" one after the
@@ -149,7 +152,7 @@ GDN_RAW_K = True
 # deltas by the state kernel; f6cb453) the WY kernel went back to 1,210 us: the decayed keys'
 # spans and stores are what spilled it.
 KDA_RAW_K = True
-SPLIT_LAUNCH = {"gdn": (2, 4, 32), "kda": (4, 4, 32)}
+SPLIT_LAUNCH = {"gdn": (2, 4, 32), "kda": (2, 4, 32)}
 # KDA's diagonal blocks: ``_kda_diag_kernel``, a row at a time, in DIAG_WARPS warps. Measured
 # against it on the H200 (KDA 1 x 16k, docs/kernels.md) and removed: all rows at once by a
 # binary split of the tile (3,408 us with exact fp32 segment sums, 5,628 with 3xTF32, against
