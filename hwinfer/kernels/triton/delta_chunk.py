@@ -29,9 +29,10 @@ Chunks of 64 tokens (never crossing a sequence boundary), four launches (five fo
 Intermediates are fp32 except, for 16-bit inputs, ``w`` and the decayed keys, stored in bf16: the
 state stage is bound by the bytes each program streams per chunk, and these two are half of
 them. The state stage takes them as stored into bf16 products against the fp32 state and deltas
-split into bf16 hi + lo halves (``STATE_DOTS = "split"``, two products, ~16 bits of the fp32
-operand), and so does GDN's ``q S0`` with q's raw bf16 rows (``OUT_QS``). Measured under the
-interpreter on the conformance cases (relative RMSE against the fp32 token loop): bf16 ``w`` /
+rounded to bf16 (``STATE_DOTS = "bf16"``, one product each, fla's form; the carried state stays
+fp32) or split into bf16 hi + lo halves (``"split"``, two products, ~16 bits of the fp32
+operand); GDN's ``q S0`` takes q's raw bf16 rows against the split S0 (``OUT_QS``). Measured
+under the interpreter on the conformance cases (relative RMSE against the fp32 token loop): bf16 ``w`` /
 keys leave it at 3.3e-3, as all-fp32; bf16 deltas, chunk states or Aqk (fla stores all of them
 in the input dtype) raise it to 6-9e-3, past the 5e-3 contract.
 
