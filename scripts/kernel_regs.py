@@ -90,6 +90,10 @@ def sass_report(ptx: str, arch: str = "sm_90a") -> dict:
                        capture_output=True, text=True, check=True)
         sass = subprocess.run([os.path.join(bindir, "cuobjdump"), "-sass", cubin],
                               capture_output=True, text=True, check=True).stdout
+
+    def barriers(instructions):
+        return sum("BAR.SYNC" in text for _, text in instructions)
+
     ins = [(int(m.group(1), 16), m.group(2).strip()) for m in
            re.finditer(r"/\*([0-9a-f]{4,})\*/\s+([^;/]*);", sass)]
     at = {addr: i for i, (addr, _) in enumerate(ins)}
@@ -98,9 +102,8 @@ def sass_report(ptx: str, arch: str = "sm_90a") -> dict:
         target = re.search(r"\bBRA\s+0x([0-9a-f]+)", text)
         if target and int(target.group(1), 16) < addr and int(target.group(1), 16) in at:
             body = ins[at[int(target.group(1), 16)]:i + 1]
-            loops.append((len(body), sum("BAR.SYNC" in t for _, t in body)))
-    return {"instructions": len(ins), "loops": loops,
-            "barriers": sum("BAR.SYNC" in t for _, t in ins),
+            loops.append((len(body), barriers(body)))
+    return {"instructions": len(ins), "loops": loops, "barriers": barriers(ins),
             "spill_ops": sum(bool(re.search(r"\b(LDL|STL)\b", t)) for _, t in ins)}
 
 
@@ -176,7 +179,8 @@ def main() -> int:
         if args.sass:
             sass = sass_report(compiled.asm["ptx"])
             loops = " ".join(f"[{n}, {b}]" for n, b in sass["loops"])
-            line += f"  sass {sass['instructions']} bar {sass['barriers']} loops {loops or '-'} spill ops {sass['spill_ops']}"
+            line += (f"  sass {sass['instructions']} bar {sass['barriers']} loops {loops or '-'}"
+                     f" spill ops {sass['spill_ops']}")
         print(line)
     return 0
 
