@@ -24,6 +24,7 @@
 #                                         # d98ff5d it timed a shared diagonal loop and the WY
 #                                         # kernel's num_stages, both removed)
 #   bash scripts/device_issue6.sh s27a      # the new GDN / KDA defaults: strict, models, vs fla
+#   bash scripts/device_issue6.sh s28a      # KDA's tile cumsums: strict, models, forms, vs fla / base
 #   bash scripts/device_issue6.sh bench     # whole-model speed vs transformers and the roofline,
 #                                         # every kernel benchmark (--quick)
 # The phases of earlier sessions (s11a ... s21e and the named ones before them), which
@@ -134,6 +135,36 @@ elif [ "$phase" = s27a ]; then
     > "$out/bench_delta_chunk.csv" 2> "$out/bench_delta_chunk.err"
   echo "== bench_delta_chunk rc=$?"; grep -v "Warn\|warn\|at::native\|anonymous\|Memcpy\|^# hwinfer" \
     "$out/bench_delta_chunk.err" | grep "triton\|fla\|#   " | grep -v "chunk_table\|regs" | cut -c1-150 | head -90
+elif [ "$phase" = s28a ]; then
+  # KDA's decays from the diagonal kernel's tile cumsums (KDA_SPANS="cumsum", the new default):
+  # strict conformance with the rows for ci/results, the Kimi / Qwen model tests on the card,
+  # KDA per kernel beside the other span forms, the WY kernel's warps, fla, and (with a
+  # base tree's hwinfer packed as .whl/base.tar: git archive BASE hwinfer) the tree before.
+  nvidia-smi --query-gpu=name --format=csv,noheader | tee "$out/gpu.txt"
+  D=hwinfer.kernels.triton.delta_chunk
+  HWINFER_RESULTS_DATE=$(date -u +%F) timeout 150 python3 -m pytest tests/conformance --backend nvidia \
+    --strict -q -p no:cacheprovider -k "gdn_chunked or kda_chunked" -p hwinfer.ci.pytest_plugin \
+    --results-csv "$out/conformance_rows.csv" > "$out/conformance_default.txt" 2>&1
+  echo "== strict, defaults"; grep -E "passed|failed|FAILED" "$out/conformance_default.txt" | tail -6
+  HWINFER_TEST_DEVICE=cuda timeout 150 python3 -m pytest tests/models -q -p no:cacheprovider \
+    -k "qwen or kimi" > "$out/models.txt" 2>&1
+  echo "== models (qwen, kimi) on the card"; grep -E "passed|failed|FAILED" "$out/models.txt" | tail -6
+  timeout 200 python3 scripts/bench_delta_chunk.py --kinds kda --shapes 1x16384,8x2048 \
+    --no-torch --no-variants --breakdown \
+    --variant "scan@$D:KDA_SPANS='scan'" --variant "half@$D:KDA_SPANS='half'" \
+    --variant "cumsum_exact@$D:KDA_SPANS='cumsum_exact'" \
+    --variant "wy1@$D:SPLIT_LAUNCH={'gdn':(2,4,32),'kda':(1,4,32)}" \
+    --variant "wy4@$D:SPLIT_LAUNCH={'gdn':(2,4,32),'kda':(4,4,32)}" \
+    > "$out/bench_delta_chunk.csv" 2> "$out/bench_delta_chunk.err"
+  echo "== bench_delta_chunk rc=$?"; grep -v "Warn\|warn\|at::native\|anonymous\|Memcpy\|^# hwinfer" \
+    "$out/bench_delta_chunk.err" | grep "triton\|fla\|#   " | grep -v "chunk_table\|regs" | cut -c1-150 | head -60
+  if [ -f .whl/base.tar ]; then
+    rm -rf /tmp/base && mkdir -p /tmp/base && tar -xf .whl/base.tar -C /tmp/base
+    PYTHONPATH=/tmp/base:${PYTHONPATH:-} timeout 100 python3 scripts/bench_delta_chunk.py --kinds kda \
+      --shapes 1x16384,8x2048 --no-torch --no-fla --no-variants --breakdown \
+      > "$out/bench_base.csv" 2> "$out/bench_base.err"
+    echo "== base tree rc=$?"; grep "triton\|#   " "$out/bench_base.err" | grep -v "chunk_table\|regs\|warn" | cut -c1-150 | head -20
+  fi
 elif [ "$phase" = s25b ]; then
   nvidia-smi --query-gpu=name --format=csv,noheader | tee "$out/gpu.txt"
   for ws in 0 1; do

@@ -42,6 +42,8 @@ def set_constant(item: str):
         raise SystemExit(f"{item}: {module} has no {name}")
     old = getattr(mod, name)
     setattr(mod, name, ast.literal_eval(value))
+    if hasattr(mod, "_aot_specs"):   # specs built at import from the module's constants
+        mod.AOT_SPECS = mod._aot_specs()
     print(f"# {module}.{name} = {getattr(mod, name)!r}", file=sys.stderr)
     return mod, name, old
 

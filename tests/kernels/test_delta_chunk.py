@@ -11,7 +11,8 @@ the output stage's bf16 products (``dots="bf16"``; the default for 16-bit inputs
 one (``GDN_SOLVE``), GDN's k k^T from the raw keys (``GDN_RAW_K``), KDA's WY products from the
 raw rows (``KDA_RAW_K``), KDA's factored diagonal
 blocks' row loop fetching rows ahead or not (``DIAG_AHEAD``), with its inverse by blocks
-(``DIAG_BLOCK_INV``) or by substitution,
+(``DIAG_BLOCK_INV``) or by substitution, KDA's decays from the diagonal kernel's tile cumsums or
+from scans (``KDA_SPANS``),
 the output stage's inputs handed
 over in bf16 (``HANDOFF_16BIT``, bit-equal). Checked
 against the token-loop
@@ -135,6 +136,30 @@ for f, r, gg in ((tc.gdn_chunked, ref.gdn_recurrent, g[..., 0]),
     assert rel(s3, s2) > 1e-4, (f.__name__, rel(s3, s2))
     o4, s4 = r(qb.float(), kb.float(), vb.float(), gg, beta, s0)
     assert rel(s3, s4) < 2e-2 and rel(o3, o4) < 2e-2, (f.__name__, rel(s3, s4), rel(o3, o4))
+# KDA_SPANS: the later stages' decays from the diagonal kernel's tile cumsums ("cumsum", the
+# default; "cumsum_exact") or from scans of their own ("scan", "half"). fp32 inputs keep exact
+# spans: "cumsum" is "cumsum_exact" there, bit for bit, and "half" is "scan". 16-bit inputs take
+# the decay after a row in its tile as a difference: at a chunk whose first rows decay by ~100
+# (the tile's total cancels against the running sum) the outputs stay within bf16 rounding of
+# the exact scans and of the token loop.
+outs = {}
+for mode in ("cumsum", "cumsum_exact", "half", "scan"):
+    tc.KDA_SPANS = mode
+    outs[mode] = tc.kda_chunked(q, k, v, g, beta, s0)
+assert all(map(torch.equal, outs["cumsum"], outs["cumsum_exact"]))
+assert all(map(torch.equal, outs["half"], outs["scan"]))
+assert rel(outs["cumsum"][0], outs["scan"][0]) < 1e-6
+rows = torch.arange(T)[None, :, None, None] % 64
+gm = torch.where(rows < 4, -100.0, -0.01) * (0.5 + torch.rand(B, T, H, D))
+o4, s4 = ref.kda_recurrent(qb.float(), kb.float(), vb.float(), gm, beta, s0)
+outs = {}
+for mode in ("scan", "half", "cumsum"):
+    tc.KDA_SPANS = mode
+    outs[mode] = tc.kda_chunked(qb, kb, vb, gm, beta, s0)
+    assert rel(outs[mode][0], o4) < 5e-3 and rel(outs[mode][1], s4) < 5e-3, (mode, rel(outs[mode][0], o4))
+    assert rel(outs[mode][0], outs["scan"][0]) < 1e-3, (mode, rel(outs[mode][0], outs["scan"][0]))
+tc.KDA_SPANS = "cumsum"
+assert not torch.equal(outs["cumsum"][0], outs["scan"][0])   # (the difference form ran)
 # GDN_SOLVE: the blocked WY kernel's four diagonal blocks solved together ("x4") or one after
 # the other ("x1"): the same substitution, so the same outputs up to fp32 rounding
 # (with a short last chunk, whose later blocks have no live rows).

@@ -73,7 +73,9 @@ from hwinfer.kernels.triton.delta_chunk_wy import (
     _raw_rows, _row_scale, _store_rows, _wy_kernel,
 )
 from hwinfer.kernels.triton.delta_chunk_wu import _wu_kernel
-from hwinfer.kernels.triton.delta_chunk_wy_blocked import _wy_blocked_kernel, block_k_ok
+from hwinfer.kernels.triton.delta_chunk_wy_blocked import (
+    _chunk_decay, _wy_blocked_kernel, block_k_ok,
+)
 from hwinfer.ops.linear_attention_chunked import L2NORM_EPS, check_inputs
 
 _INTERPRET = INTERPRET
@@ -167,6 +169,17 @@ DIAG_AHEAD = 1
 # exact products) instead of 15 substitution steps: ~0.89x its instructions, and on an H100
 # (twenty-seventh session) 901 -> 745 us at KDA 1 x 16k, 874 -> 720 us at 8 x 2k.
 DIAG_BLOCK_INV = True
+# How KDA's later stages get their decay sums. "scan": each stage scans g itself (the WY
+# kernel two scans a 16-row tile and channel block, _wu_kernel and the output kernel one over
+# the chunk). "cumsum": the diagonal kernel's row loop also writes each tile's running sums of
+# g (exact, fp32, one more [tokens, Hv, Dk] tensor written), and the WY, _wu and output kernels
+# read their decays from the chunk's or the tile's start there; for 16-bit inputs on NVIDIA the
+# WY kernel takes the decay after row s in its tile as the tile's total less the running sum
+# (clamped at 0; delta_chunk_wy_blocked._kda_spans), fp32 inputs and AMD keep one exact
+# reverse scan for it ("cumsum_exact", which a call can also force). "half": no tile cumsums,
+# the WY kernel's forward scan only (S = T - L for 16-bit inputs, "scan" otherwise). The
+# scans were about half of the WY kernel's barriers (twenty-seventh session's SASS probe).
+KDA_SPANS = "cumsum"
 
 
 @triton.jit
@@ -227,14 +240,18 @@ def _state_kernel(kg_ptr, ge_ptr, w_ptr, u_ptr, h0_ptr, hs_ptr, d_ptr, ht_ptr, s
 
 
 @triton.jit
-def _out_kernel(q_ptr, k_ptr, g_ptr, a_ptr, hs_ptr, d_ptr, o_ptr, tab_ptr, Hk, Hv, QKR, scale, eps,
-                DK: tl.constexpr, DV: tl.constexpr, BV: tl.constexpr,
+def _out_kernel(q_ptr, k_ptr, g_ptr, a_ptr, hs_ptr, d_ptr, o_ptr, c_ptr, tab_ptr, Hk, Hv, QKR,
+                scale, eps, DK: tl.constexpr, DV: tl.constexpr, BV: tl.constexpr,
                 PER_CHANNEL: tl.constexpr, USE_L2NORM: tl.constexpr, PREC: tl.constexpr,
-                SPAN: tl.constexpr, RAW_QK: tl.constexpr, QS: tl.constexpr):
+                SPAN: tl.constexpr, RAW_QK: tl.constexpr, QS: tl.constexpr,
+                CS: tl.constexpr = False):
     i_c, i_h, i_hk, tok0, n, c0 = _out_program(tab_ptr, Hk, Hv, BV)
     r = tl.arange(0, 64)
-    g = _g_rows(g_ptr, tok0, n, i_h, Hv, 0, 64, DK, PER_CHANNEL)
-    G = tl.cumsum(g, axis=0)
+    if CS:   # KDA: the decays from the chunk's start from _kda_diag_kernel's tile cumsums
+        G, _ = _chunk_decay(c_ptr, tok0, n, i_h, Hv, 0, DK, DK)
+    else:
+        g = _g_rows(g_ptr, tok0, n, i_h, Hv, 0, 64, DK, PER_CHANNEL)
+        G = tl.cumsum(g, axis=0)
     if PER_CHANNEL:
         q = _qk_rows(q_ptr, tok0, n, i_hk, QKR, scale, eps, 0, 64, DK, USE_L2NORM)
         qg = q * tl.exp(G)
@@ -274,6 +291,18 @@ def _out_kernel(q_ptr, k_ptr, g_ptr, a_ptr, hs_ptr, d_ptr, o_ptr, tab_ptr, Hk, H
     else:
         o = _mm(qg, h, PREC) + _mm(p, d, PREC)
     _store_rows(o_ptr, o, tok0, n, i_h, Hv, c0, 0, 64, DV, BV)
+
+
+def _kda_spans(prec: str) -> str:
+    """KDA_SPANS as a call with products at ``prec`` runs it: the forms that take a span's sum
+    as a difference ("cumsum", "half") only where the products are tf32 (16-bit inputs on
+    NVIDIA); exact products keep exact spans."""
+    if KDA_SPANS not in ("scan", "half", "cumsum", "cumsum_exact"):
+        raise ValueError(f"kda_chunked (triton): KDA_SPANS={KDA_SPANS!r} must be 'scan', 'half', "
+                         "'cumsum' or 'cumsum_exact'")
+    if prec != "tf32":
+        return {"half": "scan", "cumsum": "cumsum_exact"}.get(KDA_SPANS, KDA_SPANS)
+    return KDA_SPANS
 
 
 def _pow2_in_range(x: int) -> bool:
@@ -521,10 +550,14 @@ def _run(op: str, q, k, v, g, beta, initial_state, scale, use_qk_l2norm, cu_seql
         raise ValueError(f"{op} (triton): block_k_out={block_k_out} must be a power of two >= 16 "
                          f"dividing Dk={Dk}")
     xd = torch.empty(B * T, Hv, 16, **f32) if per_channel else u  # KDA's diagonal inverses
+    spans = _kda_spans(prec) if per_channel else "scan"
+    cs = spans.startswith("cumsum")
+    gc = torch.empty(B * T, Hv, Dk, **f32) if cs else g   # KDA's tile cumsums of g
     if nc and per_channel:
-        _kda_diag_kernel[(4 * nc, Hv)](q, k, g, beta, a, xd, chunks, Hk, Hv, qkr, scale,
+        _kda_diag_kernel[(4 * nc, Hv)](q, k, g, beta, a, xd, gc, chunks, Hk, Hv, qkr, scale,
                                        L2NORM_EPS, DK=Dk, USE_L2NORM=l2, AHEAD=int(DIAG_AHEAD),
-                                       BLOCK_INV=bool(DIAG_BLOCK_INV), num_warps=DIAG_WARPS)
+                                       BLOCK_INV=bool(DIAG_BLOCK_INV), CS=cs,
+                                       num_warps=DIAG_WARPS)
     if nc and not block_k:
         _wy_kernel[(nc, Hv)](q, k, v, g, beta, w, u, a, kg, ge, chunks, xd, Hk, Hv, qkr, vr,
                              scale, L2NORM_EPS, DK=Dk, DV=Dv, PER_CHANNEL=per_channel, USE_L2NORM=l2,
@@ -541,15 +574,16 @@ def _run(op: str, q, k, v, g, beta, initial_state, scale, use_qk_l2norm, cu_seql
             raw_k = "fp32" if _INTERPRET else "native"
         if KDA_RAW_K and split and per_channel:   # (KDA's products stay fp32 / tf32 ones)
             raw_k = "fp32"
-        _wy_blocked_kernel[(nc, Hv)](q, k, v, g, beta, w, u, a, kg, ge, chunks, xd, xs, Hk, Hv,
-                                     qkr, vr, scale, L2NORM_EPS, DK=Dk, DV=Dv, PER_CHANNEL=per_channel,
-                                     USE_L2NORM=l2, PREC=prec, BK=block_k, SPLIT=split,
-                                     SOLVE=GDN_SOLVE, RAW_K=raw_k, num_warps=num_warps or wy_warps)
+        _wy_blocked_kernel[(nc, Hv)](q, k, v, g, beta, w, u, a, kg, ge, chunks, xd, xs, gc, Hk,
+                                     Hv, qkr, vr, scale, L2NORM_EPS, DK=Dk, DV=Dv,
+                                     PER_CHANNEL=per_channel, USE_L2NORM=l2, PREC=prec, BK=block_k,
+                                     SPLIT=split, SOLVE=GDN_SOLVE, RAW_K=raw_k, SPANS=spans,
+                                     num_warps=num_warps or wy_warps)
         if split:
-            _wu_kernel[(nc, Hv)](k, v, g, beta, xs, w, u, kg, chunks, Hk, Hv, qkr, vr, L2NORM_EPS,
-                                 DK=Dk, DV=Dv, BC=min(wu_block, Dk, Dv), PER_CHANNEL=per_channel,
-                                 USE_L2NORM=l2, PREC=prec, KG=bool(raw_k),
-                                 num_warps=num_warps or wu_warps)
+            _wu_kernel[(nc, Hv)](k, v, g, beta, xs, w, u, kg, gc, chunks, Hk, Hv, qkr, vr,
+                                 L2NORM_EPS, DK=Dk, DV=Dv, BC=min(wu_block, Dk, Dv),
+                                 PER_CHANNEL=per_channel, USE_L2NORM=l2, PREC=prec,
+                                 KG=bool(raw_k), CS=cs, num_warps=num_warps or wu_warps)
     _state_kernel[(n * Hv, Dv // bv_state)](
         kg, ge, w, u, h0 if h0 is not None else ht, hs, d, ht, seqs,
         state_slots if pool is not None else seqs, Hv,
@@ -562,9 +596,10 @@ def _run(op: str, q, k, v, g, beta, initial_state, scale, use_qk_l2norm, cu_seql
             PREC=prec_out, SPAN=GDN_SPAN, num_warps=num_warps or out_warps, **out_stages)
     elif nc:
         _out_kernel[(nc, Hv, Dv // bv_out)](
-            q, k, g, a, hs, d, o, chunks, Hk, Hv, qkr, scale, L2NORM_EPS,
+            q, k, g, a, hs, d, o, gc, chunks, Hk, Hv, qkr, scale, L2NORM_EPS,
             DK=Dk, DV=Dv, BV=bv_out, PER_CHANNEL=per_channel, USE_L2NORM=l2, PREC=prec_out,
-            SPAN=GDN_SPAN, RAW_QK=raw_qk, QS=qs, num_warps=num_warps or out_warps, **out_stages)
+            SPAN=GDN_SPAN, RAW_QK=raw_qk, QS=qs, CS=cs, num_warps=num_warps or out_warps,
+            **out_stages)
     return o, ht
 
 
@@ -619,6 +654,7 @@ def _aot_specs():
                       "NC": "i32", "BLOCK": "constexpr"}, {"BLOCK": 128}, {"num_warps": 4})]
     for per_channel in (False, True):
         kind = "kda" if per_channel else "gdn"
+        tile_cs = per_channel and KDA_SPANS.startswith("cumsum")   # KDA's tile cumsums read
         # What prefill launches in the models (bf16, D = 128, tf32 on NVIDIA / ieee on AMD).
         for dtype, d in (("bf16", 128),):
             ptr, f32, half = f"*{dtype}", "*fp32", "*bf16"  # half: w, kg
@@ -642,19 +678,20 @@ def _aot_specs():
                 specs.append(AotSpec(
                     f"delta_chunk_wy_blocked[{kind},{dtype},{d},bk32{',split' if split else ''}"
                     f"{',tf32' if prec == 'tf32' else ''}]",
-                    _wy_blocked_kernel, {**wy, "x_ptr": f32, "BK": "constexpr",
+                    _wy_blocked_kernel, {**wy, "x_ptr": f32, "c_ptr": f32, "BK": "constexpr",
                                          "SPLIT": "constexpr", "SOLVE": "constexpr",
-                                         "RAW_K": "constexpr",
+                                         "RAW_K": "constexpr", "SPANS": "constexpr",
                                          **({"a_ptr": half} if split and per_channel else {})},
                     {**flags, "PREC": prec, "BK": 32, "SPLIT": split, "SOLVE": GDN_SOLVE,
-                     "RAW_K": "fp32" if split and per_channel and KDA_RAW_K else ""},
+                     "RAW_K": "fp32" if split and per_channel and KDA_RAW_K else "",
+                     "SPANS": _kda_spans(prec) if per_channel else "scan"},
                     {"num_warps": SPLIT_LAUNCH[kind][0] if split else 4}, targets))
             wu = {"k_ptr": ptr, "v_ptr": ptr, "g_ptr": f32, "b_ptr": f32, "x_ptr": f32,
-                  "w_ptr": half, "u_ptr": f32, "kg_ptr": half, "tab_ptr": "*i32", "Hk": "i32",
-                  "Hv": "i32", "QKR": "i32", "VR": "i32", "eps": "fp32", "DK": "constexpr",
-                  "DV": "constexpr",
+                  "w_ptr": half, "u_ptr": f32, "kg_ptr": half, "c_ptr": f32, "tab_ptr": "*i32",
+                  "Hk": "i32", "Hv": "i32", "QKR": "i32", "VR": "i32", "eps": "fp32",
+                  "DK": "constexpr", "DV": "constexpr",
                   "BC": "constexpr", "PER_CHANNEL": "constexpr", "USE_L2NORM": "constexpr",
-                  "PREC": "constexpr", "KG": "constexpr"}
+                  "PREC": "constexpr", "KG": "constexpr", "CS": "constexpr"}
             # KG: the decayed keys written here (GDN / KDA_RAW_K); tf32: as NVIDIA runs it
             for raw, prec, targets in ((False, "ieee", None), (True, "ieee", None),
                                        (True, "tf32", ("sm_90", "sm_100"))):
@@ -663,31 +700,34 @@ def _aot_specs():
                                      _wu_kernel, wu,
                                      {"DK": d, "DV": d, "BC": SPLIT_LAUNCH[kind][2],
                                       "PER_CHANNEL": per_channel, "USE_L2NORM": True,
-                                      "PREC": prec, "KG": raw},
+                                      "PREC": prec, "KG": raw, "CS": tile_cs},
                                      {"num_warps": SPLIT_LAUNCH[kind][1]}, targets))
             if not per_channel:   # GDN's default form on NVIDIA: raw 16-bit keys, "x4" solve
                 specs.append(AotSpec(
                     f"delta_chunk_wy_blocked[{kind},{dtype},{d},bk32,split,raw,x4]",
-                    _wy_blocked_kernel, {**wy, "x_ptr": f32, "BK": "constexpr",
+                    _wy_blocked_kernel, {**wy, "x_ptr": f32, "c_ptr": f32, "BK": "constexpr",
                                          "SPLIT": "constexpr", "SOLVE": "constexpr",
-                                         "RAW_K": "constexpr"},
+                                         "RAW_K": "constexpr", "SPANS": "constexpr"},
                     {**flags, "PREC": "tf32", "BK": 32, "SPLIT": True, "SOLVE": "x4",
-                     "RAW_K": "native"}, {"num_warps": SPLIT_LAUNCH[kind][0]},
+                     "RAW_K": "native", "SPANS": "scan"}, {"num_warps": SPLIT_LAUNCH[kind][0]},
                     ("sm_90", "sm_100")))
             if per_channel:
                 dg = {"q_ptr": ptr, "k_ptr": ptr, "g_ptr": f32, "b_ptr": f32, "a_ptr": f32,
-                      "xd_ptr": f32, "tab_ptr": "*i32", "Hk": "i32", "Hv": "i32",
+                      "xd_ptr": f32, "c_ptr": f32, "tab_ptr": "*i32", "Hk": "i32", "Hv": "i32",
                       "QKR": "i32", "scale": "fp32", "eps": "fp32", "DK": "constexpr",
-                      "USE_L2NORM": "constexpr", "AHEAD": "constexpr", "BLOCK_INV": "constexpr"}
+                      "USE_L2NORM": "constexpr", "AHEAD": "constexpr", "BLOCK_INV": "constexpr",
+                      "CS": "constexpr"}
                 # rows fetched ahead by the row loop; Aqk in bf16 (NVIDIA's hand-off) or fp32;
-                # the inverse by blocks (DIAG_BLOCK_INV)
-                for ahead, a16, inv in ((0, True, False), (1, True, False), (2, True, False),
-                                        (1, False, False), (1, True, True)):
-                    tag = f"ahead{ahead}{'' if a16 else ',a32'}{',blockinv' if inv else ''}"
+                # the inverse by blocks (DIAG_BLOCK_INV); the tile cumsums written (KDA_SPANS)
+                for ahead, a16, inv, cs in ((0, True, False, False), (1, True, False, False),
+                                            (2, True, False, False), (1, False, False, False),
+                                            (1, True, True, False), (1, True, True, True)):
+                    tag = (f"ahead{ahead}{'' if a16 else ',a32'}{',blockinv' if inv else ''}"
+                           f"{',cs' if cs else ''}")
                     specs.append(AotSpec(f"kda_diag[{dtype},{d},{tag}]", _kda_diag_kernel,
                                          {**dg, "a_ptr": half if a16 else f32},
                                          {"DK": d, "USE_L2NORM": True, "AHEAD": ahead,
-                                          "BLOCK_INV": inv}, {"num_warps": 2}))
+                                          "BLOCK_INV": inv, "CS": cs}, {"num_warps": 2}))
             st = {"kg_ptr": half, "ge_ptr": f32, "w_ptr": half, "u_ptr": f32, "h0_ptr": f32,
                   "hs_ptr": f32, "d_ptr": f32, "ht_ptr": f32, "seq_ptr": "*i32",
                   "slot_ptr": "*i32", "Hv": "i32",
@@ -708,12 +748,12 @@ def _aot_specs():
                      "PREC": prec, "PREFETCH": pf, "HAS_SLOTS": True},
                     {"num_warps": 8 if pf else 4, "num_stages": 2}, targets))
             out = {"q_ptr": ptr, "k_ptr": ptr, "g_ptr": f32, "a_ptr": f32, "hs_ptr": f32,
-                   "d_ptr": f32, "o_ptr": ptr, "tab_ptr": "*i32", "Hk": "i32", "Hv": "i32",
-                   "QKR": "i32", "scale": "fp32", "eps": "fp32", "DK": "constexpr",
+                   "d_ptr": f32, "o_ptr": ptr, "c_ptr": f32, "tab_ptr": "*i32", "Hk": "i32",
+                   "Hv": "i32", "QKR": "i32", "scale": "fp32", "eps": "fp32", "DK": "constexpr",
                    "DV": "constexpr",
                    "BV": "constexpr", "PER_CHANNEL": "constexpr", "USE_L2NORM": "constexpr",
                    "PREC": "constexpr", "SPAN": "constexpr", "RAW_QK": "constexpr",
-                   "QS": "constexpr"}
+                   "QS": "constexpr", "CS": "constexpr"}
             # exact products (AMD), GDN's split q S0, and bf16 products (NVIDIA's default for
             # 16-bit inputs, OUT_DOTS_16BIT)
             for qs, prec, targets in (("", "ieee", None), ("split", "ieee", ("sm_90", "sm_100")),
@@ -729,11 +769,12 @@ def _aot_specs():
                                      _out_kernel, {**out, **handoff}, {**flags, "PREC": prec,
                                                         "BV": 128 if qs else 64,
                                                         "SPAN": "scan", "RAW_QK": "native",
-                                                        "QS": qs},
+                                                        "QS": qs, "CS": tile_cs},
                                      {"num_warps": 4}, targets))
             specs.append(AotSpec(f"delta_chunk_out_blocked[{kind},{dtype},{d},bk32]",
                                  _out_blocked_kernel,
-                                 {**{k: v for k, v in out.items() if k not in ("RAW_QK", "QS")},
+                                 {**{k: v for k, v in out.items()
+                                     if k not in ("RAW_QK", "QS", "CS", "c_ptr")},
                                   "BK": "constexpr"},
                                  {**flags, "BV": 64, "BK": 32, "SPAN": "scan"}, {"num_warps": 4}))
     return specs

@@ -9,7 +9,8 @@ M = 64 instead of ten 16 x 16 blocks, and the WY program no longer holds X, k, v
 sums at once (255 registers and spills on the H200 when it did).
 
 ``G`` is the decay from the chunk's start through row t, a cumulative sum of g over the rows
-(each exponent <= 0, a sum of its own terms, as everywhere in these kernels). Shapes: k [tokens,
+(each exponent <= 0, a sum of its own terms, as everywhere in these kernels); KDA with ``CS``
+reads it from the tile cumsums of ``_kda_diag_kernel`` instead of scanning g. Shapes: k [tokens,
 Hk, Dk] and v [tokens, Hv, Dv] in the input dtype, g [tokens, Hv(, Dk)] and beta [tokens, Hv]
 any float, w [tokens, Hv, Dk] (bf16 for 16-bit inputs), u [tokens, Hv, Dv] fp32. With ``KG``
 (a WY kernel that read the keys raw: GDN_RAW_K, KDA_RAW_K) the decayed keys kg [tokens, Hv, Dk]
@@ -23,14 +24,14 @@ import triton
 import triton.language as tl
 
 from hwinfer.kernels.triton.delta_chunk_wy import _chunk_program, _g_rows, _head_rows, _store_rows
-from hwinfer.kernels.triton.delta_chunk_wy_blocked import _inv_norm
+from hwinfer.kernels.triton.delta_chunk_wy_blocked import _chunk_decay, _inv_norm
 
 
 @triton.jit
-def _wu_kernel(k_ptr, v_ptr, g_ptr, b_ptr, x_ptr, w_ptr, u_ptr, kg_ptr, tab_ptr, Hk, Hv, QKR, VR,
-               eps, DK: tl.constexpr, DV: tl.constexpr, BC: tl.constexpr,
+def _wu_kernel(k_ptr, v_ptr, g_ptr, b_ptr, x_ptr, w_ptr, u_ptr, kg_ptr, c_ptr, tab_ptr, Hk, Hv,
+               QKR, VR, eps, DK: tl.constexpr, DV: tl.constexpr, BC: tl.constexpr,
                PER_CHANNEL: tl.constexpr, USE_L2NORM: tl.constexpr, PREC: tl.constexpr,
-               KG: tl.constexpr):
+               KG: tl.constexpr, CS: tl.constexpr = False):
     i_c, i_h, i_hk, tok0, n = _chunk_program(tab_ptr, Hk, Hv)
     r = tl.arange(0, 64)
     live = r < n
@@ -52,8 +53,12 @@ def _wu_kernel(k_ptr, v_ptr, g_ptr, b_ptr, x_ptr, w_ptr, u_ptr, kg_ptr, tab_ptr,
         kr = _head_rows(k_ptr, tok0, n, i_hk, QKR, c0, 0, 64, DK, BC)
         y = kr * bk[:, None]
         if PER_CHANNEL:
-            gb = _head_rows(g_ptr, tok0, n, i_h, Hv, c0, 0, 64, DK, BC)
-            G = tl.cumsum(gb, axis=0)
+            if CS:   # from the tile cumsums of _kda_diag_kernel (no scan here)
+                G, total = _chunk_decay(c_ptr, tok0, n, i_h, Hv, c0, DK, BC)
+            else:
+                gb = _head_rows(g_ptr, tok0, n, i_h, Hv, c0, 0, 64, DK, BC)
+                G = tl.cumsum(gb, axis=0)
+                total = tl.sum(gb, axis=0)
             y = y * tl.exp(G)
             if KG:   # the decay after row t, per channel
                 if kg_ptr.dtype.element_ty == tl.float32:
@@ -64,7 +69,7 @@ def _wu_kernel(k_ptr, v_ptr, g_ptr, b_ptr, x_ptr, w_ptr, u_ptr, kg_ptr, tab_ptr,
                     # bf16 keys: the chunk's total less G (no second scan). Its cancellation
                     # costs |G_end| x 6e-8 of the exponent (<= 1e-5 at |g| <= 2 a token), far
                     # under the 2^-9 of the bf16 rounding the stored keys take anyway.
-                    after = tl.minimum(tl.sum(gb, axis=0)[None, :] - G, 0.0)
+                    after = tl.minimum(total[None, :] - G, 0.0)
                 _store_rows(kg_ptr, kr * nk[:, None] * tl.exp(after), tok0, n, i_h, Hv, c0, 0,
                             64, DK, BC)
         elif KG:

@@ -300,9 +300,9 @@ def _inv16x4(a0, a1, a2, a3, live):
 
 
 @triton.jit
-def _kda_diag_kernel(q_ptr, k_ptr, g_ptr, b_ptr, a_ptr, xd_ptr, tab_ptr, Hk, Hv, QKR, scale, eps,
-                     DK: tl.constexpr, USE_L2NORM: tl.constexpr, AHEAD: tl.constexpr = 1,
-                     BLOCK_INV: tl.constexpr = False):
+def _kda_diag_kernel(q_ptr, k_ptr, g_ptr, b_ptr, a_ptr, xd_ptr, c_ptr, tab_ptr, Hk, Hv, QKR, scale,
+                     eps, DK: tl.constexpr, USE_L2NORM: tl.constexpr, AHEAD: tl.constexpr = 1,
+                     BLOCK_INV: tl.constexpr = False, CS: tl.constexpr = False):
     """KDA's diagonal 16 x 16 blocks, one program per (16-row tile, value head): the decayed
     q k^T block (lower), written into Aqk at the tile's columns, and ``(I + beta A)^-1`` with
     ``A`` the decayed k k^T block (strictly lower), written to ``xd`` [tokens, Hv, 16] fp32 for
@@ -324,14 +324,19 @@ def _kda_diag_kernel(q_ptr, k_ptr, g_ptr, b_ptr, a_ptr, xd_ptr, tab_ptr, Hk, Hv,
 
     Measured and removed (eighteenth / nineteenth sessions): tiles whose decays stay within
     e^{+-16} formed as two products, ``(k e^{D}) (k e^{-D})^T`` (1,674 against 1,174 us on an
-    H100 at g ~ -1 a token: 255 registers, 142 spilled, and few tiles qualify)."""
+    H100 at g ~ -1 a token: 255 registers, 142 spilled, and few tiles qualify).
+
+    ``CS``: the loop also writes the tile's running sums of g, ``c[t] = g_{r0} + .. + g_t`` per
+    channel ([tokens, Hv, DK] fp32 at ``c_ptr``, rows of the tile only): exact sums of their own
+    spans, from which the later stages read every decay from the tile's start (and, with the
+    tile totals, from the chunk's start) without scans of their own (the drivers' KDA_SPANS)."""
     r0, i_h, i_hk, tok0, live = _tile_program(tab_ptr, Hk, Hv)
     if live > 0:
         r = tl.arange(0, 16)
         k = _qk_rows(k_ptr, tok0, live, i_hk, QKR, 1.0, eps, 0, 16, DK, USE_L2NORM)
         b = tl.load(b_ptr + (tok0 + r) * Hv + i_h, mask=r < live, other=0.0).to(tl.float32)
-        akk, aqk = _diag_rows(q_ptr, k_ptr, g_ptr, k, tok0, live, i_h, i_hk, Hv, QKR, scale, eps,
-                              DK, USE_L2NORM, AHEAD)
+        akk, aqk = _diag_rows(q_ptr, k_ptr, g_ptr, c_ptr, k, tok0, live, i_h, i_hk, Hv, QKR,
+                              scale, eps, DK, USE_L2NORM, AHEAD, CS)
         if BLOCK_INV:   # six products instead of 15 substitution steps (_inv16_blocks)
             x = _inv16_blocks(akk * b[:, None])
         else:
@@ -343,14 +348,16 @@ def _kda_diag_kernel(q_ptr, k_ptr, g_ptr, b_ptr, a_ptr, xd_ptr, tab_ptr, Hk, Hv,
 
 
 @triton.jit
-def _diag_rows(q_ptr, k_ptr, g_ptr, k, tok0, live, i_h, i_hk, Hv, QKR, scale, eps,
-               DK: tl.constexpr, USE_L2NORM: tl.constexpr, AHEAD: tl.constexpr):
-    """The row loop of ``_kda_diag_kernel``: (akk, aqk) [16, 16] of a tile, k its normalised rows."""
+def _diag_rows(q_ptr, k_ptr, g_ptr, c_ptr, k, tok0, live, i_h, i_hk, Hv, QKR, scale, eps,
+               DK: tl.constexpr, USE_L2NORM: tl.constexpr, AHEAD: tl.constexpr, CS: tl.constexpr):
+    """The row loop of ``_kda_diag_kernel``: (akk, aqk) [16, 16] of a tile, k its normalised rows
+    (and, with ``CS``, the tile's running sums of g written to ``c_ptr``)."""
     r = tl.arange(0, 16)
     cols = tl.arange(0, DK)
     akk = tl.zeros([16, 16], dtype=tl.float32)
     aqk = tl.zeros([16, 16], dtype=tl.float32)
     dec = tl.zeros([16, DK], dtype=tl.float32)
+    cs = tl.zeros([DK], dtype=tl.float32)
     n = tl.minimum(live, 16)
     if AHEAD > 0:   # rows 0 .. AHEAD-1 as stored (row 0 is live); row t+AHEAD fetched at row t
         kn, qn, gn = _diag_row_raw(q_ptr, k_ptr, g_ptr, tok0, 0, n, i_h, i_hk, Hv, QKR, DK)
@@ -361,7 +368,7 @@ def _diag_rows(q_ptr, k_ptr, g_ptr, k, tok0, live, i_h, i_hk, Hv, QKR, scale, ep
         if AHEAD > 0:
             kt = _qk_scaled(kn.to(tl.float32), 1.0, eps, USE_L2NORM)
             qt = _qk_scaled(qn.to(tl.float32), scale, eps, USE_L2NORM)
-            et = tl.exp(gn)
+            gt = gn
             if AHEAD > 1:
                 kn, qn, gn = kn2, qn2, gn2
                 kn2, qn2, gn2 = _diag_row_raw(q_ptr, k_ptr, g_ptr, tok0, t + 2, n, i_h, i_hk, Hv,
@@ -372,8 +379,11 @@ def _diag_rows(q_ptr, k_ptr, g_ptr, k, tok0, live, i_h, i_hk, Hv, QKR, scale, ep
         else:
             kt = _qk_row(k_ptr, tok0 + t, i_hk, QKR, 1.0, eps, DK, USE_L2NORM)
             qt = _qk_row(q_ptr, tok0 + t, i_hk, QKR, scale, eps, DK, USE_L2NORM)
-            et = tl.exp(tl.load(g_ptr + ((tok0 + t) * Hv + i_h) * DK + cols).to(tl.float32))
-        dec = dec * et[None, :]
+            gt = tl.load(g_ptr + ((tok0 + t) * Hv + i_h) * DK + cols).to(tl.float32)
+        if CS:
+            cs += gt
+            tl.store(c_ptr + ((tok0 + t) * Hv + i_h) * DK + cols, cs)
+        dec = dec * tl.exp(gt)[None, :]
         akk = tl.where(row, tl.sum(dec * k * kt[None, :], axis=1)[None, :], akk)
         dec = tl.where(row, 1.0, dec)
         aqk = tl.where(row, tl.sum(dec * k * qt[None, :], axis=1)[None, :], aqk)

@@ -73,6 +73,62 @@ def _spans(g_ptr, tok0, n, i_h, Hv, c0, R0: tl.constexpr, DK: tl.constexpr, BK: 
 
 
 @triton.jit
+def _tile_total(c_ptr, tok0, n, i_h, Hv, c0, R0: tl.constexpr, DK: tl.constexpr, BK: tl.constexpr):
+    """A tile's sum of g over its rows (channels c0 .. c0+BK, [BK]; 0 for a tile past n): the
+    running sum at its last row, from the tile cumsums of ``_kda_diag_kernel`` (``CS``)."""
+    last = tl.minimum(n - 1, R0 + 15)
+    cols = c0 + tl.arange(0, BK)
+    return tl.load(c_ptr + ((tok0 + last) * Hv + i_h) * DK + cols, mask=(cols < DK) & (R0 < n),
+                   other=0.0)
+
+
+@triton.jit
+def _kda_spans(g_ptr, c_ptr, tok0, n, i_h, Hv, c0, R0: tl.constexpr, DK: tl.constexpr,
+               BK: tl.constexpr, SPANS: tl.constexpr):
+    """KDA's L, S, T of a tile (as ``_spans``, channels c0 .. c0+BK) by the drivers' KDA_SPANS:
+    "scan" two scans of g; "half" one (S = T - L); "cumsum" / "cumsum_exact" none / one, L and
+    T read from the tile cumsums ``_kda_diag_kernel`` wrote, S = T - L / S by a reverse scan.
+
+    S = T - L is the one exponent here that is not a sum of its own terms: its cancellation
+    costs |T| x 6e-8 of it, under the tf32 rounding (2^-11) of the products it feeds while the
+    tile's decay sum |T| < ~8,000; it is clamped at 0 and taken for 16-bit inputs only."""
+    if SPANS == "scan":
+        L, S, T = _spans(g_ptr, tok0, n, i_h, Hv, c0, R0, DK, BK, True)
+    elif SPANS == "half":
+        g = _head_rows(g_ptr, tok0, n, i_h, Hv, c0, R0, 16, DK, BK)
+        L = tl.cumsum(g, axis=0)
+        T = tl.sum(g, axis=0)
+        S = tl.minimum(T[None, :] - L, 0.0)
+    else:
+        L = _head_rows(c_ptr, tok0, n, i_h, Hv, c0, R0, 16, DK, BK)
+        T = _tile_total(c_ptr, tok0, n, i_h, Hv, c0, R0, DK, BK)
+        if SPANS == "cumsum_exact":
+            gs = _head_rows(g_ptr, tok0 + 1, tl.minimum(n - 1, R0 + 15), i_h, Hv, c0, R0, 16, DK,
+                            BK)
+            S = tl.cumsum(gs, axis=0, reverse=True)
+        else:
+            S = tl.minimum(T[None, :] - L, 0.0)
+    return L, S, T
+
+
+@triton.jit
+def _chunk_decay(c_ptr, tok0, n, i_h, Hv, c0, DK: tl.constexpr, BC: tl.constexpr):
+    """KDA's decay from the chunk's start through row t, G [64, BC] (channels c0 .. c0+BC), and
+    the chunk's total [BC], from the tile cumsums of ``_kda_diag_kernel``: a row's running sum
+    in its tile plus the totals of the tiles before it (sums of disjoint parts of its span)."""
+    r = tl.arange(0, 64)
+    G = _head_rows(c_ptr, tok0, n, i_h, Hv, c0, 0, 64, DK, BC)
+    T0 = _tile_total(c_ptr, tok0, n, i_h, Hv, c0, 0, DK, BC)
+    T1 = _tile_total(c_ptr, tok0, n, i_h, Hv, c0, 16, DK, BC)
+    T2 = _tile_total(c_ptr, tok0, n, i_h, Hv, c0, 32, DK, BC)
+    T3 = _tile_total(c_ptr, tok0, n, i_h, Hv, c0, 48, DK, BC)
+    G = G + tl.where(r[:, None] >= 16, T0[None, :], 0.0)
+    G = G + tl.where(r[:, None] >= 32, T1[None, :], 0.0)
+    G = G + tl.where(r[:, None] >= 48, T2[None, :], 0.0)
+    return G, T0 + T1 + T2 + T3
+
+
+@triton.jit
 def _gdn_factor(Li, Sj, mid):
     """GDN's decay of block (i, j), i > j: e^{L_i[t] + mid + S_j[s]} (exponent <= 0)."""
     return tl.exp(Li[:, None] + mid + Sj[None, :])
@@ -161,10 +217,11 @@ def _q_decayed(q_ptr, tok0, n, i_hk, QKR, c0, R0: tl.constexpr, DK: tl.constexpr
 
 @triton.jit
 def _wy_blocked_kernel(q_ptr, k_ptr, v_ptr, g_ptr, b_ptr, w_ptr, u_ptr, a_ptr, kg_ptr, ge_ptr,
-                       tab_ptr, xd_ptr, x_ptr, Hk, Hv, QKR, VR, scale, eps, DK: tl.constexpr,
-                       DV: tl.constexpr, PER_CHANNEL: tl.constexpr, USE_L2NORM: tl.constexpr,
-                       PREC: tl.constexpr, BK: tl.constexpr, SPLIT: tl.constexpr,
-                       SOLVE: tl.constexpr, RAW_K: tl.constexpr):
+                       tab_ptr, xd_ptr, x_ptr, c_ptr, Hk, Hv, QKR, VR, scale, eps,
+                       DK: tl.constexpr, DV: tl.constexpr, PER_CHANNEL: tl.constexpr,
+                       USE_L2NORM: tl.constexpr, PREC: tl.constexpr, BK: tl.constexpr,
+                       SPLIT: tl.constexpr, SOLVE: tl.constexpr, RAW_K: tl.constexpr,
+                       SPANS: tl.constexpr = "scan"):
     i_c, i_h, i_hk, tok0, n = _chunk_program(tab_ptr, Hk, Hv)
     r16 = tl.arange(0, 16)
     b0 = tl.load(b_ptr + (tok0 + r16) * Hv + i_h, mask=r16 < n, other=0.0).to(tl.float32)
@@ -217,44 +274,46 @@ def _wy_blocked_kernel(q_ptr, k_ptr, v_ptr, g_ptr, b_ptr, w_ptr, u_ptr, a_ptr, k
                 sk2 += tl.sum(k2 * k2, axis=1)
                 sk3 += tl.sum(k3 * k3, axis=1)
             if PER_CHANNEL:
-                L0, S0, T0 = _spans(g_ptr, tok0, n, i_h, Hv, c0, 0, DK, BK, True)
-                L1, S1, T1 = _spans(g_ptr, tok0, n, i_h, Hv, c0, 16, DK, BK, True)
-                L2, S2, T2 = _spans(g_ptr, tok0, n, i_h, Hv, c0, 32, DK, BK, True)
-                L3, S3, T3 = _spans(g_ptr, tok0, n, i_h, Hv, c0, 48, DK, BK, True)
+                L0, S0, T0 = _kda_spans(g_ptr, c_ptr, tok0, n, i_h, Hv, c0, 0, DK, BK, SPANS)
+                L1, S1, T1 = _kda_spans(g_ptr, c_ptr, tok0, n, i_h, Hv, c0, 16, DK, BK, SPANS)
+                L2, S2, T2 = _kda_spans(g_ptr, c_ptr, tok0, n, i_h, Hv, c0, 32, DK, BK, SPANS)
+                L3, S3, T3 = _kda_spans(g_ptr, c_ptr, tok0, n, i_h, Hv, c0, 48, DK, BK, SPANS)
                 tl.store(ge_ptr + (i_c.to(tl.int64) * Hv + i_h) * DK + c0 + tl.arange(0, BK),
                          T0 + T1 + T2 + T3)
                 # k_j e^{S_j + (tiles between)} and k_i e^{L_i}, q_i e^{L_i}: block (i, j) is
                 # their product summed over channels, here over this channel block.
-                r10 = k0 * tl.exp(S0)
-                r20 = k0 * tl.exp(S0 + T1[None, :])
-                r30 = k0 * tl.exp(S0 + (T1 + T2)[None, :])
-                r21 = k1 * tl.exp(S1)
-                r31 = k1 * tl.exp(S1 + T2[None, :])
-                r32 = k2 * tl.exp(S2)
+                # (each k_j e^{..} formed where its two products are, not all six first:
+                # fewer of them live at once)
                 lk = k1 * tl.exp(L1)
-                a10 += tl.dot(lk, tl.trans(r10), input_precision=PREC)
                 lq, qr = _q_decayed(q_ptr, tok0, n, i_hk, QKR, c0, 16, DK, BK, L1, nq1, RAW_K)
                 if RAW_K != "":
                     sq1 += tl.sum(qr * qr, axis=1)
-                p10 += tl.dot(lq, tl.trans(r10), input_precision=PREC)
+                rj = k0 * tl.exp(S0)
+                a10 += tl.dot(lk, tl.trans(rj), input_precision=PREC)
+                p10 += tl.dot(lq, tl.trans(rj), input_precision=PREC)
                 lk = k2 * tl.exp(L2)
-                a20 += tl.dot(lk, tl.trans(r20), input_precision=PREC)
-                a21 += tl.dot(lk, tl.trans(r21), input_precision=PREC)
                 lq, qr = _q_decayed(q_ptr, tok0, n, i_hk, QKR, c0, 32, DK, BK, L2, nq2, RAW_K)
                 if RAW_K != "":
                     sq2 += tl.sum(qr * qr, axis=1)
-                p20 += tl.dot(lq, tl.trans(r20), input_precision=PREC)
-                p21 += tl.dot(lq, tl.trans(r21), input_precision=PREC)
+                rj = k0 * tl.exp(S0 + T1[None, :])
+                a20 += tl.dot(lk, tl.trans(rj), input_precision=PREC)
+                p20 += tl.dot(lq, tl.trans(rj), input_precision=PREC)
+                rj = k1 * tl.exp(S1)
+                a21 += tl.dot(lk, tl.trans(rj), input_precision=PREC)
+                p21 += tl.dot(lq, tl.trans(rj), input_precision=PREC)
                 lk = k3 * tl.exp(L3)
-                a30 += tl.dot(lk, tl.trans(r30), input_precision=PREC)
-                a31 += tl.dot(lk, tl.trans(r31), input_precision=PREC)
-                a32 += tl.dot(lk, tl.trans(r32), input_precision=PREC)
                 lq, qr = _q_decayed(q_ptr, tok0, n, i_hk, QKR, c0, 48, DK, BK, L3, nq3, RAW_K)
                 if RAW_K != "":
                     sq3 += tl.sum(qr * qr, axis=1)
-                p30 += tl.dot(lq, tl.trans(r30), input_precision=PREC)
-                p31 += tl.dot(lq, tl.trans(r31), input_precision=PREC)
-                p32 += tl.dot(lq, tl.trans(r32), input_precision=PREC)
+                rj = k0 * tl.exp(S0 + (T1 + T2)[None, :])
+                a30 += tl.dot(lk, tl.trans(rj), input_precision=PREC)
+                p30 += tl.dot(lq, tl.trans(rj), input_precision=PREC)
+                rj = k1 * tl.exp(S1 + T2[None, :])
+                a31 += tl.dot(lk, tl.trans(rj), input_precision=PREC)
+                p31 += tl.dot(lq, tl.trans(rj), input_precision=PREC)
+                rj = k2 * tl.exp(S2)
+                a32 += tl.dot(lk, tl.trans(rj), input_precision=PREC)
+                p32 += tl.dot(lq, tl.trans(rj), input_precision=PREC)
             else:
                 a00 += tl.dot(k0, tl.trans(k0), input_precision=PREC)
                 a11 += tl.dot(k1, tl.trans(k1), input_precision=PREC)
