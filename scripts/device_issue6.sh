@@ -155,6 +155,7 @@ elif [ "$phase" = s28a ]; then
     --variant "cumsum_exact@$D:KDA_SPANS='cumsum_exact'" \
     --variant "wy1@$D:SPLIT_LAUNCH={'gdn':(2,4,32),'kda':(1,4,32)}" \
     --variant "wy4@$D:SPLIT_LAUNCH={'gdn':(2,4,32),'kda':(4,4,32)}" \
+    --variant "out128@block_v_out=128" \
     > "$out/bench_delta_chunk.csv" 2> "$out/bench_delta_chunk.err"
   echo "== bench_delta_chunk rc=$?"; grep -v "Warn\|warn\|at::native\|anonymous\|Memcpy\|^# hwinfer" \
     "$out/bench_delta_chunk.err" | grep "triton\|fla\|#   " | grep -v "chunk_table\|regs" | cut -c1-150 | head -60
