@@ -7,7 +7,8 @@ Chunks of 64 tokens (never crossing a sequence boundary), four launches (five fo
 0. KDA only, ``_kda_diag_kernel`` (:mod:`.delta_chunk_wy`), one small program per (16-row
    tile, value head): the diagonal 16 x 16 blocks, whose per-channel decay needs a sequential
    loop over rows (on the H200 this made KDA 1.8x faster than the same loop inside the WY
-   kernel);
+   kernel); the same loop writes each tile's running sums of g, which the later stages read
+   their decays from (``KDA_SPANS``);
 1. ``_wy_blocked_kernel`` (:mod:`.delta_chunk_wy_blocked`; the key channels in blocks of 32,
    the default) or ``_wy_kernel`` (:mod:`.delta_chunk_wy`, whole tiles, ``block_k=0``), one
    program per (chunk, value head), all chunks in parallel: ``w``, ``u`` of the WY form (the
@@ -40,7 +41,12 @@ Every exponent is <= 0 (the decay from s to t, or from t to the chunk's end), so
 softplus gates cannot overflow, and every exponent is a sum of g over its own span, never a
 difference of two cumulative sums: at strong decay (g ~ -100 per token) such a difference loses
 ~|G| * 6e-8 of absolute precision, which measured 1e-4 relative error on the outputs before
-this was done.
+this was done. The exceptions, for 16-bit inputs only, where the products they feed round to
+tf32 or bf16 far above the cancellation: KDA's decayed keys (a chunk's total less G, in
+``_wu_kernel``) and the WY kernel's decay after a row in its 16-row tile (the tile's total less
+the running sum, ``KDA_SPANS``). KDA's stages after the diagonal kernel read their decays from
+the running sums of g that kernel's row loop writes per 16-row tile (exact sums of their own
+spans) instead of scanning g themselves (``KDA_SPANS = "cumsum"``).
 
 Varlen: the chunk table (first token and length of every chunk) is built on the device by
 ``_chunk_table_kernel`` for an upper bound of the chunk count (T // 64 + N; the rows past the

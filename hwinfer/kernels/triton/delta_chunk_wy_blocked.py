@@ -21,7 +21,10 @@ in the same channel loop and applied to the [16, 16] blocks after it, and ``_wu_
 the decayed keys (twenty-fifth session: those keys' spans and stores were what spilled this
 kernel; 1,157 -> 855 us on an H100 at KDA 1 x 16k).
 
-Every exponent is still a sum of g over its own span, <= 0. Selected by ``block_k`` in the
+Every exponent is <= 0 and a sum of g over its own span, except, for 16-bit inputs with
+``SPANS="cumsum"`` (the drivers' KDA_SPANS), KDA's decay after a row in its tile: the tile's
+total less the row's running sum (``_kda_spans``), where L and T come from the tile cumsums
+``_kda_diag_kernel`` wrote and the channel loop has no scan left. Selected by ``block_k`` in the
 drivers (``gdn_chunked`` / ``kda_chunked``; the default). With ``SPLIT`` (the drivers'
 ``WY_SPLIT``, the default) step 4 is left to ``_wu_kernel`` (:mod:`.delta_chunk_wu`): X is
 stored as rows [tokens, Hv, 64] instead.
