@@ -137,8 +137,8 @@ elif [ "$phase" = s27a ]; then
     "$out/bench_delta_chunk.err" | grep "triton\|fla\|#   " | grep -v "chunk_table\|regs" | cut -c1-150 | head -90
 elif [ "$phase" = s28a ]; then
   # KDA's decays from the diagonal kernel's tile cumsums (KDA_SPANS="cumsum", the new default):
-  # strict conformance with the rows for ci/results, the Kimi / Qwen model tests on the card,
-  # KDA per kernel beside the other span forms, the WY kernel's warps, fla, and (with a
+  # strict conformance with the rows for ci/results, the Kimi model tests on the card,
+  # KDA per kernel beside the scans, the WY kernel's warps, fla, and (with a
   # base tree's hwinfer packed as .whl/base.tar: git archive BASE hwinfer) the tree before.
   nvidia-smi --query-gpu=name --format=csv,noheader | tee "$out/gpu.txt"
   D=hwinfer.kernels.triton.delta_chunk
@@ -147,12 +147,11 @@ elif [ "$phase" = s28a ]; then
     --results-csv "$out/conformance_rows.csv" > "$out/conformance_default.txt" 2>&1
   echo "== strict, defaults"; grep -E "passed|failed|FAILED" "$out/conformance_default.txt" | tail -6
   HWINFER_TEST_DEVICE=cuda timeout 150 python3 -m pytest tests/models -q -p no:cacheprovider \
-    -k "qwen or kimi" > "$out/models.txt" 2>&1
-  echo "== models (qwen, kimi) on the card"; grep -E "passed|failed|FAILED" "$out/models.txt" | tail -6
+    -k "kimi" > "$out/models.txt" 2>&1
+  echo "== models (kimi) on the card"; grep -E "passed|failed|FAILED" "$out/models.txt" | tail -6
   timeout 200 python3 scripts/bench_delta_chunk.py --kinds kda --shapes 1x16384,8x2048 \
     --no-torch --no-variants --breakdown \
-    --variant "scan@$D:KDA_SPANS='scan'" --variant "half@$D:KDA_SPANS='half'" \
-    --variant "cumsum_exact@$D:KDA_SPANS='cumsum_exact'" \
+    --variant "scan@$D:KDA_SPANS='scan'" \
     --variant "wy1@$D:SPLIT_LAUNCH={'gdn':(2,4,32),'kda':(1,4,32)}" \
     --variant "wy4@$D:SPLIT_LAUNCH={'gdn':(2,4,32),'kda':(4,4,32)}" \
     --variant "out128@block_v_out=128" \
