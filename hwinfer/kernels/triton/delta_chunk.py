@@ -161,7 +161,7 @@ GDN_RAW_K = True
 # deltas by the state kernel; f6cb453) the WY kernel went back to 1,210 us: the decayed keys'
 # spans and stores are what spilled it.
 KDA_RAW_K = True
-SPLIT_LAUNCH = {"gdn": (2, 4, 32), "kda": (2, 4, 32)}
+SPLIT_LAUNCH = {"gdn": (2, 4, 32), "kda": (1, 4, 32)}
 # KDA's diagonal blocks: ``_kda_diag_kernel``, a row at a time, in DIAG_WARPS warps. Measured
 # against it on the H200 (KDA 1 x 16k, docs/kernels.md) and removed: all rows at once by a
 # binary split of the tile (3,408 us with exact fp32 segment sums, 5,628 with 3xTF32, against
@@ -489,7 +489,7 @@ def _run(op: str, q, k, v, g, beta, initial_state, scale, use_qk_l2norm, cu_seql
     # at 64 on the H200, GDN 1 x 16k; 294 / 334 at 8 x 2k), 64 otherwise (KDA: 945 at 64, 1,028
     # at 128, 1,198 at 32).
     wide_out = not per_channel and OUT_QS == "split"
-    bv_out = min(block_v_out or (Dv if _INTERPRET else 128 if wide_out else 64), Dv)
+    bv_out = min(block_v_out or (Dv if _INTERPRET else 128 if wide_out or per_channel else 64), Dv)
     if bv_state & (bv_state - 1) or bv_out & (bv_out - 1) or min(bv_state, bv_out) < 16:
         raise ValueError(f"{op} (triton): block_v={block_v}, block_v_out={block_v_out} must be "
                          "powers of two >= 16")
