@@ -141,6 +141,8 @@ OUT_LAUNCH = (4, None)
 # H100, twenty-seventh session): 856 -> 782 us at 1 x 16k, 861 -> 775 at 8 x 2k, although it
 # spills 196 B there (36 at 4 warps; sm_90a, Triton 3.6): four programs an SM instead of two,
 # and two warps share the work of four (its loop ~2,700 instructions a warp against ~1,800).
+# With KDA_SPANS = "cumsum" (twenty-eighth session, H100, 1 x 16k / 8 x 2k) one warp: 462 ->
+# 393 / 474 -> 399 us (4 warps 810 / 844): 8 programs an SM, no barrier-bound loop left.
 WY_SPLIT = True
 # GDN's four diagonal 16 x 16 blocks of (I + diag(beta) A)^-1 in the blocked WY kernel: "x4"
 # together (delta_chunk_wy._inv16x4: 15 substitution steps instead of 60), "x1" one after the
@@ -183,8 +185,11 @@ DIAG_BLOCK_INV = True
 # WY kernel takes the decay after row s in its tile as the tile's total less the running sum
 # (clamped at 0; delta_chunk_wy_blocked._kda_spans), fp32 inputs and AMD keep one exact
 # reverse scan for it ("cumsum_exact", which a call can also force). "half": no tile cumsums,
-# the WY kernel's forward scan only (S = T - L for 16-bit inputs, "scan" otherwise). The
-# scans were about half of the WY kernel's barriers (twenty-seventh session's SASS probe).
+# the WY kernel's forward scan only (S = T - L for 16-bit inputs, "scan" otherwise). sm_90
+# SASS of the WY kernel's channel loop (2 warps): "scan" 2,707 instructions and 44 barriers,
+# "half" 2,303 / 40, "cumsum_exact" 2,241 / 19, "cumsum" 1,841 / 2. H100, twenty-eighth
+# session (KDA 1 x 16k, us): WY kernel 866 -> 462, output kernel 553 -> 507, _wu_kernel 505 ->
+# 508, the diagonal kernel 716 -> 780 for writing the sums; the call 3,332 -> 2,939.
 KDA_SPANS = "cumsum"
 
 
@@ -486,8 +491,9 @@ def _run(op: str, q, k, v, g, beta, initial_state, scale, use_qk_l2norm, cu_seql
     few = n * Hv * triton.cdiv(Dv, 32) < num_sms(v.device, 8) // 2
     bv_state = min(block_v or (Dv if _INTERPRET else 16 if few else 32), Dv)
     # The output stage: 128 value channels a program for GDN's split q S0 (293 against 332 us
-    # at 64 on the H200, GDN 1 x 16k; 294 / 334 at 8 x 2k), 64 otherwise (KDA: 945 at 64, 1,028
-    # at 128, 1,198 at 32).
+    # at 64 on the H200, GDN 1 x 16k; 294 / 334 at 8 x 2k) and for KDA, whose decays now come
+    # from the tile cumsums (H100, twenty-eighth session: 507 -> 416 us at 1 x 16k, 510 -> 423
+    # at 8 x 2k; with its own scan it was 945 at 64, 1,028 at 128 on the H200), 64 otherwise.
     wide_out = not per_channel and OUT_QS == "split"
     bv_out = min(block_v_out or (Dv if _INTERPRET else 128 if wide_out or per_channel else 64), Dv)
     if bv_state & (bv_state - 1) or bv_out & (bv_out - 1) or min(bv_state, bv_out) < 16:
@@ -773,7 +779,7 @@ def _aot_specs():
                     handoff = {"hs_ptr": half, "d_ptr": half, "a_ptr": half if per_channel else f32}
                 specs.append(AotSpec(f"delta_chunk_out[{kind},{dtype},{d}{tag}]",
                                      _out_kernel, {**out, **handoff}, {**flags, "PREC": prec,
-                                                        "BV": 128 if qs else 64,
+                                                        "BV": 128 if qs or per_channel else 64,
                                                         "SPAN": "scan", "RAW_QK": "native",
                                                         "QS": qs, "CS": tile_cs},
                                      {"num_warps": 4}, targets))
