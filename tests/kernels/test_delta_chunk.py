@@ -12,7 +12,8 @@ one (``GDN_SOLVE``), GDN's k k^T from the raw keys (``GDN_RAW_K``), KDA's WY pro
 raw rows (``KDA_RAW_K``), KDA's factored diagonal
 blocks' row loop fetching rows ahead or not (``DIAG_AHEAD``), with its inverse by blocks
 (``DIAG_BLOCK_INV``) or by substitution, KDA's decays from the diagonal kernel's tile cumsums or
-from scans (``KDA_SPANS``),
+from scans (``KDA_SPANS``), the state stage's grid with the value blocks first
+(``STATE_VB_FIRST``),
 the output stage's inputs handed
 over in bf16 (``HANDOFF_16BIT``, bit-equal). Checked
 against the token-loop
@@ -160,6 +161,12 @@ for mode in ("scan", "half", "cumsum"):
     assert rel(outs[mode][0], outs["scan"][0]) < 1e-3, (mode, rel(outs[mode][0], outs["scan"][0]))
 tc.KDA_SPANS = "cumsum"
 assert not torch.equal(outs["cumsum"][0], outs["scan"][0])   # (the difference form ran)
+# STATE_VB_FIRST: the state stage's grid with the value blocks first, the same programs: bit-equal
+# (two value blocks a head)
+tc.STATE_VB_FIRST = True
+vbf = tc.kda_chunked(q, k, v, g, beta, s0, block_v=16)
+tc.STATE_VB_FIRST = False
+assert all(map(torch.equal, vbf, tc.kda_chunked(q, k, v, g, beta, s0, block_v=16)))
 # GDN_SOLVE: the blocked WY kernel's four diagonal blocks solved together ("x4") or one after
 # the other ("x1"): the same substitution, so the same outputs up to fp32 rounding
 # (with a short last chunk, whose later blocks have no live rows).

@@ -112,6 +112,11 @@ OUT_BLOCK_K = 0
 # at 8 x 2k), GDN's from 454 to 410 us, the final state's error against the token loop from
 # 1.7e-3 to 2.4e-3 and the outputs' not at all (3.3e-3); the strict conformance passes with it.
 STATE_DOTS: str | None = "bf16"
+# The state stage's grid with the value blocks first, (Dv / BV, sequences x heads), as fla
+# launches its h kernel: the Dv / BV programs of a head read the same w and decayed keys, and
+# launched together they can share them in L2 (heads first, the default, puts them a wave
+# apart once the grid is several waves: KDA 8 x 2k is 1,024 programs). Untimed: a knob.
+STATE_VB_FIRST = False
 # Whether the state stage loads the next chunk's w and decayed keys while it works on this one
 # (None: where its grid is one wave at most, see _run; True / False force it).
 STATE_PREFETCH: bool | None = None
@@ -197,9 +202,15 @@ KDA_SPANS = "cumsum"
 def _state_kernel(kg_ptr, ge_ptr, w_ptr, u_ptr, h0_ptr, hs_ptr, d_ptr, ht_ptr, seq_ptr, slot_ptr,
                   Hv, DK: tl.constexpr, DV: tl.constexpr, BV: tl.constexpr,
                   PER_CHANNEL: tl.constexpr, HAS_H0: tl.constexpr, PREC: tl.constexpr,
-                  PREFETCH: tl.constexpr, HAS_SLOTS: tl.constexpr):
-    i_nh = tl.program_id(0)
-    i_vb = tl.program_id(1)
+                  PREFETCH: tl.constexpr, HAS_SLOTS: tl.constexpr, VB_FIRST: tl.constexpr = False):
+    # VB_FIRST: grid (value blocks, sequences x heads), so the programs of one head, which read
+    # the same w and decayed keys, are launched together and share them in L2
+    if VB_FIRST:
+        i_vb = tl.program_id(0)
+        i_nh = tl.program_id(1)
+    else:
+        i_nh = tl.program_id(0)
+        i_vb = tl.program_id(1)
     i_n = i_nh // Hv
     i_h = i_nh % Hv
     # The state row read at the start and written at the end: the sequence's pool slot (the
@@ -596,11 +607,13 @@ def _run(op: str, q, k, v, g, beta, initial_state, scale, use_qk_l2norm, cu_seql
                                  L2NORM_EPS, DK=Dk, DV=Dv, BC=min(wu_block, Dk, Dv),
                                  PER_CHANNEL=per_channel, USE_L2NORM=l2, PREC=prec,
                                  KG=bool(raw_k), CS=cs, num_warps=num_warps or wu_warps)
-    _state_kernel[(n * Hv, Dv // bv_state)](
+    grid = (Dv // bv_state, n * Hv) if STATE_VB_FIRST else (n * Hv, Dv // bv_state)
+    _state_kernel[grid](
         kg, ge, w, u, h0 if h0 is not None else ht, hs, d, ht, seqs,
         state_slots if pool is not None else seqs, Hv,
         DK=Dk, DV=Dv, BV=bv_state, PER_CHANNEL=per_channel, HAS_H0=h0 is not None, PREC=prec_state,
-        PREFETCH=prefetch, HAS_SLOTS=pool is not None, num_warps=num_warps or state_warps, **stages)
+        PREFETCH=prefetch, HAS_SLOTS=pool is not None, VB_FIRST=bool(STATE_VB_FIRST),
+        num_warps=num_warps or state_warps, **stages)
     if nc and block_k_out:
         _out_blocked_kernel[(nc, Hv, Dv // bv_out)](
             q, k, g, a, hs, d, o, chunks, Hk, Hv, qkr, scale, L2NORM_EPS,
@@ -745,7 +758,7 @@ def _aot_specs():
                   "slot_ptr": "*i32", "Hv": "i32",
                   "DK": "constexpr", "DV": "constexpr", "BV": "constexpr",
                   "PER_CHANNEL": "constexpr", "HAS_H0": "constexpr", "PREC": "constexpr",
-                  "PREFETCH": "constexpr", "HAS_SLOTS": "constexpr"}
+                  "PREFETCH": "constexpr", "HAS_SLOTS": "constexpr", "VB_FIRST": "constexpr"}
             # (no prefetch, 4 warps) as on AMD and for many programs; prefetch at 8 warps. On
             # NVIDIA (bf16, the default STATE_DOTS, or split) the states and deltas are handed
             # over in bf16 (HANDOFF_16BIT).
@@ -757,7 +770,8 @@ def _aot_specs():
                     f"delta_chunk_state[{kind},{dtype},{d},{prec}{',prefetch' if pf else ''}]",
                     _state_kernel, {**st, **handoff},
                     {"DK": d, "DV": d, "BV": 32, "PER_CHANNEL": per_channel, "HAS_H0": True,
-                     "PREC": prec, "PREFETCH": pf, "HAS_SLOTS": True},
+                     "PREC": prec, "PREFETCH": pf, "HAS_SLOTS": True,
+                     "VB_FIRST": bool(STATE_VB_FIRST)},
                     {"num_warps": 8 if pf else 4, "num_stages": 2}, targets))
             out = {"q_ptr": ptr, "k_ptr": ptr, "g_ptr": f32, "a_ptr": f32, "hs_ptr": f32,
                    "d_ptr": f32, "o_ptr": ptr, "c_ptr": f32, "tab_ptr": "*i32", "Hk": "i32",
