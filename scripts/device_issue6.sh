@@ -50,6 +50,19 @@ strict() {  # strict conformance on the card of the ops matching $2, within $1 s
   grep -E "passed|failed|FAILED" "$out/conformance.txt" | tail -6
 }
 
+strict_rows() {  # strict conformance of the ops matching $1 with the rows for ci/results
+  HWINFER_RESULTS_DATE=$(date -u +%F) timeout 150 python3 -m pytest tests/conformance --backend nvidia \
+    --strict -q -p no:cacheprovider -k "$1" -p hwinfer.ci.pytest_plugin \
+    --results-csv "$out/conformance_rows.csv" > "$out/conformance_default.txt" 2>&1
+  echo "== strict, defaults"; grep -E "passed|failed|FAILED" "$out/conformance_default.txt" | tail -6
+}
+
+models_on_card() {  # the model tests matching $1 on the card
+  HWINFER_TEST_DEVICE=cuda timeout 150 python3 -m pytest tests/models -q -p no:cacheprovider \
+    -k "$1" > "$out/models.txt" 2>&1
+  echo "== models ($1) on the card"; grep -E "passed|failed|FAILED" "$out/models.txt" | tail -6
+}
+
 if [ "$phase" = check ]; then
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$out/gpu.txt"
   python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" | tee -a "$out/gpu.txt"
@@ -122,13 +135,8 @@ elif [ "$phase" = s27a ]; then
   # families on the card, and GDN / KDA beside fla (carry .whl) and beside the old defaults.
   nvidia-smi --query-gpu=name --format=csv,noheader | tee "$out/gpu.txt"
   D=hwinfer.kernels.triton.delta_chunk
-  HWINFER_RESULTS_DATE=$(date -u +%F) timeout 150 python3 -m pytest tests/conformance --backend nvidia \
-    --strict -q -p no:cacheprovider -k "gdn_chunked or kda_chunked" -p hwinfer.ci.pytest_plugin \
-    --results-csv "$out/conformance_rows.csv" > "$out/conformance_default.txt" 2>&1
-  echo "== strict, defaults"; grep -E "passed|failed|FAILED" "$out/conformance_default.txt" | tail -6
-  HWINFER_TEST_DEVICE=cuda timeout 150 python3 -m pytest tests/models -q -p no:cacheprovider \
-    -k "qwen or kimi" > "$out/models.txt" 2>&1
-  echo "== models (qwen, kimi) on the card"; grep -E "passed|failed|FAILED" "$out/models.txt" | tail -6
+  strict_rows "gdn_chunked or kda_chunked"
+  models_on_card "qwen or kimi"
   timeout 250 python3 scripts/bench_delta_chunk.py --kinds gdn,kda --shapes 1x16384,8x2048 \
     --no-torch --no-variants --breakdown \
     --variant "old_defaults@$D:DIAG_BLOCK_INV=False;$D:STATE_DOTS='split'" \
@@ -142,13 +150,8 @@ elif [ "$phase" = s28a ]; then
   # base tree's hwinfer packed as .whl/base.tar: git archive BASE hwinfer) the tree before.
   nvidia-smi --query-gpu=name --format=csv,noheader | tee "$out/gpu.txt"
   D=hwinfer.kernels.triton.delta_chunk
-  HWINFER_RESULTS_DATE=$(date -u +%F) timeout 150 python3 -m pytest tests/conformance --backend nvidia \
-    --strict -q -p no:cacheprovider -k "gdn_chunked or kda_chunked" -p hwinfer.ci.pytest_plugin \
-    --results-csv "$out/conformance_rows.csv" > "$out/conformance_default.txt" 2>&1
-  echo "== strict, defaults"; grep -E "passed|failed|FAILED" "$out/conformance_default.txt" | tail -6
-  HWINFER_TEST_DEVICE=cuda timeout 150 python3 -m pytest tests/models -q -p no:cacheprovider \
-    -k "kimi" > "$out/models.txt" 2>&1
-  echo "== models (kimi) on the card"; grep -E "passed|failed|FAILED" "$out/models.txt" | tail -6
+  strict_rows "gdn_chunked or kda_chunked"
+  models_on_card "kimi"
   timeout 200 python3 scripts/bench_delta_chunk.py --kinds kda --shapes 1x16384,8x2048 \
     --no-torch --no-variants --breakdown \
     --variant "scan@$D:KDA_SPANS='scan'" \

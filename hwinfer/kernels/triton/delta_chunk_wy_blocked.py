@@ -219,6 +219,27 @@ def _q_decayed(q_ptr, tok0, n, i_hk, QKR, c0, R0: tl.constexpr, DK: tl.constexpr
 
 
 @triton.jit
+def _row_tile(q_ptr, tok0, n, i_hk, QKR, c0, R0: tl.constexpr, DK: tl.constexpr, BK: tl.constexpr,
+              k, L, nq, sq, RAW_K: tl.constexpr):
+    """KDA's row tile i of blocks (i, j): k_i e^{L_i}, q_i e^{L_i} ([16, BK]) and, with RAW_K,
+    the q rows' sum of squares so far (``sq``) with this channel block's added."""
+    lk = k * tl.exp(L)
+    lq, qr = _q_decayed(q_ptr, tok0, n, i_hk, QKR, c0, R0, DK, BK, L, nq, RAW_K)
+    if RAW_K != "":
+        sq += tl.sum(qr * qr, axis=1)
+    return lk, lq, sq
+
+
+@triton.jit
+def _acc_pair(a, p, lk, lq, r, PREC: tl.constexpr):
+    """Block (i, j) of A and of Aqk, this channel block's part added: k_i e^{L_i} and q_i e^{L_i}
+    against r = k_j e^{S_j + (tiles between)}, formed where its two products are (fewer live at
+    once: the WY kernel's spills 304 -> 152 B at 2 warps on sm_90)."""
+    return (a + tl.dot(lk, tl.trans(r), input_precision=PREC),
+            p + tl.dot(lq, tl.trans(r), input_precision=PREC))
+
+
+@triton.jit
 def _wy_blocked_kernel(q_ptr, k_ptr, v_ptr, g_ptr, b_ptr, w_ptr, u_ptr, a_ptr, kg_ptr, ge_ptr,
                        tab_ptr, xd_ptr, x_ptr, c_ptr, Hk, Hv, QKR, VR, scale, eps,
                        DK: tl.constexpr, DV: tl.constexpr, PER_CHANNEL: tl.constexpr,
@@ -285,38 +306,18 @@ def _wy_blocked_kernel(q_ptr, k_ptr, v_ptr, g_ptr, b_ptr, w_ptr, u_ptr, a_ptr, k
                          T0 + T1 + T2 + T3)
                 # k_j e^{S_j + (tiles between)} and k_i e^{L_i}, q_i e^{L_i}: block (i, j) is
                 # their product summed over channels, here over this channel block.
-                # (each k_j e^{..} formed where its two products are, not all six first:
-                # fewer of them live at once)
-                lk = k1 * tl.exp(L1)
-                lq, qr = _q_decayed(q_ptr, tok0, n, i_hk, QKR, c0, 16, DK, BK, L1, nq1, RAW_K)
-                if RAW_K != "":
-                    sq1 += tl.sum(qr * qr, axis=1)
-                rj = k0 * tl.exp(S0)
-                a10 += tl.dot(lk, tl.trans(rj), input_precision=PREC)
-                p10 += tl.dot(lq, tl.trans(rj), input_precision=PREC)
-                lk = k2 * tl.exp(L2)
-                lq, qr = _q_decayed(q_ptr, tok0, n, i_hk, QKR, c0, 32, DK, BK, L2, nq2, RAW_K)
-                if RAW_K != "":
-                    sq2 += tl.sum(qr * qr, axis=1)
-                rj = k0 * tl.exp(S0 + T1[None, :])
-                a20 += tl.dot(lk, tl.trans(rj), input_precision=PREC)
-                p20 += tl.dot(lq, tl.trans(rj), input_precision=PREC)
-                rj = k1 * tl.exp(S1)
-                a21 += tl.dot(lk, tl.trans(rj), input_precision=PREC)
-                p21 += tl.dot(lq, tl.trans(rj), input_precision=PREC)
-                lk = k3 * tl.exp(L3)
-                lq, qr = _q_decayed(q_ptr, tok0, n, i_hk, QKR, c0, 48, DK, BK, L3, nq3, RAW_K)
-                if RAW_K != "":
-                    sq3 += tl.sum(qr * qr, axis=1)
-                rj = k0 * tl.exp(S0 + (T1 + T2)[None, :])
-                a30 += tl.dot(lk, tl.trans(rj), input_precision=PREC)
-                p30 += tl.dot(lq, tl.trans(rj), input_precision=PREC)
-                rj = k1 * tl.exp(S1 + T2[None, :])
-                a31 += tl.dot(lk, tl.trans(rj), input_precision=PREC)
-                p31 += tl.dot(lq, tl.trans(rj), input_precision=PREC)
-                rj = k2 * tl.exp(S2)
-                a32 += tl.dot(lk, tl.trans(rj), input_precision=PREC)
-                p32 += tl.dot(lq, tl.trans(rj), input_precision=PREC)
+                lk, lq, sq1 = _row_tile(q_ptr, tok0, n, i_hk, QKR, c0, 16, DK, BK, k1, L1, nq1,
+                                        sq1, RAW_K)
+                a10, p10 = _acc_pair(a10, p10, lk, lq, k0 * tl.exp(S0), PREC)
+                lk, lq, sq2 = _row_tile(q_ptr, tok0, n, i_hk, QKR, c0, 32, DK, BK, k2, L2, nq2,
+                                        sq2, RAW_K)
+                a20, p20 = _acc_pair(a20, p20, lk, lq, k0 * tl.exp(S0 + T1[None, :]), PREC)
+                a21, p21 = _acc_pair(a21, p21, lk, lq, k1 * tl.exp(S1), PREC)
+                lk, lq, sq3 = _row_tile(q_ptr, tok0, n, i_hk, QKR, c0, 48, DK, BK, k3, L3, nq3,
+                                        sq3, RAW_K)
+                a30, p30 = _acc_pair(a30, p30, lk, lq, k0 * tl.exp(S0 + (T1 + T2)[None, :]), PREC)
+                a31, p31 = _acc_pair(a31, p31, lk, lq, k1 * tl.exp(S1 + T2[None, :]), PREC)
+                a32, p32 = _acc_pair(a32, p32, lk, lq, k2 * tl.exp(S2), PREC)
             else:
                 a00 += tl.dot(k0, tl.trans(k0), input_precision=PREC)
                 a11 += tl.dot(k1, tl.trans(k1), input_precision=PREC)
