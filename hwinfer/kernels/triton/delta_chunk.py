@@ -146,8 +146,8 @@ OUT_LAUNCH = (4, None)
 # H100, twenty-seventh session): 856 -> 782 us at 1 x 16k, 861 -> 775 at 8 x 2k, although it
 # spills 196 B there (36 at 4 warps; sm_90a, Triton 3.6): four programs an SM instead of two,
 # and two warps share the work of four (its loop ~2,700 instructions a warp against ~1,800).
-# With KDA_SPANS = "cumsum" (twenty-eighth session, H100, 1 x 16k / 8 x 2k) one warp: 462 ->
-# 393 / 474 -> 399 us (4 warps 810 / 844): 8 programs an SM, no barrier-bound loop left.
+# With KDA_SPANS = "cumsum" the 16-bit form takes one warp (KDA_WY_WARPS_16BIT; at 4 warps it
+# measured 810 / 844 us).
 WY_SPLIT = True
 # GDN's four diagonal 16 x 16 blocks of (I + diag(beta) A)^-1 in the blocked WY kernel: "x4"
 # together (delta_chunk_wy._inv16x4: 15 substitution steps instead of 60), "x1" one after the
@@ -168,7 +168,12 @@ GDN_RAW_K = True
 # deltas by the state kernel; f6cb453) the WY kernel went back to 1,210 us: the decayed keys'
 # spans and stores are what spilled it.
 KDA_RAW_K = True
-SPLIT_LAUNCH = {"gdn": (2, 4, 32), "kda": (1, 4, 32)}
+SPLIT_LAUNCH = {"gdn": (2, 4, 32), "kda": (2, 4, 32)}
+# KDA's WY kernel in its 16-bit NVIDIA form (tf32 products, KDA_SPANS "cumsum": no scan left in
+# its channel loop) at one warp, eight programs an SM (twenty-eighth session, H100, 1 x 16k /
+# 8 x 2k: 462 -> 393 / 474 -> 399 us). Its exact-product form (fp32 inputs, AMD) keeps
+# SPLIT_LAUNCH's: at one warp ptxas spills 10.7 KB of it (sm_90, Triton 3.6; 776 B at two).
+KDA_WY_WARPS_16BIT = 1
 # KDA's diagonal blocks: ``_kda_diag_kernel``, a row at a time, in DIAG_WARPS warps. Measured
 # against it on the H200 (KDA 1 x 16k, docs/kernels.md) and removed: all rows at once by a
 # binary split of the tile (3,408 us with exact fp32 segment sums, 5,628 with 3xTF32, against
@@ -590,6 +595,8 @@ def _run(op: str, q, k, v, g, beta, initial_state, scale, use_qk_l2norm, cu_seql
         xs = torch.empty(B * T, Hv, BT, **f32) if split else u
         wy_warps, wu_warps, wu_block = (SPLIT_LAUNCH["kda" if per_channel else "gdn"] if split
                                         else (4, None, None))
+        if split and per_channel and prec == "tf32" and spans == "cumsum":
+            wy_warps = KDA_WY_WARPS_16BIT
         # GDN's k k^T from the keys as stored (exact 16-bit products), its decayed keys then
         # written by _wu_kernel: split WY stage, 16-bit keys (GDN_RAW_K).
         raw_k = ""
@@ -710,7 +717,9 @@ def _aot_specs():
                     {**flags, "PREC": prec, "BK": 32, "SPLIT": split, "SOLVE": GDN_SOLVE,
                      "RAW_K": "fp32" if split and per_channel and KDA_RAW_K else "",
                      "SPANS": _kda_spans(prec) if per_channel else "scan"},
-                    {"num_warps": SPLIT_LAUNCH[kind][0] if split else 4}, targets))
+                    {"num_warps": (KDA_WY_WARPS_16BIT if per_channel and prec == "tf32"
+                                   and _kda_spans(prec) == "cumsum" else SPLIT_LAUNCH[kind][0])
+                     if split else 4}, targets))
             wu = {"k_ptr": ptr, "v_ptr": ptr, "g_ptr": f32, "b_ptr": f32, "x_ptr": f32,
                   "w_ptr": half, "u_ptr": f32, "kg_ptr": half, "c_ptr": f32, "tab_ptr": "*i32",
                   "Hk": "i32", "Hv": "i32", "QKR": "i32", "VR": "i32", "eps": "fp32",

@@ -261,6 +261,8 @@ def _wy_blocked_kernel(q_ptr, k_ptr, v_ptr, g_ptr, b_ptr, w_ptr, u_ptr, a_ptr, k
         nq1 = _inv_norm(q_ptr, tok0, n, i_hk, QKR, eps, 16, 16, DK, BK, USE_L2NORM) * scale
         nq2 = _inv_norm(q_ptr, tok0, n, i_hk, QKR, eps, 32, 16, DK, BK, USE_L2NORM) * scale
         nq3 = _inv_norm(q_ptr, tok0, n, i_hk, QKR, eps, 48, 16, DK, BK, USE_L2NORM) * scale
+        sq1 = tl.zeros([16], dtype=tl.float32)   # (unused: the q rows are normalised first)
+        sq2, sq3 = sq1, sq1
     elif PER_CHANNEL:
         # KDA with RAW_K: the rows enter the products as stored, their squared norms summed in
         # the same channel loop and applied to the [16, 16] blocks after it (a block is linear
