@@ -332,6 +332,14 @@ def _kda_spans(prec: str) -> str:
     return KDA_SPANS
 
 
+def _split_wy_warps(per_channel: bool, prec: str) -> int:
+    """num_warps of the split WY kernel: SPLIT_LAUNCH's, or KDA_WY_WARPS_16BIT for KDA's 16-bit
+    NVIDIA form with its decays from the tile cumsums (no scan left in its channel loop)."""
+    if per_channel and prec == "tf32" and _kda_spans(prec) == "cumsum":
+        return KDA_WY_WARPS_16BIT
+    return SPLIT_LAUNCH["kda" if per_channel else "gdn"][0]
+
+
 def _pow2_in_range(x: int) -> bool:
     return 16 <= x <= 128 and x & (x - 1) == 0
 
@@ -595,8 +603,8 @@ def _run(op: str, q, k, v, g, beta, initial_state, scale, use_qk_l2norm, cu_seql
         xs = torch.empty(B * T, Hv, BT, **f32) if split else u
         wy_warps, wu_warps, wu_block = (SPLIT_LAUNCH["kda" if per_channel else "gdn"] if split
                                         else (4, None, None))
-        if split and per_channel and prec == "tf32" and spans == "cumsum":
-            wy_warps = KDA_WY_WARPS_16BIT
+        if split:
+            wy_warps = _split_wy_warps(per_channel, prec)
         # GDN's k k^T from the keys as stored (exact 16-bit products), its decayed keys then
         # written by _wu_kernel: split WY stage, 16-bit keys (GDN_RAW_K).
         raw_k = ""
@@ -717,9 +725,7 @@ def _aot_specs():
                     {**flags, "PREC": prec, "BK": 32, "SPLIT": split, "SOLVE": GDN_SOLVE,
                      "RAW_K": "fp32" if split and per_channel and KDA_RAW_K else "",
                      "SPANS": _kda_spans(prec) if per_channel else "scan"},
-                    {"num_warps": (KDA_WY_WARPS_16BIT if per_channel and prec == "tf32"
-                                   and _kda_spans(prec) == "cumsum" else SPLIT_LAUNCH[kind][0])
-                     if split else 4}, targets))
+                    {"num_warps": _split_wy_warps(per_channel, prec) if split else 4}, targets))
             wu = {"k_ptr": ptr, "v_ptr": ptr, "g_ptr": f32, "b_ptr": f32, "x_ptr": f32,
                   "w_ptr": half, "u_ptr": f32, "kg_ptr": half, "c_ptr": f32, "tab_ptr": "*i32",
                   "Hk": "i32", "Hv": "i32", "QKR": "i32", "VR": "i32", "eps": "fp32",
