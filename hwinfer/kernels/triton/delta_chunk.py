@@ -601,10 +601,10 @@ def _run(op: str, q, k, v, g, beta, initial_state, scale, use_qk_l2norm, cu_seql
     elif nc:  # the same stage with the key channels in blocks (delta_chunk_wy_blocked.py)
         split = WY_SPLIT
         xs = torch.empty(B * T, Hv, BT, **f32) if split else u
-        wy_warps, wu_warps, wu_block = (SPLIT_LAUNCH["kda" if per_channel else "gdn"] if split
-                                        else (4, None, None))
+        wy_warps, wu_warps, wu_block = 4, None, None
         if split:
             wy_warps = _split_wy_warps(per_channel, prec)
+            _, wu_warps, wu_block = SPLIT_LAUNCH["kda" if per_channel else "gdn"]
         # GDN's k k^T from the keys as stored (exact 16-bit products), its decayed keys then
         # written by _wu_kernel: split WY stage, 16-bit keys (GDN_RAW_K).
         raw_k = ""
