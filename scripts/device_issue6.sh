@@ -25,6 +25,8 @@
 #                                         # kernel's num_stages, both removed)
 #   bash scripts/device_issue6.sh s27a      # the new GDN / KDA defaults: strict, models, vs fla
 #   bash scripts/device_issue6.sh s28a      # KDA's tile cumsums: strict, models, forms, vs fla / base
+#   bash scripts/device_issue6.sh s29b      # KDA's diagonal kernel in the tiles' layout: strict,
+#                                         # vs fla / the tree before / sparse MLA on an H200
 #   bash scripts/device_issue6.sh s29a      # the state grid's order (untimed), GDN / KDA vs fla,
 #                                         # sparse MLA on an H200
 #   bash scripts/device_issue6.sh bench     # whole-model speed vs transformers and the roofline,
@@ -183,6 +185,31 @@ elif [ "$phase" = s29a ]; then
     "$out/bench_delta_chunk.err" | grep "triton\|fla\|#   " | grep -v "chunk_table\|regs" | cut -c1-150 | head -80
   if grep -q H200 "$out/gpu.txt"; then
     timeout 150 python3 scripts/bench_sparse_mla.py --only dsv4 --ws --quick \
+      > "$out/bench_ws.csv" 2> "$out/bench_ws.err"
+    echo "== bench_sparse_mla --ws rc=$?"; grep -v "Warn\|warn" "$out/bench_ws.err" | grep "sparse_mla\|rror\|ceiling" | cut -c1-160 | tail -40
+  fi
+elif [ "$phase" = s29b ]; then
+  # KDA's diagonal kernel with the rows in the tiles' layout (8 barriers a row, not 18): strict
+  # kda rows, GDN / KDA per kernel beside fla with DIAG_AHEAD=1 and STATE_VB_FIRST as variants,
+  # the tree before (.whl/base.tar: git archive BASE hwinfer), sparse MLA on an H200.
+  nvidia-smi --query-gpu=name --format=csv,noheader | tee "$out/gpu.txt"
+  D=hwinfer.kernels.triton.delta_chunk
+  strict_rows "kda_chunked"
+  timeout 240 python3 scripts/bench_delta_chunk.py --kinds kda,gdn --shapes 1x16384,8x2048 \
+    --no-torch --no-variants --breakdown --variant "ahead1@$D:DIAG_AHEAD=1" \
+    --variant "vbf@$D:STATE_VB_FIRST=True" \
+    > "$out/bench_delta_chunk.csv" 2> "$out/bench_delta_chunk.err"
+  echo "== bench_delta_chunk rc=$?"; grep -v "Warn\|warn\|at::native\|anonymous\|Memcpy\|^# hwinfer" \
+    "$out/bench_delta_chunk.err" | grep "triton\|fla\|#   " | grep -v "chunk_table\|regs" | cut -c1-150 | head -90
+  if [ -f .whl/base.tar ]; then
+    rm -rf /tmp/base && mkdir -p /tmp/base && tar -xf .whl/base.tar -C /tmp/base
+    PYTHONPATH=/tmp/base:${PYTHONPATH:-} timeout 80 python3 scripts/bench_delta_chunk.py --kinds kda \
+      --shapes 1x16384,8x2048 --no-torch --no-fla --no-variants --breakdown \
+      > "$out/bench_base.csv" 2> "$out/bench_base.err"
+    echo "== base tree rc=$?"; grep "triton\|#   " "$out/bench_base.err" | grep -v "chunk_table\|regs\|warn" | cut -c1-150 | head -20
+  fi
+  if grep -q H200 "$out/gpu.txt"; then
+    timeout 120 python3 scripts/bench_sparse_mla.py --only dsv4 --ws --quick \
       > "$out/bench_ws.csv" 2> "$out/bench_ws.err"
     echo "== bench_sparse_mla --ws rc=$?"; grep -v "Warn\|warn" "$out/bench_ws.err" | grep "sparse_mla\|rror\|ceiling" | cut -c1-160 | tail -40
   fi

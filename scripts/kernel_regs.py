@@ -138,6 +138,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("filters", nargs="*", help="substrings of spec names (default: all)")
     ap.add_argument("--set", action="append", default=[], metavar="MODULE:NAME=VALUE")
+    ap.add_argument("--dump", default="", help="a folder to write each spec's TTGIR and PTX into")
     ap.add_argument("--rows", type=int, default=0, help="1: compile with M = 1, as a batch-1 call")
     ap.add_argument("--as-spec", action="store_true", help="no run-time specialisation")
     ap.add_argument("--option", action="append", default=[], metavar="NAME=INT",
@@ -184,6 +185,11 @@ def main() -> int:
             line += (f"  sass {sass['instructions']} bar {sass['barriers']} loops {loops or '-'}"
                      f" spill ops {sass['spill_ops']}")
         print(line)
+        if args.dump:
+            os.makedirs(args.dump, exist_ok=True)
+            for kind in ("ttgir", "ptx"):
+                with open(os.path.join(args.dump, f"{spec.name}.{kind}"), "w") as f:
+                    f.write(compiled.asm[kind])
     return 0
 
 

@@ -181,8 +181,12 @@ KDA_WY_WARPS_16BIT = 1
 # bounded decay as two products (1,674 against 1,174 us).
 DIAG_WARPS = 2
 # Rows the diagonal loop fetches ahead of the row it works (``AHEAD`` of _kda_diag_kernel; bit-
-# equal outputs). H100, KDA 1 x 16k: the kernel 1,147 us at 0, 870 at 1 (the call 4,528 -> 4,248).
-DIAG_AHEAD = 1
+# equal outputs). H100, KDA 1 x 16k, with the loop's rows loaded as [DK] vectors: the kernel
+# 1,147 us at 0, 870 at 1 (the call 4,528 -> 4,248). Since they are loaded in the tiles' layout
+# (twenty-ninth session) a row fetched ahead is carried as four copies a thread: sm_90, 2 warps,
+# AHEAD 1 takes 212 registers (four programs an SM) and 628 instructions a row, 0 takes 126
+# (eight) and 393, both with 8 barriers a row (18 before). Untimed on a card: 0 for now.
+DIAG_AHEAD = 0
 # The row loop's (I + beta A)^-1 by its 4 x 4 diagonal blocks (delta_chunk_wy._inv16_blocks, six
 # exact products) instead of 15 substitution steps: ~0.89x its instructions, and on an H100
 # (twenty-seventh session) 901 -> 745 us at KDA 1 x 16k, 874 -> 720 us at 8 x 2k.
@@ -761,7 +765,8 @@ def _aot_specs():
                 # the inverse by blocks (DIAG_BLOCK_INV); the tile cumsums written (KDA_SPANS)
                 for ahead, a16, inv, cs in ((0, True, False, False), (1, True, False, False),
                                             (2, True, False, False), (1, False, False, False),
-                                            (1, True, True, False), (1, True, True, True)):
+                                            (1, True, True, False), (1, True, True, True),
+                                            (0, True, True, True)):
                     tag = (f"ahead{ahead}{'' if a16 else ',a32'}{',blockinv' if inv else ''}"
                            f"{',cs' if cs else ''}")
                     specs.append(AotSpec(f"kda_diag[{dtype},{d},{tag}]", _kda_diag_kernel,

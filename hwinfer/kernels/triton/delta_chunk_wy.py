@@ -320,7 +320,8 @@ def _kda_diag_kernel(q_ptr, k_ptr, g_ptr, b_ptr, a_ptr, xd_ptr, c_ptr, tab_ptr, 
     row t+AHEAD's loads are issued before row t's arithmetic (the same arithmetic, bit-equal),
     so a step waits on loads issued steps earlier instead of on its own: 1 ahead took the
     kernel from 1,147 to 870 us on an H100 (KDA 1 x 16k, nineteenth session; 0 = loads in
-    the step).
+    the step), when rows were loaded as vectors (see ``_diag_rows`` and the driver's
+    DIAG_AHEAD for what it costs now).
 
     Measured and removed (eighteenth / nineteenth sessions): tiles whose decays stay within
     e^{+-16} formed as two products, ``(k e^{D}) (k e^{-D})^T`` (1,674 against 1,174 us on an
@@ -335,27 +336,38 @@ def _kda_diag_kernel(q_ptr, k_ptr, g_ptr, b_ptr, a_ptr, xd_ptr, c_ptr, tab_ptr, 
         r = tl.arange(0, 16)
         k = _qk_rows(k_ptr, tok0, live, i_hk, QKR, 1.0, eps, 0, 16, DK, USE_L2NORM)
         b = tl.load(b_ptr + (tok0 + r) * Hv + i_h, mask=r < live, other=0.0).to(tl.float32)
-        akk, aqk = _diag_rows(q_ptr, k_ptr, g_ptr, c_ptr, k, tok0, live, i_h, i_hk, Hv, QKR,
-                              scale, eps, DK, USE_L2NORM, AHEAD, CS)
+        _diag_rows(q_ptr, k_ptr, g_ptr, a_ptr, xd_ptr, c_ptr, k, tok0, r0, live, i_h, i_hk, Hv,
+                   QKR, scale, eps, DK, USE_L2NORM, AHEAD, CS)
+        tl.debug_barrier()   # the rows of A the loop wrote to xd, read back by other threads
+        out = ((tok0 + r) * Hv + i_h)[:, None]
+        akk = tl.load(xd_ptr + out * 16 + r[None, :], mask=(r < live)[:, None], other=0.0)
         if BLOCK_INV:   # six products instead of 15 substitution steps (_inv16_blocks)
             x = _inv16_blocks(akk * b[:, None])
         else:
             x = _inv16(akk * b[:, None], live)
-        out = ((tok0 + r) * Hv + i_h)[:, None]
+        tl.debug_barrier()   # every thread has read A before x overwrites it
         tl.store(xd_ptr + out * 16 + r[None, :], x, mask=(r < live)[:, None])
-        tl.store(a_ptr + out * 64 + r0 + r[None, :], _as_stored(aqk, a_ptr),
-                 mask=(r < live)[:, None])
 
 
 @triton.jit
-def _diag_rows(q_ptr, k_ptr, g_ptr, c_ptr, k, tok0, live, i_h, i_hk, Hv, QKR, scale, eps,
-               DK: tl.constexpr, USE_L2NORM: tl.constexpr, AHEAD: tl.constexpr, CS: tl.constexpr):
-    """The row loop of ``_kda_diag_kernel``: (akk, aqk) [16, 16] of a tile, k its normalised rows
-    (and, with ``CS``, the tile's running sums of g written to ``c_ptr``)."""
+def _diag_rows(q_ptr, k_ptr, g_ptr, a_ptr, xd_ptr, c_ptr, k, tok0, r0, live, i_h, i_hk, Hv, QKR,
+               scale, eps, DK: tl.constexpr, USE_L2NORM: tl.constexpr, AHEAD: tl.constexpr,
+               CS: tl.constexpr):
+    """The row loop of ``_kda_diag_kernel``, k [16, DK] the tile's normalised rows: row t of the
+    decayed q k^T block (stored into Aqk) and of the decayed k k^T block (into ``xd``, where
+    the kernel reads the block back), and with ``CS`` the running sum of g (into ``c_ptr``).
+
+    Layouts (why the loop has 4 barriers a row, not 18; sm_90 SASS): row t's k and q are loaded
+    as [16, DK] tiles whose 16 rows all read row t, so they come in the layout of ``k`` and
+    ``dec`` (a thread's channels the same in every row); loaded as [DK] vectors they were moved
+    there through shared memory, and their norms reduced across warps. Only e^{g_t} is
+    computed once as a vector and moved (replicated, it would take 4x the exponentials). The
+    norms scale the two reduced vectors instead of the rows. A row's results go to memory as
+    they come, not into [16, 16] blocks in registers, which the row's layout would have made
+    8x replicated (and the reduced vector is indexed by s: its row of the block is a transpose
+    of the tile's layout)."""
     r = tl.arange(0, 16)
     cols = tl.arange(0, DK)
-    akk = tl.zeros([16, 16], dtype=tl.float32)
-    aqk = tl.zeros([16, 16], dtype=tl.float32)
     dec = tl.zeros([16, DK], dtype=tl.float32)
     cs = tl.zeros([DK], dtype=tl.float32)
     n = tl.minimum(live, 16)
@@ -364,11 +376,8 @@ def _diag_rows(q_ptr, k_ptr, g_ptr, c_ptr, k, tok0, live, i_h, i_hk, Hv, QKR, sc
         if AHEAD > 1:
             kn2, qn2, gn2 = _diag_row_raw(q_ptr, k_ptr, g_ptr, tok0, 1, n, i_h, i_hk, Hv, QKR, DK)
     for t in range(0, n):
-        row = r[:, None] == t
         if AHEAD > 0:
-            kt = _qk_scaled(kn.to(tl.float32), 1.0, eps, USE_L2NORM)
-            qt = _qk_scaled(qn.to(tl.float32), scale, eps, USE_L2NORM)
-            gt = gn
+            kt, qt, gt = kn, qn, gn
             if AHEAD > 1:
                 kn, qn, gn = kn2, qn2, gn2
                 kn2, qn2, gn2 = _diag_row_raw(q_ptr, k_ptr, g_ptr, tok0, t + 2, n, i_h, i_hk, Hv,
@@ -377,43 +386,46 @@ def _diag_rows(q_ptr, k_ptr, g_ptr, c_ptr, k, tok0, live, i_h, i_hk, Hv, QKR, sc
                 kn, qn, gn = _diag_row_raw(q_ptr, k_ptr, g_ptr, tok0, t + 1, n, i_h, i_hk, Hv,
                                            QKR, DK)
         else:
-            kt = _qk_row(k_ptr, tok0 + t, i_hk, QKR, 1.0, eps, DK, USE_L2NORM)
-            qt = _qk_row(q_ptr, tok0 + t, i_hk, QKR, scale, eps, DK, USE_L2NORM)
-            gt = tl.load(g_ptr + ((tok0 + t) * Hv + i_h) * DK + cols).to(tl.float32)
+            kt, qt, gt = _diag_row_raw(q_ptr, k_ptr, g_ptr, tok0, t, n, i_h, i_hk, Hv, QKR, DK)
+        kt = kt.to(tl.float32)
+        qt = qt.to(tl.float32)
+        row = ((tok0 + t) * Hv + i_h)
         if CS:
             cs += gt
-            tl.store(c_ptr + ((tok0 + t) * Hv + i_h) * DK + cols, cs)
+            tl.store(c_ptr + row * DK + cols, cs)
         dec = dec * tl.exp(gt)[None, :]
-        akk = tl.where(row, tl.sum(dec * k * kt[None, :], axis=1)[None, :], akk)
-        dec = tl.where(row, 1.0, dec)
-        aqk = tl.where(row, tl.sum(dec * k * qt[None, :], axis=1)[None, :], aqk)
-    return akk, aqk
+        dk = dec * k
+        akk = tl.sum(dk * kt, axis=1)
+        dk = tl.where(r[:, None] == t, k, dk)        # e^0 for row t itself
+        aqk = tl.sum(dk * qt, axis=1)
+        dec = tl.where(r[:, None] == t, 1.0, dec)
+        if USE_L2NORM:   # the norms of rows t, scaling the reduced vectors (all rows hold row t)
+            akk = akk * tl.rsqrt(tl.sum(kt * kt, axis=1) + eps)
+            aqk = aqk * tl.rsqrt(tl.sum(qt * qt, axis=1) + eps)
+        tl.store(xd_ptr + row * 16 + r[:, None], akk[:, None])
+        tl.store(a_ptr + row * 64 + r0 + r[:, None], _as_stored(aqk * scale, a_ptr)[:, None])
 
 
 @triton.jit
 def _diag_row_raw(q_ptr, k_ptr, g_ptr, tok0, t, n, i_h, i_hk, Hv, QKR, DK: tl.constexpr):
-    """Row t of a tile's k, q (as stored) and g (fp32), [DK] each; zeros past its n rows."""
-    cols = tl.arange(0, DK)
-    live = (cols < DK) & (t < n)
-    k = tl.load(k_ptr + ((tok0 + t) * QKR + i_hk) * DK + cols, mask=live, other=0.0)
-    q = tl.load(q_ptr + ((tok0 + t) * QKR + i_hk) * DK + cols, mask=live, other=0.0)
-    g = tl.load(g_ptr + ((tok0 + t) * Hv + i_h) * DK + cols, mask=live, other=0.0)
+    """Row t of a tile's k and q as stored, as [16, DK] tiles whose rows all hold it, and g
+    (fp32, [DK]); past the tile's n rows its last row (a prefetch's value never used). Unmasked:
+    the 16 copies of a row's load are then one load instruction (ptxas merges identical
+    unpredicated loads; masked ones stayed four, each unpacked)."""
+    cols = tl.arange(0, DK)[None, :] + tl.zeros([16, 1], tl.int32)
+    tok = tok0 + tl.minimum(t, n - 1)
+    k = tl.load(k_ptr + (tok * QKR + i_hk) * DK + cols)
+    q = tl.load(q_ptr + (tok * QKR + i_hk) * DK + cols)
+    g = tl.load(g_ptr + (tok * Hv + i_h) * DK + tl.arange(0, DK))
     return k, q, g.to(tl.float32)
 
 
 @triton.jit
 def _qk_scaled(x, scale, eps, USE_L2NORM: tl.constexpr):
-    """A row of q or k [DK] fp32, normalised and scaled (as ``_qk_row`` does after its load)."""
+    """Rows of q or k [R, DK] fp32, normalised and scaled (as ``_qk_rows`` does after its load)."""
     if USE_L2NORM:
-        x = x * tl.rsqrt(tl.sum(x * x, axis=0) + eps)
+        x = x * tl.rsqrt(tl.sum(x * x, axis=1, keep_dims=True) + eps)
     return x * scale
-
-
-@triton.jit
-def _qk_row(ptr, tok, i_hk, Hk, scale, eps, DK: tl.constexpr, USE_L2NORM: tl.constexpr):
-    """One row of q or k: [DK] fp32, normalised and scaled."""
-    x = tl.load(ptr + (tok * Hk + i_hk) * DK + tl.arange(0, DK)).to(tl.float32)
-    return _qk_scaled(x, scale, eps, USE_L2NORM)
 
 
 @triton.jit
