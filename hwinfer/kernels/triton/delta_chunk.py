@@ -254,16 +254,21 @@ def _state_kernel(kg_ptr, ge_ptr, w_ptr, u_ptr, h0_ptr, hs_ptr, d_ptr, ht_ptr, s
         else:
             w = _raw_rows(w_ptr, t0, n, i_h, Hv, 0, 64, DK)
             kg = _raw_rows(kg_ptr, t0, n, i_h, Hv, 0, 64, DK)
+        # The chunk's decay, loaded before the products: issued after the first one (where
+        # Triton put it when it was read just before its use) its latency sat between the two.
+        if PER_CHANNEL:
+            decay = tl.exp(tl.load(ge_ptr + ((chunk0 + c) * Hv + i_h) * DK + tl.arange(0, DK)))
+        else:
+            decay = tl.exp(tl.load(ge_ptr + (chunk0 + c) * Hv + i_h))
         tl.store(hs_ptr + ((chunk0 + c) * Hv + i_h) * DK * DV + offs_s,
                  _as_stored(h, hs_ptr))
         d = _head_rows(u_ptr, t0, n, i_h, Hv, c0, 0, 64, DV, BV)
         d -= _mm_split(w, h, PREC)
         _store_rows(d_ptr, d, t0, n, i_h, Hv, c0, 0, 64, DV, BV)
         if PER_CHANNEL:
-            g_end = tl.load(ge_ptr + ((chunk0 + c) * Hv + i_h) * DK + tl.arange(0, DK))
-            h = h * tl.exp(g_end)[:, None]
+            h = h * decay[:, None]
         else:
-            h = h * tl.exp(tl.load(ge_ptr + (chunk0 + c) * Hv + i_h))
+            h = h * decay
         h += _mm_split(tl.trans(kg), d, PREC)
         if PREFETCH:
             w, kg = w_next, kg_next
