@@ -184,8 +184,8 @@ DIAG_WARPS = 2
 # equal outputs). H100, KDA 1 x 16k, with the loop's rows loaded as [DK] vectors: the kernel
 # 1,147 us at 0, 870 at 1 (the call 4,528 -> 4,248). Since they are loaded in the tiles' layout
 # (twenty-ninth session) a row fetched ahead is carried as four copies a thread: sm_90, 2 warps,
-# AHEAD 1 takes 212 registers (four programs an SM) and 628 instructions a row, 0 takes 126
-# (eight) and 393, both with 8 barriers a row (18 before). Untimed on a card: 0 for now.
+# with the tile cumsums, AHEAD 1 takes 204 registers (five programs an SM) and 805 instructions
+# a row, 0 takes 128 (eight) and 428, both with 4 barriers a row (18 before). 0 for now.
 DIAG_AHEAD = 0
 # The row loop's (I + beta A)^-1 by its 4 x 4 diagonal blocks (delta_chunk_wy._inv16_blocks, six
 # exact products) instead of 15 substitution steps: ~0.89x its instructions, and on an H100

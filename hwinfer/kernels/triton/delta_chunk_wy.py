@@ -357,15 +357,15 @@ def _diag_rows(q_ptr, k_ptr, g_ptr, a_ptr, xd_ptr, c_ptr, k, tok0, r0, live, i_h
     decayed q k^T block (stored into Aqk) and of the decayed k k^T block (into ``xd``, where
     the kernel reads the block back), and with ``CS`` the running sum of g (into ``c_ptr``).
 
-    Layouts (why the loop has 4 barriers a row, not 18; sm_90 SASS): row t's k and q are loaded
-    as [16, DK] tiles whose 16 rows all read row t, so they come in the layout of ``k`` and
-    ``dec`` (a thread's channels the same in every row); loaded as [DK] vectors they were moved
-    there through shared memory, and their norms reduced across warps. Only e^{g_t} is
-    computed once as a vector and moved (replicated, it would take 4x the exponentials). The
-    norms scale the two reduced vectors instead of the rows. A row's results go to memory as
-    they come, not into [16, 16] blocks in registers, which the row's layout would have made
-    8x replicated (and the reduced vector is indexed by s: its row of the block is a transpose
-    of the tile's layout)."""
+    Layouts (sm_90 SASS, 2 warps: 428 instructions and 4 barriers a row, against 459 and 18
+    before): row t's k, q and g are loaded as [16, DK] tiles whose 16 rows all read row t, so
+    they come in the layout of ``k`` and ``dec`` (a thread's channels the same in every row).
+    Loaded as [DK] vectors they were moved there through shared memory, and their norms reduced
+    across warps. The copies a thread holds are one load (unmasked, see ``_diag_row_raw``), and
+    so one exponential each. The norms scale the two reduced vectors instead of the rows. A
+    row's results go to memory as they come, not into [16, 16] blocks in registers, which the
+    row's layout would have made 8x replicated (and the reduced vector is indexed by s: its row
+    of the block is a transpose of the tile's layout); their two stores are the barriers left."""
     r = tl.arange(0, 16)
     cols = tl.arange(0, DK)
     dec = tl.zeros([16, DK], dtype=tl.float32)
@@ -390,10 +390,11 @@ def _diag_rows(q_ptr, k_ptr, g_ptr, a_ptr, xd_ptr, c_ptr, k, tok0, r0, live, i_h
         kt = kt.to(tl.float32)
         qt = qt.to(tl.float32)
         row = ((tok0 + t) * Hv + i_h)
-        if CS:
-            cs += gt
+        if CS:   # (g's row again as a vector, from L1: a running sum carried as [16, DK]
+            # copies would cost 32 registers)
+            cs += tl.load(g_ptr + row * DK + cols)
             tl.store(c_ptr + row * DK + cols, cs)
-        dec = dec * tl.exp(gt)[None, :]
+        dec = dec * tl.exp(gt)
         dk = dec * k
         akk = tl.sum(dk * kt, axis=1)
         dk = tl.where(r[:, None] == t, k, dk)        # e^0 for row t itself
@@ -408,15 +409,15 @@ def _diag_rows(q_ptr, k_ptr, g_ptr, a_ptr, xd_ptr, c_ptr, k, tok0, r0, live, i_h
 
 @triton.jit
 def _diag_row_raw(q_ptr, k_ptr, g_ptr, tok0, t, n, i_h, i_hk, Hv, QKR, DK: tl.constexpr):
-    """Row t of a tile's k and q as stored, as [16, DK] tiles whose rows all hold it, and g
-    (fp32, [DK]); past the tile's n rows its last row (a prefetch's value never used). Unmasked:
-    the 16 copies of a row's load are then one load instruction (ptxas merges identical
-    unpredicated loads; masked ones stayed four, each unpacked)."""
+    """Row t of a tile's k and q as stored and g (fp32), as [16, DK] tiles whose rows all hold
+    it; past the tile's n rows its last row (a prefetch's value never used). Unmasked: the
+    copies of a row a thread holds are then one load instruction (identical unpredicated loads
+    are merged; masked ones stayed four, each converted)."""
     cols = tl.arange(0, DK)[None, :] + tl.zeros([16, 1], tl.int32)
     tok = tok0 + tl.minimum(t, n - 1)
     k = tl.load(k_ptr + (tok * QKR + i_hk) * DK + cols)
     q = tl.load(q_ptr + (tok * QKR + i_hk) * DK + cols)
-    g = tl.load(g_ptr + (tok * Hv + i_h) * DK + tl.arange(0, DK))
+    g = tl.load(g_ptr + (tok * Hv + i_h) * DK + cols)
     return k, q, g.to(tl.float32)
 
 
