@@ -202,10 +202,10 @@ elif [ "$phase" = s29b ]; then
   echo "== bench_delta_chunk rc=$?"; grep -v "Warn\|warn\|at::native\|anonymous\|Memcpy\|^# hwinfer" \
     "$out/bench_delta_chunk.err" | grep "triton\|fla\|#   " | grep -v "chunk_table\|regs" | cut -c1-150 | head -90
   # GDN's state kernel at 1 x 16k (128 programs of 16 channels, next chunk prefetched): where
-  # its steps' time goes (no prefetch, 32 channels at 8 warps, 3 stages)
+  # its steps' time goes (no prefetch at 2, 3, 4 stages; 32 channels at 8 warps)
   timeout 90 python3 scripts/bench_delta_chunk.py --kinds gdn --shapes 1x16384 --no-torch --no-fla \
     --no-variants --breakdown --variant "nopf@$D:STATE_PREFETCH=False" --variant "bv32@block_v=32" \
-    --variant "st3@$D:STATE_LAUNCH=(4,3)" \
+    --variant "nopf3@$D:STATE_PREFETCH=False;$D:STATE_LAUNCH=(4,3)" --variant "nopf4@$D:STATE_PREFETCH=False;$D:STATE_LAUNCH=(4,4)" \
     > "$out/bench_gdn_state.csv" 2> "$out/bench_gdn_state.err"
   echo "== gdn state variants rc=$?"; grep "triton\|#   " "$out/bench_gdn_state.err" | grep "state\|triton " | cut -c1-150 | head -20
   if [ -f .whl/base.tar ]; then
