@@ -25,6 +25,8 @@
 #                                         # kernel's num_stages, both removed)
 #   bash scripts/device_issue6.sh s27a      # the new GDN / KDA defaults: strict, models, vs fla
 #   bash scripts/device_issue6.sh s28a      # KDA's tile cumsums: strict, models, forms, vs fla / base
+#   bash scripts/device_issue6.sh s29c      # the diagonal loop's fused update, value blocks first:
+#                                         # strict, models, per kernel; sparse MLA on an H200
 #   bash scripts/device_issue6.sh s29b      # KDA's diagonal kernel in the tiles' layout: strict,
 #                                         # vs fla / the tree before / sparse MLA on an H200
 #   bash scripts/device_issue6.sh s29a      # the state grid's order (untimed), GDN / KDA vs fla,
@@ -185,6 +187,24 @@ elif [ "$phase" = s29a ]; then
     "$out/bench_delta_chunk.err" | grep "triton\|fla\|#   " | grep -v "chunk_table\|regs" | cut -c1-150 | head -80
   if grep -q H200 "$out/gpu.txt"; then
     timeout 150 python3 scripts/bench_sparse_mla.py --only dsv4 --ws --quick \
+      > "$out/bench_ws.csv" 2> "$out/bench_ws.err"
+    echo "== bench_sparse_mla --ws rc=$?"; grep -v "Warn\|warn" "$out/bench_ws.err" | grep "sparse_mla\|rror\|ceiling" | cut -c1-160 | tail -40
+  fi
+elif [ "$phase" = s29c ]; then
+  # After s29b: the diagonal loop's fused decay update (no rows fetched ahead), the state grid
+  # with value blocks first by default (its old order as a variant, for GDN 8 x 2k): strict
+  # gdn + kda rows, the Qwen3.5 / Kimi model tests, per kernel; sparse MLA on an H200.
+  nvidia-smi --query-gpu=name --format=csv,noheader | tee "$out/gpu.txt"
+  D=hwinfer.kernels.triton.delta_chunk
+  strict_rows "gdn_chunked or kda_chunked"
+  models_on_card "qwen or kimi"
+  timeout 150 python3 scripts/bench_delta_chunk.py --kinds kda,gdn --shapes 1x16384,8x2048 \
+    --no-torch --no-fla --no-variants --breakdown --variant "heads1st@$D:STATE_VB_FIRST=False" \
+    > "$out/bench_delta_chunk.csv" 2> "$out/bench_delta_chunk.err"
+  echo "== bench_delta_chunk rc=$?"; grep -v "Warn\|warn\|at::native\|anonymous\|Memcpy\|^# hwinfer" \
+    "$out/bench_delta_chunk.err" | grep "triton\|#   " | grep -v "chunk_table\|regs" | cut -c1-150 | head -60
+  if grep -q H200 "$out/gpu.txt"; then
+    timeout 120 python3 scripts/bench_sparse_mla.py --only dsv4 --ws --quick \
       > "$out/bench_ws.csv" 2> "$out/bench_ws.err"
     echo "== bench_sparse_mla --ws rc=$?"; grep -v "Warn\|warn" "$out/bench_ws.err" | grep "sparse_mla\|rror\|ceiling" | cut -c1-160 | tail -40
   fi

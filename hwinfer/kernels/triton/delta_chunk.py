@@ -114,9 +114,11 @@ OUT_BLOCK_K = 0
 STATE_DOTS: str | None = "bf16"
 # The state stage's grid with the value blocks first, (Dv / BV, sequences x heads), as fla
 # launches its h kernel: the Dv / BV programs of a head read the same w and decayed keys, and
-# launched together they can share them in L2 (heads first, the default, puts them a wave
-# apart once the grid is several waves: KDA 8 x 2k is 1,024 programs). Untimed: a knob.
-STATE_VB_FIRST = False
+# launched together they can share them in L2 (heads first puts them a wave apart once the
+# grid is several waves: KDA 8 x 2k is 1,024 programs). H100, twenty-ninth session (s29b):
+# KDA's state kernel at 8 x 2k 721 -> 412 us (the call 2,891 -> 2,582), unchanged at 1 x 16k
+# (one wave: 497 / 499) and for GDN 1 x 16k (356 / 357).
+STATE_VB_FIRST = True
 # Whether the state stage loads the next chunk's w and decayed keys while it works on this one
 # (None: where its grid is one wave at most, see _run; True / False force it).
 STATE_PREFETCH: bool | None = None
@@ -180,13 +182,6 @@ KDA_WY_WARPS_16BIT = 1
 # 1,183) and every pair at once with decays e^{G_t - G_s} (2,042-2,164 us); on an H100, tiles of
 # bounded decay as two products (1,674 against 1,174 us).
 DIAG_WARPS = 2
-# Rows the diagonal loop fetches ahead of the row it works (``AHEAD`` of _kda_diag_kernel; bit-
-# equal outputs). H100, KDA 1 x 16k, with the loop's rows loaded as [DK] vectors: the kernel
-# 1,147 us at 0, 870 at 1 (the call 4,528 -> 4,248). Since they are loaded in the tiles' layout
-# (twenty-ninth session) a row fetched ahead is carried as four copies a thread: sm_90, 2 warps,
-# with the tile cumsums, AHEAD 1 takes 204 registers (five programs an SM) and 805 instructions
-# a row, 0 takes 128 (eight) and 428, both with 4 barriers a row (18 before). 0 for now.
-DIAG_AHEAD = 0
 # The row loop's (I + beta A)^-1 by its 4 x 4 diagonal blocks (delta_chunk_wy._inv16_blocks, six
 # exact products) instead of 15 substitution steps: ~0.89x its instructions, and on an H100
 # (twenty-seventh session) 901 -> 745 us at KDA 1 x 16k, 874 -> 720 us at 8 x 2k.
@@ -600,7 +595,7 @@ def _run(op: str, q, k, v, g, beta, initial_state, scale, use_qk_l2norm, cu_seql
     gc = torch.empty(B * T, Hv, Dk, **f32) if cs else g   # KDA's tile cumsums of g
     if nc and per_channel:
         _kda_diag_kernel[(4 * nc, Hv)](q, k, g, beta, a, xd, gc, chunks, Hk, Hv, qkr, scale,
-                                       L2NORM_EPS, DK=Dk, USE_L2NORM=l2, AHEAD=int(DIAG_AHEAD),
+                                       L2NORM_EPS, DK=Dk, USE_L2NORM=l2,
                                        BLOCK_INV=bool(DIAG_BLOCK_INV), CS=cs,
                                        num_warps=DIAG_WARPS)
     if nc and not block_k:
@@ -764,20 +759,17 @@ def _aot_specs():
                 dg = {"q_ptr": ptr, "k_ptr": ptr, "g_ptr": f32, "b_ptr": f32, "a_ptr": f32,
                       "xd_ptr": f32, "c_ptr": f32, "tab_ptr": "*i32", "Hk": "i32", "Hv": "i32",
                       "QKR": "i32", "scale": "fp32", "eps": "fp32", "DK": "constexpr",
-                      "USE_L2NORM": "constexpr", "AHEAD": "constexpr", "BLOCK_INV": "constexpr",
-                      "CS": "constexpr"}
-                # rows fetched ahead by the row loop; Aqk in bf16 (NVIDIA's hand-off) or fp32;
-                # the inverse by blocks (DIAG_BLOCK_INV); the tile cumsums written (KDA_SPANS)
-                for ahead, a16, inv, cs in ((0, True, False, False), (1, True, False, False),
-                                            (2, True, False, False), (1, False, False, False),
-                                            (1, True, True, False), (1, True, True, True),
-                                            (0, True, True, True)):
-                    tag = (f"ahead{ahead}{'' if a16 else ',a32'}{',blockinv' if inv else ''}"
+                      "USE_L2NORM": "constexpr", "BLOCK_INV": "constexpr", "CS": "constexpr"}
+                # Aqk in bf16 (NVIDIA's hand-off) or fp32; the inverse by blocks
+                # (DIAG_BLOCK_INV); the tile cumsums written (KDA_SPANS)
+                for a16, inv, cs in ((True, False, False), (False, False, False),
+                                     (True, True, False), (True, True, True)):
+                    tag = (f"{'a16' if a16 else 'a32'}{',blockinv' if inv else ''}"
                            f"{',cs' if cs else ''}")
                     specs.append(AotSpec(f"kda_diag[{dtype},{d},{tag}]", _kda_diag_kernel,
                                          {**dg, "a_ptr": half if a16 else f32},
-                                         {"DK": d, "USE_L2NORM": True, "AHEAD": ahead,
-                                          "BLOCK_INV": inv, "CS": cs}, {"num_warps": 2}))
+                                         {"DK": d, "USE_L2NORM": True, "BLOCK_INV": inv,
+                                          "CS": cs}, {"num_warps": 2}))
             st = {"kg_ptr": half, "ge_ptr": f32, "w_ptr": half, "u_ptr": f32, "h0_ptr": f32,
                   "hs_ptr": f32, "d_ptr": f32, "ht_ptr": f32, "seq_ptr": "*i32",
                   "slot_ptr": "*i32", "Hv": "i32",

@@ -301,7 +301,7 @@ def _inv16x4(a0, a1, a2, a3, live):
 
 @triton.jit
 def _kda_diag_kernel(q_ptr, k_ptr, g_ptr, b_ptr, a_ptr, xd_ptr, c_ptr, tab_ptr, Hk, Hv, QKR, scale,
-                     eps, DK: tl.constexpr, USE_L2NORM: tl.constexpr, AHEAD: tl.constexpr = 1,
+                     eps, DK: tl.constexpr, USE_L2NORM: tl.constexpr,
                      BLOCK_INV: tl.constexpr = False, CS: tl.constexpr = False):
     """KDA's diagonal 16 x 16 blocks, one program per (16-row tile, value head): the decayed
     q k^T block (lower), written into Aqk at the tile's columns, and ``(I + beta A)^-1`` with
@@ -316,12 +316,10 @@ def _kda_diag_kernel(q_ptr, k_ptr, g_ptr, b_ptr, a_ptr, xd_ptr, c_ptr, tab_ptr, 
     1,647 us). The loop is sequential, so it lives here, in small programs (2 warps) of which
     many run per SM, not in the WY kernel (one 8-warp program per SM, stalled on each row's
     loads). Unrolling the 16 rows (so that every row's loads could be issued early) was 10%
-    slower on the H200 (KDA 1 x 16k: 7,031 against 6,418 us) and was dropped. ``AHEAD`` rows:
-    row t+AHEAD's loads are issued before row t's arithmetic (the same arithmetic, bit-equal),
-    so a step waits on loads issued steps earlier instead of on its own: 1 ahead took the
-    kernel from 1,147 to 870 us on an H100 (KDA 1 x 16k, nineteenth session; 0 = loads in
-    the step), when rows were loaded as vectors (see ``_diag_rows`` and the driver's
-    DIAG_AHEAD for what it costs now).
+    slower on the H200 (KDA 1 x 16k: 7,031 against 6,418 us) and was dropped. Fetching each
+    row's loads a step ahead took the kernel from 1,147 to 870 us on an H100 while rows were
+    loaded as vectors (nineteenth session); in the tiles' layout it costs four copies a thread
+    and was 1.6x slower (twenty-ninth session, see ``_diag_rows``), and was removed.
 
     Measured and removed (eighteenth / nineteenth sessions): tiles whose decays stay within
     e^{+-16} formed as two products, ``(k e^{D}) (k e^{-D})^T`` (1,674 against 1,174 us on an
@@ -337,7 +335,7 @@ def _kda_diag_kernel(q_ptr, k_ptr, g_ptr, b_ptr, a_ptr, xd_ptr, c_ptr, tab_ptr, 
         k = _qk_rows(k_ptr, tok0, live, i_hk, QKR, 1.0, eps, 0, 16, DK, USE_L2NORM)
         b = tl.load(b_ptr + (tok0 + r) * Hv + i_h, mask=r < live, other=0.0).to(tl.float32)
         _diag_rows(q_ptr, k_ptr, g_ptr, a_ptr, xd_ptr, c_ptr, k, tok0, r0, live, i_h, i_hk, Hv,
-                   QKR, scale, eps, DK, USE_L2NORM, AHEAD, CS)
+                   QKR, scale, eps, DK, USE_L2NORM, CS)
         tl.debug_barrier()   # the rows of A the loop wrote to xd, read back by other threads
         out = ((tok0 + r) * Hv + i_h)[:, None]
         akk = tl.load(xd_ptr + out * 16 + r[None, :], mask=(r < live)[:, None], other=0.0)
@@ -351,55 +349,41 @@ def _kda_diag_kernel(q_ptr, k_ptr, g_ptr, b_ptr, a_ptr, xd_ptr, c_ptr, tab_ptr, 
 
 @triton.jit
 def _diag_rows(q_ptr, k_ptr, g_ptr, a_ptr, xd_ptr, c_ptr, k, tok0, r0, live, i_h, i_hk, Hv, QKR,
-               scale, eps, DK: tl.constexpr, USE_L2NORM: tl.constexpr, AHEAD: tl.constexpr,
-               CS: tl.constexpr):
+               scale, eps, DK: tl.constexpr, USE_L2NORM: tl.constexpr, CS: tl.constexpr):
     """The row loop of ``_kda_diag_kernel``, k [16, DK] the tile's normalised rows: row t of the
     decayed q k^T block (stored into Aqk) and of the decayed k k^T block (into ``xd``, where
     the kernel reads the block back), and with ``CS`` the running sum of g (into ``c_ptr``).
 
-    Layouts (sm_90 SASS, 2 warps: 428 instructions and 4 barriers a row, against 459 and 18
-    before): row t's k, q and g are loaded as [16, DK] tiles whose 16 rows all read row t, so
-    they come in the layout of ``k`` and ``dec`` (a thread's channels the same in every row).
-    Loaded as [DK] vectors they were moved there through shared memory, and their norms reduced
-    across warps. The copies a thread holds are one load (unmasked, see ``_diag_row_raw``), and
-    so one exponential each. The norms scale the two reduced vectors instead of the rows. A
-    row's results go to memory as they come, not into [16, 16] blocks in registers, which the
-    row's layout would have made 8x replicated (and the reduced vector is indexed by s: its row
-    of the block is a transpose of the tile's layout); their two stores are the barriers left."""
+    Layouts (sm_90 SASS, 2 warps, with CS: 4 barriers a row, against 18 before): row t's k, q
+    and g are loaded as [16, DK] tiles whose 16 rows all read row t, so they come in the layout
+    of ``k`` and ``dec`` (a thread's channels the same in every row). Loaded as [DK] vectors
+    they were moved there through shared memory, and their norms reduced across warps. The
+    copies a thread holds are one load (unmasked, see ``_diag_row``), and so one exponential
+    each. The norms scale the two reduced vectors instead of the rows. A row's results go to
+    memory as they come, not into [16, 16] blocks in registers, which the row's layout would
+    have made 8x replicated (and the reduced vector is indexed by s: its row of the block is a
+    transpose of the tile's layout); their two stores are the barriers left. Row t of ``dec``
+    is 0 until step t, so one fused multiply-add both decays the rows before and sets it to
+    e^0 (the diagonal of k k^T this puts in ``akk`` is then zeroed in the reduced vector).
+    H100 (twenty-ninth session, KDA 1 x 16k): with the barriers gone and no other change the
+    kernel took 792 us against 785, and with rows fetched a step ahead (four copies a thread
+    of each: 204 registers, 805 instructions a row) 1,277; the loop issues ~60% of the SM's
+    instruction slots, so what counts now is its instructions a row."""
     r = tl.arange(0, 16)
     cols = tl.arange(0, DK)
     dec = tl.zeros([16, DK], dtype=tl.float32)
     cs = tl.zeros([DK], dtype=tl.float32)
-    n = tl.minimum(live, 16)
-    if AHEAD > 0:   # rows 0 .. AHEAD-1 as stored (row 0 is live); row t+AHEAD fetched at row t
-        kn, qn, gn = _diag_row_raw(q_ptr, k_ptr, g_ptr, tok0, 0, n, i_h, i_hk, Hv, QKR, DK)
-        if AHEAD > 1:
-            kn2, qn2, gn2 = _diag_row_raw(q_ptr, k_ptr, g_ptr, tok0, 1, n, i_h, i_hk, Hv, QKR, DK)
-    for t in range(0, n):
-        if AHEAD > 0:
-            kt, qt, gt = kn, qn, gn
-            if AHEAD > 1:
-                kn, qn, gn = kn2, qn2, gn2
-                kn2, qn2, gn2 = _diag_row_raw(q_ptr, k_ptr, g_ptr, tok0, t + 2, n, i_h, i_hk, Hv,
-                                              QKR, DK)
-            else:
-                kn, qn, gn = _diag_row_raw(q_ptr, k_ptr, g_ptr, tok0, t + 1, n, i_h, i_hk, Hv,
-                                           QKR, DK)
-        else:
-            kt, qt, gt = _diag_row_raw(q_ptr, k_ptr, g_ptr, tok0, t, n, i_h, i_hk, Hv, QKR, DK)
-        kt = kt.to(tl.float32)
-        qt = qt.to(tl.float32)
+    for t in range(0, tl.minimum(live, 16)):
+        kt, qt, gt = _diag_row(q_ptr, k_ptr, g_ptr, tok0 + t, i_h, i_hk, Hv, QKR, DK)
         row = ((tok0 + t) * Hv + i_h)
         if CS:   # (g's row again as a vector, from L1: a running sum carried as [16, DK]
             # copies would cost 32 registers)
             cs += tl.load(g_ptr + row * DK + cols)
             tl.store(c_ptr + row * DK + cols, cs)
-        dec = dec * tl.exp(gt)
+        dec = dec * tl.exp(gt) + (r[:, None] == t).to(tl.float32)
         dk = dec * k
-        akk = tl.sum(dk * kt, axis=1)
-        dk = tl.where(r[:, None] == t, k, dk)        # e^0 for row t itself
+        akk = tl.where(r == t, 0.0, tl.sum(dk * kt, axis=1))
         aqk = tl.sum(dk * qt, axis=1)
-        dec = tl.where(r[:, None] == t, 1.0, dec)
         if USE_L2NORM:   # the norms of rows t, scaling the reduced vectors (all rows hold row t)
             akk = akk * tl.rsqrt(tl.sum(kt * kt, axis=1) + eps)
             aqk = aqk * tl.rsqrt(tl.sum(qt * qt, axis=1) + eps)
@@ -408,17 +392,15 @@ def _diag_rows(q_ptr, k_ptr, g_ptr, a_ptr, xd_ptr, c_ptr, k, tok0, r0, live, i_h
 
 
 @triton.jit
-def _diag_row_raw(q_ptr, k_ptr, g_ptr, tok0, t, n, i_h, i_hk, Hv, QKR, DK: tl.constexpr):
-    """Row t of a tile's k and q as stored and g (fp32), as [16, DK] tiles whose rows all hold
-    it; past the tile's n rows its last row (a prefetch's value never used). Unmasked: the
-    copies of a row a thread holds are then one load instruction (identical unpredicated loads
-    are merged; masked ones stayed four, each converted)."""
+def _diag_row(q_ptr, k_ptr, g_ptr, tok, i_h, i_hk, Hv, QKR, DK: tl.constexpr):
+    """Token tok's k, q (as fp32) and g, each as a [16, DK] tile whose rows all hold it.
+    Unmasked: the copies of a row a thread holds are then one load instruction (identical
+    unpredicated loads are merged; masked ones stayed four, each converted)."""
     cols = tl.arange(0, DK)[None, :] + tl.zeros([16, 1], tl.int32)
-    tok = tok0 + tl.minimum(t, n - 1)
-    k = tl.load(k_ptr + (tok * QKR + i_hk) * DK + cols)
-    q = tl.load(q_ptr + (tok * QKR + i_hk) * DK + cols)
-    g = tl.load(g_ptr + (tok * Hv + i_h) * DK + cols)
-    return k, q, g.to(tl.float32)
+    k = tl.load(k_ptr + (tok * QKR + i_hk) * DK + cols).to(tl.float32)
+    q = tl.load(q_ptr + (tok * QKR + i_hk) * DK + cols).to(tl.float32)
+    g = tl.load(g_ptr + (tok * Hv + i_h) * DK + cols).to(tl.float32)
+    return k, q, g
 
 
 @triton.jit
