@@ -28,9 +28,8 @@
 #   bash scripts/device_issue6.sh s29c      # the diagonal loop's fused update, value blocks first:
 #                                         # strict, models, per kernel; sparse MLA on an H200
 #   bash scripts/device_issue6.sh s29b      # KDA's diagonal kernel in the tiles' layout: strict,
-#                                         # vs fla / the tree before / sparse MLA on an H200
-#   bash scripts/device_issue6.sh s29a      # the state grid's order (untimed), GDN / KDA vs fla,
-#                                         # sparse MLA on an H200
+#                                         # vs fla / the tree before / sparse MLA on an H200 (ran
+#                                         # at 7bbc8da; its DIAG_AHEAD variant is gone since)
 #   bash scripts/device_issue6.sh bench     # whole-model speed vs transformers and the roofline,
 #                                         # every kernel benchmark (--quick)
 # The phases of earlier sessions (s11a ... s21e and the named ones before them), which
@@ -173,22 +172,6 @@ elif [ "$phase" = s28a ]; then
       --shapes 1x16384,8x2048 --no-torch --no-fla --no-variants --breakdown \
       > "$out/bench_base.csv" 2> "$out/bench_base.err"
     echo "== base tree rc=$?"; grep "triton\|#   " "$out/bench_base.err" | grep -v "chunk_table\|regs\|warn" | cut -c1-150 | head -20
-  fi
-elif [ "$phase" = s29a ]; then
-  # Untimed after the twenty-eighth session: the state kernel's grid with the value blocks first
-  # (STATE_VB_FIRST, bit-equal), GDN and KDA per kernel beside fla (carry .whl); on an H200 also
-  # the sparse MLA decode's long-context figure (s25b's bench).
-  nvidia-smi --query-gpu=name --format=csv,noheader | tee "$out/gpu.txt"
-  D=hwinfer.kernels.triton.delta_chunk
-  timeout 250 python3 scripts/bench_delta_chunk.py --kinds gdn,kda --shapes 1x16384,8x2048 \
-    --no-torch --no-variants --breakdown --variant "vbf@$D:STATE_VB_FIRST=True" \
-    > "$out/bench_delta_chunk.csv" 2> "$out/bench_delta_chunk.err"
-  echo "== bench_delta_chunk rc=$?"; grep -v "Warn\|warn\|at::native\|anonymous\|Memcpy\|^# hwinfer" \
-    "$out/bench_delta_chunk.err" | grep "triton\|fla\|#   " | grep -v "chunk_table\|regs" | cut -c1-150 | head -80
-  if grep -q H200 "$out/gpu.txt"; then
-    timeout 150 python3 scripts/bench_sparse_mla.py --only dsv4 --ws --quick \
-      > "$out/bench_ws.csv" 2> "$out/bench_ws.err"
-    echo "== bench_sparse_mla --ws rc=$?"; grep -v "Warn\|warn" "$out/bench_ws.err" | grep "sparse_mla\|rror\|ceiling" | cut -c1-160 | tail -40
   fi
 elif [ "$phase" = s29c ]; then
   # After s29b: the diagonal loop's fused decay update (no rows fetched ahead), the state grid

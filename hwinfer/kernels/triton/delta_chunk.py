@@ -115,9 +115,9 @@ STATE_DOTS: str | None = "bf16"
 # The state stage's grid with the value blocks first, (Dv / BV, sequences x heads), as fla
 # launches its h kernel: the Dv / BV programs of a head read the same w and decayed keys, and
 # launched together they can share them in L2 (heads first puts them a wave apart once the
-# grid is several waves: KDA 8 x 2k is 1,024 programs). H100, twenty-ninth session (s29b):
-# KDA's state kernel at 8 x 2k 721 -> 412 us (the call 2,891 -> 2,582), unchanged at 1 x 16k
-# (one wave: 497 / 499) and for GDN 1 x 16k (356 / 357).
+# grid is several waves: KDA 8 x 2k is 1,024 programs). H100, twenty-ninth session (s29c): the
+# state kernel at 8 x 2k 700 -> 408 us for KDA (the call 2,838 -> 2,540), 227 -> 197 for GDN;
+# one-wave grids (1 x 16k) unchanged.
 STATE_VB_FIRST = True
 # Whether the state stage loads the next chunk's w and decayed keys while it works on this one
 # (None: where its grid is one wave at most, see _run; True / False force it).
@@ -250,7 +250,8 @@ def _state_kernel(kg_ptr, ge_ptr, w_ptr, u_ptr, h0_ptr, hs_ptr, d_ptr, ht_ptr, s
             w = _raw_rows(w_ptr, t0, n, i_h, Hv, 0, 64, DK)
             kg = _raw_rows(kg_ptr, t0, n, i_h, Hv, 0, 64, DK)
         # The chunk's decay, loaded before the products: issued after the first one (where
-        # Triton put it when it was read just before its use) its latency sat between the two.
+        # Triton put it when it was read just before its use) its latency sat between the two
+        # (H100, twenty-ninth session: KDA 1 x 16k 604 -> 497 us, GDN 414 -> 355).
         if PER_CHANNEL:
             decay = tl.exp(tl.load(ge_ptr + ((chunk0 + c) * Hv + i_h) * DK + tl.arange(0, DK)))
         else:

@@ -365,10 +365,11 @@ def _diag_rows(q_ptr, k_ptr, g_ptr, a_ptr, xd_ptr, c_ptr, k, tok0, r0, live, i_h
     transpose of the tile's layout); their two stores are the barriers left. Row t of ``dec``
     is 0 until step t, so one fused multiply-add both decays the rows before and sets it to
     e^0 (the diagonal of k k^T this puts in ``akk`` is then zeroed in the reduced vector).
-    H100 (twenty-ninth session, KDA 1 x 16k): with the barriers gone and no other change the
-    kernel took 792 us against 785, and with rows fetched a step ahead (four copies a thread
-    of each: 204 registers, 805 instructions a row) 1,277; the loop issues ~60% of the SM's
-    instruction slots, so what counts now is its instructions a row."""
+    H100 (twenty-ninth session, KDA 1 x 16k): 792 us with the barriers gone (785 before), 792
+    again with the fused update (428 -> 382 instructions a row), 1,277 with rows fetched a step
+    ahead (four copies a thread of each: 204 registers, 805 instructions a row). So neither
+    barriers nor instruction count bound it: most likely each row's load latency, which eight
+    programs an SM (128 registers) do not hide."""
     r = tl.arange(0, 16)
     cols = tl.arange(0, DK)
     dec = tl.zeros([16, DK], dtype=tl.float32)
