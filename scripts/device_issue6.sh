@@ -62,6 +62,14 @@ strict_rows() {  # strict conformance of the ops matching $1 with the rows for c
   echo "== strict, defaults"; grep -E "passed|failed|FAILED" "$out/conformance_default.txt" | tail -6
 }
 
+sparse_mla_on_h200() {  # on an H200 only: the V4 sparse MLA decode's timings, within $1 seconds
+  if grep -q H200 "$out/gpu.txt"; then
+    timeout "$1" python3 scripts/bench_sparse_mla.py --only dsv4 --ws --quick \
+      > "$out/bench_ws.csv" 2> "$out/bench_ws.err"
+    echo "== bench_sparse_mla --ws rc=$?"; grep -v "Warn\|warn" "$out/bench_ws.err" | grep "sparse_mla\|rror\|ceiling" | cut -c1-160 | tail -40
+  fi
+}
+
 models_on_card() {  # the model tests matching $1 on the card
   HWINFER_TEST_DEVICE=cuda timeout 150 python3 -m pytest tests/models -q -p no:cacheprovider \
     -k "$1" > "$out/models.txt" 2>&1
@@ -186,11 +194,7 @@ elif [ "$phase" = s29c ]; then
     > "$out/bench_delta_chunk.csv" 2> "$out/bench_delta_chunk.err"
   echo "== bench_delta_chunk rc=$?"; grep -v "Warn\|warn\|at::native\|anonymous\|Memcpy\|^# hwinfer" \
     "$out/bench_delta_chunk.err" | grep "triton\|#   " | grep -v "chunk_table\|regs" | cut -c1-150 | head -60
-  if grep -q H200 "$out/gpu.txt"; then
-    timeout 120 python3 scripts/bench_sparse_mla.py --only dsv4 --ws --quick \
-      > "$out/bench_ws.csv" 2> "$out/bench_ws.err"
-    echo "== bench_sparse_mla --ws rc=$?"; grep -v "Warn\|warn" "$out/bench_ws.err" | grep "sparse_mla\|rror\|ceiling" | cut -c1-160 | tail -40
-  fi
+  sparse_mla_on_h200 120
 elif [ "$phase" = s29b ]; then
   # KDA's diagonal kernel with the rows in the tiles' layout (8 barriers a row, not 18): strict
   # kda rows, GDN / KDA per kernel beside fla with DIAG_AHEAD=1 and STATE_VB_FIRST as variants,
@@ -218,11 +222,7 @@ elif [ "$phase" = s29b ]; then
       > "$out/bench_base.csv" 2> "$out/bench_base.err"
     echo "== base tree rc=$?"; grep "triton\|#   " "$out/bench_base.err" | grep -v "chunk_table\|regs\|warn" | cut -c1-150 | head -20
   fi
-  if grep -q H200 "$out/gpu.txt"; then
-    timeout 120 python3 scripts/bench_sparse_mla.py --only dsv4 --ws --quick \
-      > "$out/bench_ws.csv" 2> "$out/bench_ws.err"
-    echo "== bench_sparse_mla --ws rc=$?"; grep -v "Warn\|warn" "$out/bench_ws.err" | grep "sparse_mla\|rror\|ceiling" | cut -c1-160 | tail -40
-  fi
+  sparse_mla_on_h200 120
 elif [ "$phase" = s25b ]; then
   nvidia-smi --query-gpu=name --format=csv,noheader | tee "$out/gpu.txt"
   for ws in 0 1; do
@@ -231,11 +231,7 @@ elif [ "$phase" = s25b ]; then
       --csv "$out/model.csv" > "$out/model_v4_fp8_ws$ws.txt" 2>&1
     echo "== V4 fp8 cache, Gluon FP8 kernel=$ws rc=$?"; grep "^{\|Error" "$out/model_v4_fp8_ws$ws.txt" | cut -c1-300 | tail -3
   done
-  if grep -q H200 "$out/gpu.txt"; then
-    timeout 150 python3 scripts/bench_sparse_mla.py --only dsv4 --ws --quick \
-      > "$out/bench_ws.csv" 2> "$out/bench_ws.err"
-    echo "== bench_sparse_mla --ws rc=$?"; grep -v "Warn\|warn" "$out/bench_ws.err" | grep "sparse_mla\|rror\|ceiling" | cut -c1-160 | tail -40
-  fi
+  sparse_mla_on_h200 150
 elif [ "$phase" = lane ]; then
   # One part of the sm_90 lane ($2: I/N of the strict conformance, or bench), its CSV rows
   # appended under $OUT/results (part 0 starts it): copy them back between calls.
