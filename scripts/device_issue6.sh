@@ -70,6 +70,16 @@ sparse_mla_on_h200() {  # on an H200 only: the V4 sparse MLA decode's timings, w
   fi
 }
 
+kda_base_tree() {  # KDA per kernel in the tree packed as .whl/base.tar (git archive BASE hwinfer)
+  if [ -f .whl/base.tar ]; then
+    rm -rf /tmp/base && mkdir -p /tmp/base && tar -xf .whl/base.tar -C /tmp/base
+    PYTHONPATH=/tmp/base:${PYTHONPATH:-} timeout "$1" python3 scripts/bench_delta_chunk.py --kinds kda \
+      --shapes 1x16384,8x2048 --no-torch --no-fla --no-variants --breakdown \
+      > "$out/bench_base.csv" 2> "$out/bench_base.err"
+    echo "== base tree rc=$?"; grep "triton\|#   " "$out/bench_base.err" | grep -v "chunk_table\|regs\|warn" | cut -c1-150 | head -20
+  fi
+}
+
 models_on_card() {  # the model tests matching $1 on the card
   HWINFER_TEST_DEVICE=cuda timeout 150 python3 -m pytest tests/models -q -p no:cacheprovider \
     -k "$1" > "$out/models.txt" 2>&1
@@ -174,13 +184,7 @@ elif [ "$phase" = s28a ]; then
     > "$out/bench_delta_chunk.csv" 2> "$out/bench_delta_chunk.err"
   echo "== bench_delta_chunk rc=$?"; grep -v "Warn\|warn\|at::native\|anonymous\|Memcpy\|^# hwinfer" \
     "$out/bench_delta_chunk.err" | grep "triton\|fla\|#   " | grep -v "chunk_table\|regs" | cut -c1-150 | head -60
-  if [ -f .whl/base.tar ]; then
-    rm -rf /tmp/base && mkdir -p /tmp/base && tar -xf .whl/base.tar -C /tmp/base
-    PYTHONPATH=/tmp/base:${PYTHONPATH:-} timeout 100 python3 scripts/bench_delta_chunk.py --kinds kda \
-      --shapes 1x16384,8x2048 --no-torch --no-fla --no-variants --breakdown \
-      > "$out/bench_base.csv" 2> "$out/bench_base.err"
-    echo "== base tree rc=$?"; grep "triton\|#   " "$out/bench_base.err" | grep -v "chunk_table\|regs\|warn" | cut -c1-150 | head -20
-  fi
+  kda_base_tree 100
 elif [ "$phase" = s29c ]; then
   # After s29b: the diagonal loop's fused decay update (no rows fetched ahead), the state grid
   # with value blocks first by default (its old order as a variant, for GDN 8 x 2k): strict
@@ -215,13 +219,7 @@ elif [ "$phase" = s29b ]; then
     --variant "nopf3@$D:STATE_PREFETCH=False;$D:STATE_LAUNCH=(4,3)" --variant "nopf4@$D:STATE_PREFETCH=False;$D:STATE_LAUNCH=(4,4)" \
     > "$out/bench_gdn_state.csv" 2> "$out/bench_gdn_state.err"
   echo "== gdn state variants rc=$?"; grep "triton\|#   " "$out/bench_gdn_state.err" | grep "state\|triton " | cut -c1-150 | head -20
-  if [ -f .whl/base.tar ]; then
-    rm -rf /tmp/base && mkdir -p /tmp/base && tar -xf .whl/base.tar -C /tmp/base
-    PYTHONPATH=/tmp/base:${PYTHONPATH:-} timeout 80 python3 scripts/bench_delta_chunk.py --kinds kda \
-      --shapes 1x16384,8x2048 --no-torch --no-fla --no-variants --breakdown \
-      > "$out/bench_base.csv" 2> "$out/bench_base.err"
-    echo "== base tree rc=$?"; grep "triton\|#   " "$out/bench_base.err" | grep -v "chunk_table\|regs\|warn" | cut -c1-150 | head -20
-  fi
+  kda_base_tree 80
   sparse_mla_on_h200 120
 elif [ "$phase" = s25b ]; then
   nvidia-smi --query-gpu=name --format=csv,noheader | tee "$out/gpu.txt"
