@@ -25,6 +25,8 @@
 #                                         # kernel's num_stages, both removed)
 #   bash scripts/device_issue6.sh s27a      # the new GDN / KDA defaults: strict, models, vs fla
 #   bash scripts/device_issue6.sh s28a      # KDA's tile cumsums: strict, models, forms, vs fla / base
+#   bash scripts/device_issue6.sh s30a      # (prepared) launch knobs of the KDA / GDN stages, the
+#                                         # diagonal kernel's register cap, fla; MLA on an H200
 #   bash scripts/device_issue6.sh s29c      # the diagonal loop's fused update, value blocks first:
 #                                         # strict, models, per kernel; sparse MLA on an H200
 #   bash scripts/device_issue6.sh s29b      # KDA's diagonal kernel in the tiles' layout: strict,
@@ -185,6 +187,23 @@ elif [ "$phase" = s28a ]; then
   echo "== bench_delta_chunk rc=$?"; grep -v "Warn\|warn\|at::native\|anonymous\|Memcpy\|^# hwinfer" \
     "$out/bench_delta_chunk.err" | grep "triton\|fla\|#   " | grep -v "chunk_table\|regs" | cut -c1-150 | head -60
   kda_base_tree 100
+elif [ "$phase" = s30a ]; then
+  # Prepared in the twenty-ninth session, not run: launch knobs of the memory-bound KDA / GDN
+  # stages (at ~70% of the copy bandwidth where fla's reach ~80%) and the diagonal kernel's
+  # register cap (more programs an SM for its load-latency-bound row loop); fla beside (carry
+  # .whl); sparse MLA on an H200.
+  nvidia-smi --query-gpu=name --format=csv,noheader | tee "$out/gpu.txt"
+  D=hwinfer.kernels.triton.delta_chunk
+  timeout 300 python3 scripts/bench_delta_chunk.py --kinds kda,gdn --shapes 1x16384,8x2048 \
+    --no-torch --no-variants --breakdown \
+    --variant "reg96@$D:DIAG_MAXNREG=96" --variant "reg80@$D:DIAG_MAXNREG=80" \
+    --variant "out2@$D:OUT_LAUNCH=(4,2)" --variant "out8@$D:OUT_LAUNCH=(8,None)" \
+    --variant "wu8@$D:SPLIT_LAUNCH={'gdn':(2,8,32),'kda':(2,8,32)}" \
+    --variant "wu64@$D:SPLIT_LAUNCH={'gdn':(2,4,64),'kda':(2,4,64)}" \
+    > "$out/bench_delta_chunk.csv" 2> "$out/bench_delta_chunk.err"
+  echo "== bench_delta_chunk rc=$?"; grep -v "Warn\|warn\|at::native\|anonymous\|Memcpy\|^# hwinfer" \
+    "$out/bench_delta_chunk.err" | grep "triton\|fla\|#   " | grep -v "chunk_table\|regs" | cut -c1-150 | head -150
+  sparse_mla_on_h200 150
 elif [ "$phase" = s29c ]; then
   # After s29b: the diagonal loop's fused decay update (no rows fetched ahead), the state grid
   # with value blocks first by default (its old order as a variant, for GDN 8 x 2k): strict
