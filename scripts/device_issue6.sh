@@ -82,6 +82,15 @@ kda_base_tree() {  # KDA per kernel in the tree packed as .whl/base.tar (git arc
   fi
 }
 
+per_kernel() {  # bench_delta_chunk.py per kernel (--breakdown) within $1 seconds; the rest are its
+  # arguments (kinds, shapes, variants); the calls and kernel lines shown
+  local limit=$1; shift
+  timeout "$limit" python3 scripts/bench_delta_chunk.py --no-torch --no-variants --breakdown "$@" \
+    > "$out/bench_delta_chunk.csv" 2> "$out/bench_delta_chunk.err"
+  echo "== bench_delta_chunk rc=$?"; grep -v "Warn\|warn\|at::native\|anonymous\|Memcpy\|^# hwinfer" \
+    "$out/bench_delta_chunk.err" | grep "triton\|fla\|#   " | grep -v "chunk_table\|regs" | cut -c1-150 | head -150
+}
+
 models_on_card() {  # the model tests matching $1 on the card
   HWINFER_TEST_DEVICE=cuda timeout 150 python3 -m pytest tests/models -q -p no:cacheprovider \
     -k "$1" > "$out/models.txt" 2>&1
@@ -162,12 +171,8 @@ elif [ "$phase" = s27a ]; then
   D=hwinfer.kernels.triton.delta_chunk
   strict_rows "gdn_chunked or kda_chunked"
   models_on_card "qwen or kimi"
-  timeout 250 python3 scripts/bench_delta_chunk.py --kinds gdn,kda --shapes 1x16384,8x2048 \
-    --no-torch --no-variants --breakdown \
-    --variant "old_defaults@$D:DIAG_BLOCK_INV=False;$D:STATE_DOTS='split'" \
-    > "$out/bench_delta_chunk.csv" 2> "$out/bench_delta_chunk.err"
-  echo "== bench_delta_chunk rc=$?"; grep -v "Warn\|warn\|at::native\|anonymous\|Memcpy\|^# hwinfer" \
-    "$out/bench_delta_chunk.err" | grep "triton\|fla\|#   " | grep -v "chunk_table\|regs" | cut -c1-150 | head -90
+  per_kernel 250 --kinds gdn,kda --shapes 1x16384,8x2048 \
+    --variant "old_defaults@$D:DIAG_BLOCK_INV=False;$D:STATE_DOTS='split'"
 elif [ "$phase" = s28a ]; then
   # KDA's decays from the diagonal kernel's tile cumsums (KDA_SPANS="cumsum", the new default):
   # strict conformance with the rows for ci/results, the Kimi model tests on the card,
@@ -177,15 +182,11 @@ elif [ "$phase" = s28a ]; then
   D=hwinfer.kernels.triton.delta_chunk
   strict_rows "gdn_chunked or kda_chunked"
   models_on_card "kimi"
-  timeout 200 python3 scripts/bench_delta_chunk.py --kinds kda --shapes 1x16384,8x2048 \
-    --no-torch --no-variants --breakdown \
+  per_kernel 200 --kinds kda --shapes 1x16384,8x2048 \
     --variant "scan@$D:KDA_SPANS='scan'" \
     --variant "wy1@$D:SPLIT_LAUNCH={'gdn':(2,4,32),'kda':(1,4,32)}" \
     --variant "wy4@$D:SPLIT_LAUNCH={'gdn':(2,4,32),'kda':(4,4,32)}" \
-    --variant "out128@block_v_out=128" \
-    > "$out/bench_delta_chunk.csv" 2> "$out/bench_delta_chunk.err"
-  echo "== bench_delta_chunk rc=$?"; grep -v "Warn\|warn\|at::native\|anonymous\|Memcpy\|^# hwinfer" \
-    "$out/bench_delta_chunk.err" | grep "triton\|fla\|#   " | grep -v "chunk_table\|regs" | cut -c1-150 | head -60
+    --variant "out128@block_v_out=128"
   kda_base_tree 100
 elif [ "$phase" = s30a ]; then
   # Prepared in the twenty-ninth session, not run: launch knobs of the memory-bound KDA / GDN
@@ -194,15 +195,11 @@ elif [ "$phase" = s30a ]; then
   # .whl); sparse MLA on an H200.
   nvidia-smi --query-gpu=name --format=csv,noheader | tee "$out/gpu.txt"
   D=hwinfer.kernels.triton.delta_chunk
-  timeout 300 python3 scripts/bench_delta_chunk.py --kinds kda,gdn --shapes 1x16384,8x2048 \
-    --no-torch --no-variants --breakdown \
+  per_kernel 300 --kinds kda,gdn --shapes 1x16384,8x2048 \
     --variant "reg96@$D:DIAG_MAXNREG=96" --variant "reg80@$D:DIAG_MAXNREG=80" \
     --variant "out2@$D:OUT_LAUNCH=(4,2)" --variant "out8@$D:OUT_LAUNCH=(8,None)" \
     --variant "wu8@$D:SPLIT_LAUNCH={'gdn':(2,8,32),'kda':(2,8,32)}" \
-    --variant "wu64@$D:SPLIT_LAUNCH={'gdn':(2,4,64),'kda':(2,4,64)}" \
-    > "$out/bench_delta_chunk.csv" 2> "$out/bench_delta_chunk.err"
-  echo "== bench_delta_chunk rc=$?"; grep -v "Warn\|warn\|at::native\|anonymous\|Memcpy\|^# hwinfer" \
-    "$out/bench_delta_chunk.err" | grep "triton\|fla\|#   " | grep -v "chunk_table\|regs" | cut -c1-150 | head -150
+    --variant "wu64@$D:SPLIT_LAUNCH={'gdn':(2,4,64),'kda':(2,4,64)}"
   sparse_mla_on_h200 150
 elif [ "$phase" = s29c ]; then
   # After s29b: the diagonal loop's fused decay update (no rows fetched ahead), the state grid
@@ -212,11 +209,8 @@ elif [ "$phase" = s29c ]; then
   D=hwinfer.kernels.triton.delta_chunk
   strict_rows "gdn_chunked or kda_chunked"
   models_on_card "qwen or kimi"
-  timeout 150 python3 scripts/bench_delta_chunk.py --kinds kda,gdn --shapes 1x16384,8x2048 \
-    --no-torch --no-fla --no-variants --breakdown --variant "heads1st@$D:STATE_VB_FIRST=False" \
-    > "$out/bench_delta_chunk.csv" 2> "$out/bench_delta_chunk.err"
-  echo "== bench_delta_chunk rc=$?"; grep -v "Warn\|warn\|at::native\|anonymous\|Memcpy\|^# hwinfer" \
-    "$out/bench_delta_chunk.err" | grep "triton\|#   " | grep -v "chunk_table\|regs" | cut -c1-150 | head -60
+  per_kernel 150 --kinds kda,gdn --shapes 1x16384,8x2048 --no-fla \
+    --variant "heads1st@$D:STATE_VB_FIRST=False"
   sparse_mla_on_h200 120
 elif [ "$phase" = s29b ]; then
   # KDA's diagonal kernel with the rows in the tiles' layout (8 barriers a row, not 18): strict
@@ -225,12 +219,9 @@ elif [ "$phase" = s29b ]; then
   nvidia-smi --query-gpu=name --format=csv,noheader | tee "$out/gpu.txt"
   D=hwinfer.kernels.triton.delta_chunk
   strict_rows "kda_chunked"
-  timeout 240 python3 scripts/bench_delta_chunk.py --kinds kda,gdn --shapes 1x16384,8x2048 \
-    --no-torch --no-variants --breakdown --variant "ahead1@$D:DIAG_AHEAD=1" \
-    --variant "vbf@$D:STATE_VB_FIRST=True" \
-    > "$out/bench_delta_chunk.csv" 2> "$out/bench_delta_chunk.err"
-  echo "== bench_delta_chunk rc=$?"; grep -v "Warn\|warn\|at::native\|anonymous\|Memcpy\|^# hwinfer" \
-    "$out/bench_delta_chunk.err" | grep "triton\|fla\|#   " | grep -v "chunk_table\|regs" | cut -c1-150 | head -90
+  per_kernel 240 --kinds kda,gdn --shapes 1x16384,8x2048 \
+    --variant "ahead1@$D:DIAG_AHEAD=1" \
+    --variant "vbf@$D:STATE_VB_FIRST=True"
   # GDN's state kernel at 1 x 16k (128 programs of 16 channels, next chunk prefetched): where
   # its steps' time goes (no prefetch at 2, 3, 4 stages; 32 channels at 8 warps)
   timeout 90 python3 scripts/bench_delta_chunk.py --kinds gdn --shapes 1x16384 --no-torch --no-fla \

@@ -376,7 +376,7 @@ def _diag_rows(q_ptr, k_ptr, g_ptr, a_ptr, xd_ptr, c_ptr, k, tok0, r0, live, i_h
     cs = tl.zeros([DK], dtype=tl.float32)
     for t in range(0, tl.minimum(live, 16)):
         kt, qt, gt = _diag_row(q_ptr, k_ptr, g_ptr, tok0 + t, i_h, i_hk, Hv, QKR, DK)
-        row = ((tok0 + t) * Hv + i_h)
+        row = (tok0 + t) * Hv + i_h
         if CS:   # (g's row again as a vector, from L1: a running sum carried as [16, DK]
             # copies would cost 32 registers)
             cs += tl.load(g_ptr + row * DK + cols)
@@ -388,8 +388,8 @@ def _diag_rows(q_ptr, k_ptr, g_ptr, a_ptr, xd_ptr, c_ptr, k, tok0, r0, live, i_h
         if USE_L2NORM:   # the norms of rows t, scaling the reduced vectors (all rows hold row t)
             akk = akk * tl.rsqrt(tl.sum(kt * kt, axis=1) + eps)
             aqk = aqk * tl.rsqrt(tl.sum(qt * qt, axis=1) + eps)
-        tl.store(xd_ptr + row * 16 + r[:, None], akk[:, None])
-        tl.store(a_ptr + row * 64 + r0 + r[:, None], _as_stored(aqk * scale, a_ptr)[:, None])
+        tl.store(xd_ptr + row * 16 + r, akk)
+        tl.store(a_ptr + row * 64 + r0 + r, _as_stored(aqk * scale, a_ptr))
 
 
 @triton.jit
@@ -402,14 +402,6 @@ def _diag_row(q_ptr, k_ptr, g_ptr, tok, i_h, i_hk, Hv, QKR, DK: tl.constexpr):
     q = tl.load(q_ptr + (tok * QKR + i_hk) * DK + cols).to(tl.float32)
     g = tl.load(g_ptr + (tok * Hv + i_h) * DK + cols).to(tl.float32)
     return k, q, g
-
-
-@triton.jit
-def _qk_scaled(x, scale, eps, USE_L2NORM: tl.constexpr):
-    """Rows of q or k [R, DK] fp32, normalised and scaled (as ``_qk_rows`` does after its load)."""
-    if USE_L2NORM:
-        x = x * tl.rsqrt(tl.sum(x * x, axis=1, keep_dims=True) + eps)
-    return x * scale
 
 
 @triton.jit
