@@ -174,14 +174,35 @@ assert rel(res["x4"][0], res["x1"][0]) < 1e-5 and rel(res["x4"][1], res["x1"][1]
 # after, the decayed keys written by _wu_kernel instead of the WY kernel: the same math up to fp32 rounding (and the
 # bf16 rounding of the decayed keys), so within a few 1e-5 of the normalised-row form, which
 # itself matches the token loop.
+# (GDN_STATE_RAW_K off: the state stage reads the decayed keys, as the other form's does.)
 res = {}
+tc.GDN_STATE_RAW_K = False
 for raw in (True, False):
     tc.GDN_RAW_K, tc.GDN_SOLVE = raw, "x4" if raw else "x1"
     res[raw] = tc.gdn_chunked(qb, kb, vb, g[..., 0], beta, s0)
-tc.GDN_RAW_K, tc.GDN_SOLVE = True, "x4"   # the defaults
+tc.GDN_RAW_K, tc.GDN_SOLVE, tc.GDN_STATE_RAW_K = True, "x4", True   # the defaults
 assert rel(res[True][0], res[False][0]) < 1e-4 and rel(res[True][1], res[False][1]) < 1e-4
 o2, s2 = ref.gdn_recurrent(qb, kb, vb, g[..., 0], beta, s0)
 assert rel(res[True][0], o2) < 5e-3 and rel(res[True][1], s2) < 5e-3, (rel(res[True][0], o2), rel(res[True][1], s2))
+# GDN_STATE_RAW_K (the default): the state stage takes the bf16 keys as stored and scales its
+# deltas by each row's decay and norm (_wu_kernel writes the scales, not the decayed keys). On
+# contiguous heads and on GQA heads in a token-strided projection (two value heads a key
+# head): against the token loop (fp32, on the bf16 values) the outputs as close as the decayed
+# keys' form and the final state closer (one bf16 rounding of the product's operands, not two).
+pb = torch.randn(1, 137, 4 * 32 + 32).bfloat16()   # q | k | v (two heads) | spare
+for qq, kk, vv in ((qb, kb, vb), (pb[..., :32].reshape(1, 137, 1, 32),
+                                  pb[..., 32:64].reshape(1, 137, 1, 32),
+                                  pb[..., 64:128].reshape(1, 137, 2, 32))):
+    gd, bt = -torch.rand(vv.shape[:3]), torch.rand(vv.shape[:3])
+    sd = torch.randn(1, vv.shape[2], 32, 32)
+    o2, s2 = ref.gdn_recurrent(qq.float(), kk.float(), vv.float(), gd, bt, sd)
+    errs = {}
+    for scales in (False, True):
+        tc.GDN_STATE_RAW_K = scales
+        o1, s1 = tc.gdn_chunked(qq, kk, vv, gd, bt, sd)
+        errs[scales] = rel(o1, o2), rel(s1, s2)
+    assert errs[True][0] < 1.05 * errs[False][0] and errs[True][1] < errs[False][1], errs
+    assert max(errs[True]) < 5e-3, errs
 # KDA_RAW_K (the default): KDA's WY kernel takes q and k as stored and scales its blocks by the
 # rows' norms after; the decayed keys are written by _wu_kernel. fp32 inputs: the same math up
 # to fp32 rounding (with and without the norms; varlen tiles of 1 and 17 rows). bf16 inputs

@@ -162,6 +162,11 @@ WY_SPLIT = True
 # recurrent kernel either way).
 GDN_SOLVE = "x4"
 GDN_RAW_K = True
+# GDN's state stage with bf16 keys (GDN_RAW_K's split form): the keys as stored, each row's
+# decay e^{G_end - G} and inverse norm applied to the deltas in the step, k^T (s d), as fla
+# does, instead of _wu_kernel writing the decayed keys: 256 fewer bytes a token and value head
+# written (Dk = 128) and read the same. False writes the decayed keys (fp16 keys always do).
+GDN_STATE_RAW_K = True
 # KDA's split WY kernel with q and k entering its products as stored, their norms summed in the
 # same channel loop and applied to the [16, 16] blocks after (no norm pass first), and the
 # decayed keys written by _wu_kernel (KG) instead of the WY kernel. H100, KDA 1 x 16k (s25c,
@@ -211,9 +216,14 @@ KDA_SPANS = "cumsum"
 
 @triton.jit
 def _state_kernel(kg_ptr, ge_ptr, w_ptr, u_ptr, h0_ptr, hs_ptr, d_ptr, ht_ptr, seq_ptr, slot_ptr,
-                  Hv, DK: tl.constexpr, DV: tl.constexpr, BV: tl.constexpr,
+                  ks_ptr, Hk, Hv, KR, DK: tl.constexpr, DV: tl.constexpr, BV: tl.constexpr,
                   PER_CHANNEL: tl.constexpr, HAS_H0: tl.constexpr, PREC: tl.constexpr,
-                  PREFETCH: tl.constexpr, HAS_SLOTS: tl.constexpr, VB_FIRST: tl.constexpr = False):
+                  PREFETCH: tl.constexpr, HAS_SLOTS: tl.constexpr, VB_FIRST: tl.constexpr = False,
+                  KS: tl.constexpr = False):
+    # KS (GDN): kg_ptr holds the keys as stored (key head i_h // (Hv / Hk), token stride KR in
+    # units of DK) and ks_ptr each row's scale |k|^-1 e^{G_end - G} ([tokens, Hv] fp32), which
+    # the step applies to its deltas: k^T (s d) = (s k)^T d, one decay a row. Otherwise kg_ptr
+    # holds the decayed keys [tokens, Hv, DK] (KR = Hv) and ks_ptr is unused.
     # VB_FIRST: grid (value blocks, sequences x heads), so the programs of one head, which read
     # the same w and decayed keys, are launched together and share them in L2
     if VB_FIRST:
@@ -233,6 +243,10 @@ def _state_kernel(kg_ptr, ge_ptr, w_ptr, u_ptr, h0_ptr, hs_ptr, d_ptr, ht_ptr, s
     tok0 = tl.load(seq_ptr + 3 * i_n).to(tl.int64)
     seq_len = tl.load(seq_ptr + 3 * i_n + 1)
     chunk0 = tl.load(seq_ptr + 3 * i_n + 2).to(tl.int64)
+    if KS:
+        i_hk = i_h // (Hv // Hk)
+    else:
+        i_hk = i_h
     c0 = i_vb * BV
     offs_s = tl.arange(0, DK)[:, None] * DV + c0 + tl.arange(0, BV)[None, :]
     if HAS_H0:
@@ -246,16 +260,16 @@ def _state_kernel(kg_ptr, ge_ptr, w_ptr, u_ptr, h0_ptr, hs_ptr, d_ptr, ht_ptr, s
     # loads feeding its dots; all-masked past the sequence's end: no traffic).
     if PREFETCH:
         w = _raw_rows(w_ptr, tok0, seq_len, i_h, Hv, 0, 64, DK)
-        kg = _raw_rows(kg_ptr, tok0, seq_len, i_h, Hv, 0, 64, DK)
+        kg = _raw_rows(kg_ptr, tok0, seq_len, i_hk, KR, 0, 64, DK)
     for c in range(0, tl.cdiv(seq_len, 64)):
         t0 = tok0 + c * 64
         n = seq_len - c * 64
         if PREFETCH:
             w_next = _raw_rows(w_ptr, t0 + 64, n - 64, i_h, Hv, 0, 64, DK)
-            kg_next = _raw_rows(kg_ptr, t0 + 64, n - 64, i_h, Hv, 0, 64, DK)
+            kg_next = _raw_rows(kg_ptr, t0 + 64, n - 64, i_hk, KR, 0, 64, DK)
         else:
             w = _raw_rows(w_ptr, t0, n, i_h, Hv, 0, 64, DK)
-            kg = _raw_rows(kg_ptr, t0, n, i_h, Hv, 0, 64, DK)
+            kg = _raw_rows(kg_ptr, t0, n, i_hk, KR, 0, 64, DK)
         # The chunk's decay, loaded before the products: issued after the first one (where
         # Triton put it when it was read just before its use) its latency sat between the two
         # (H100, twenty-ninth session: KDA 1 x 16k 604 -> 497 us, GDN 414 -> 355).
@@ -263,6 +277,9 @@ def _state_kernel(kg_ptr, ge_ptr, w_ptr, u_ptr, h0_ptr, hs_ptr, d_ptr, ht_ptr, s
             decay = tl.exp(tl.load(ge_ptr + ((chunk0 + c) * Hv + i_h) * DK + tl.arange(0, DK)))
         else:
             decay = tl.exp(tl.load(ge_ptr + (chunk0 + c) * Hv + i_h))
+        if KS:
+            rows = tl.arange(0, 64)
+            ks = tl.load(ks_ptr + (t0 + rows) * Hv + i_h, mask=rows < n, other=0.0)
         tl.store(hs_ptr + ((chunk0 + c) * Hv + i_h) * DK * DV + offs_s,
                  _as_stored(h, hs_ptr))
         d = _head_rows(u_ptr, t0, n, i_h, Hv, c0, 0, 64, DV, BV)
@@ -272,7 +289,10 @@ def _state_kernel(kg_ptr, ge_ptr, w_ptr, u_ptr, h0_ptr, hs_ptr, d_ptr, ht_ptr, s
             h = h * decay[:, None]
         else:
             h = h * decay
-        h += _mm_split(tl.trans(kg), d, PREC)
+        if KS:
+            h += _mm_split(tl.trans(kg), d * ks[:, None], PREC)
+        else:
+            h += _mm_split(tl.trans(kg), d, PREC)
         if PREFETCH:
             w, kg = w_next, kg_next
     tl.store(ht_ptr + row * DK * DV + offs_s, h)
@@ -516,6 +536,7 @@ def _run(op: str, q, k, v, g, beta, initial_state, scale, use_qk_l2norm, cu_seql
     w = torch.empty(B * T, Hv, Dk, **half)
     u = torch.empty(B * T, Hv, Dv, **f32)
     kg = torch.empty(B * T, Hv, Dk, **half)
+    key_scales = False
     ge = torch.empty(max(nc, 1), Hv, Dk if per_channel else 1, **f32)
     scale = float(Dk ** -0.5 if scale is None else scale)
     l2 = bool(use_qk_l2norm)
@@ -625,6 +646,12 @@ def _run(op: str, q, k, v, g, beta, initial_state, scale, use_qk_l2norm, cu_seql
             raw_k = "fp32" if _INTERPRET else "native"
         if KDA_RAW_K and split and per_channel:   # (KDA's products stay fp32 / tf32 ones)
             raw_k = "fp32"
+        # GDN's state stage on the bf16 keys as stored and _wu_kernel's row scales
+        # (GDN_STATE_RAW_K): kg holds the scales.
+        key_scales = bool(GDN_STATE_RAW_K and raw_k and not per_channel
+                          and k.dtype == torch.bfloat16)
+        if key_scales:
+            kg = torch.empty(B * T, Hv, **f32)
         _wy_blocked_kernel[(nc, Hv)](q, k, v, g, beta, w, u, a, kg, ge, chunks, xd, xs, gc, Hk,
                                      Hv, qkr, vr, scale, L2NORM_EPS, DK=Dk, DV=Dv,
                                      PER_CHANNEL=per_channel, USE_L2NORM=l2, PREC=prec, BK=block_k,
@@ -634,14 +661,16 @@ def _run(op: str, q, k, v, g, beta, initial_state, scale, use_qk_l2norm, cu_seql
             _wu_kernel[(nc, Hv)](k, v, g, beta, xs, w, u, kg, gc, chunks, Hk, Hv, qkr, vr,
                                  L2NORM_EPS, DK=Dk, DV=Dv, BC=min(wu_block, Dk, Dv),
                                  PER_CHANNEL=per_channel, USE_L2NORM=l2, PREC=prec,
-                                 KG=bool(raw_k), CS=cs, num_warps=num_warps or wu_warps)
+                                 KG=bool(raw_k), CS=cs, KS=key_scales,
+                                 num_warps=num_warps or wu_warps)
     grid = (Dv // bv_state, n * Hv) if STATE_VB_FIRST else (n * Hv, Dv // bv_state)
+    keys, key_stride = (k, qkr) if key_scales else (kg, Hv)
     _state_kernel[grid](
-        kg, ge, w, u, h0 if h0 is not None else ht, hs, d, ht, seqs,
-        state_slots if pool is not None else seqs, Hv,
+        keys, ge, w, u, h0 if h0 is not None else ht, hs, d, ht, seqs,
+        state_slots if pool is not None else seqs, kg, Hk, Hv, key_stride,
         DK=Dk, DV=Dv, BV=bv_state, PER_CHANNEL=per_channel, HAS_H0=h0 is not None, PREC=prec_state,
         PREFETCH=prefetch, HAS_SLOTS=pool is not None, VB_FIRST=bool(STATE_VB_FIRST),
-        num_warps=num_warps or state_warps, **stages)
+        KS=key_scales, num_warps=num_warps or state_warps, **stages)
     if nc and block_k_out:
         _out_blocked_kernel[(nc, Hv, Dv // bv_out)](
             q, k, g, a, hs, d, o, chunks, Hk, Hv, qkr, scale, L2NORM_EPS,
@@ -744,16 +773,19 @@ def _aot_specs():
                   "Hk": "i32", "Hv": "i32", "QKR": "i32", "VR": "i32", "eps": "fp32",
                   "DK": "constexpr", "DV": "constexpr",
                   "BC": "constexpr", "PER_CHANNEL": "constexpr", "USE_L2NORM": "constexpr",
-                  "PREC": "constexpr", "KG": "constexpr", "CS": "constexpr"}
-            # KG: the decayed keys written here (GDN / KDA_RAW_K); tf32: as NVIDIA runs it
+                  "PREC": "constexpr", "KG": "constexpr", "CS": "constexpr", "KS": "constexpr"}
+            # KG: the decayed keys written here (GDN / KDA_RAW_K), for GDN on NVIDIA their row
+            # scales only (GDN_STATE_RAW_K); tf32: as NVIDIA runs it
             for raw, prec, targets in ((False, "ieee", None), (True, "ieee", None),
                                        (True, "tf32", ("sm_90", "sm_100"))):
+                scales = raw and prec == "tf32" and not per_channel and GDN_STATE_RAW_K
                 specs.append(AotSpec(f"delta_chunk_wu[{kind},{dtype},{d}{',kg' if raw else ''}"
-                                     f"{',tf32' if prec == 'tf32' else ''}]",
-                                     _wu_kernel, wu,
+                                     f"{',tf32' if prec == 'tf32' else ''}"
+                                     f"{',ks' if scales else ''}]",
+                                     _wu_kernel, {**wu, **({"kg_ptr": f32} if scales else {})},
                                      {"DK": d, "DV": d, "BC": SPLIT_LAUNCH[kind][2],
                                       "PER_CHANNEL": per_channel, "USE_L2NORM": True,
-                                      "PREC": prec, "KG": raw, "CS": tile_cs},
+                                      "PREC": prec, "KG": raw, "CS": tile_cs, "KS": scales},
                                      {"num_warps": SPLIT_LAUNCH[kind][1]}, targets))
             if not per_channel:   # GDN's default form on NVIDIA: raw 16-bit keys, "x4" solve
                 specs.append(AotSpec(
@@ -781,23 +813,28 @@ def _aot_specs():
                                           "CS": cs}, {"num_warps": 2}))
             st = {"kg_ptr": half, "ge_ptr": f32, "w_ptr": half, "u_ptr": f32, "h0_ptr": f32,
                   "hs_ptr": f32, "d_ptr": f32, "ht_ptr": f32, "seq_ptr": "*i32",
-                  "slot_ptr": "*i32", "Hv": "i32",
+                  "slot_ptr": "*i32", "ks_ptr": f32, "Hk": "i32", "Hv": "i32", "KR": "i32",
                   "DK": "constexpr", "DV": "constexpr", "BV": "constexpr",
                   "PER_CHANNEL": "constexpr", "HAS_H0": "constexpr", "PREC": "constexpr",
-                  "PREFETCH": "constexpr", "HAS_SLOTS": "constexpr", "VB_FIRST": "constexpr"}
+                  "PREFETCH": "constexpr", "HAS_SLOTS": "constexpr", "VB_FIRST": "constexpr",
+                  "KS": "constexpr"}
             # (no prefetch, 4 warps) as on AMD and for many programs; prefetch at 8 warps. On
             # NVIDIA (bf16, the default STATE_DOTS, or split) the states and deltas are handed
             # over in bf16 (HANDOFF_16BIT).
             nv = ("sm_90", "sm_100")
+            # GDN on NVIDIA: the keys as stored with their row scales (GDN_STATE_RAW_K)
+            ks = not per_channel and GDN_STATE_RAW_K
             for prec, pf, targets in (("ieee", False, None), ("bf16", False, nv),
                                       ("bf16", True, nv), ("split", True, nv)):
                 handoff = {"hs_ptr": half, "d_ptr": half} if prec != "ieee" else {}
+                raw = ks and prec != "ieee"
                 specs.append(AotSpec(
-                    f"delta_chunk_state[{kind},{dtype},{d},{prec}{',prefetch' if pf else ''}]",
-                    _state_kernel, {**st, **handoff},
+                    f"delta_chunk_state[{kind},{dtype},{d},{prec}{',prefetch' if pf else ''}"
+                    f"{',ks' if raw else ''}]",
+                    _state_kernel, {**st, **handoff, **({"kg_ptr": ptr} if raw else {})},
                     {"DK": d, "DV": d, "BV": 32, "PER_CHANNEL": per_channel, "HAS_H0": True,
                      "PREC": prec, "PREFETCH": pf, "HAS_SLOTS": True,
-                     "VB_FIRST": bool(STATE_VB_FIRST)},
+                     "VB_FIRST": bool(STATE_VB_FIRST), "KS": raw},
                     {"num_warps": 8 if pf else 4, "num_stages": 2}, targets))
             out = {"q_ptr": ptr, "k_ptr": ptr, "g_ptr": f32, "a_ptr": f32, "hs_ptr": f32,
                    "d_ptr": f32, "o_ptr": ptr, "c_ptr": f32, "tab_ptr": "*i32", "Hk": "i32",

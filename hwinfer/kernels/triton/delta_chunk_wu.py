@@ -14,7 +14,9 @@ reads it from the tile cumsums of ``_kda_diag_kernel`` instead of scanning g. Sh
 Hk, Dk] and v [tokens, Hv, Dv] in the input dtype, g [tokens, Hv(, Dk)] and beta [tokens, Hv]
 any float, w [tokens, Hv, Dk] (bf16 for 16-bit inputs), u [tokens, Hv, Dv] fp32. With ``KG``
 (a WY kernel that read the keys raw: GDN_RAW_K, KDA_RAW_K) the decayed keys kg [tokens, Hv, Dk]
-for the state stage are written here too. The one exponent here that is not a sum of its own
+for the state stage are written here too; GDN with ``KS`` writes only their row scales
+``|k_t|^-1 e^{G_end - G_t}`` (kg [tokens, Hv] fp32), which the state stage applies to its
+deltas instead (``delta_chunk.GDN_STATE_RAW_K``). The one exponent here that is not a sum of its own
 terms: KDA's keys stored in bf16 take their decay as the chunk's total less G (clamped at 0),
 whose cancellation is far under their bf16 rounding; fp32 keys keep the exact reverse sum.
 """
@@ -31,7 +33,7 @@ from hwinfer.kernels.triton.delta_chunk_wy_blocked import _chunk_decay, _inv_nor
 def _wu_kernel(k_ptr, v_ptr, g_ptr, b_ptr, x_ptr, w_ptr, u_ptr, kg_ptr, c_ptr, tab_ptr, Hk, Hv,
                QKR, VR, eps, DK: tl.constexpr, DV: tl.constexpr, BC: tl.constexpr,
                PER_CHANNEL: tl.constexpr, USE_L2NORM: tl.constexpr, PREC: tl.constexpr,
-               KG: tl.constexpr, CS: tl.constexpr = False):
+               KG: tl.constexpr, CS: tl.constexpr = False, KS: tl.constexpr = False):
     i_c, i_h, i_hk, tok0, n = _chunk_program(tab_ptr, Hk, Hv)
     r = tl.arange(0, 64)
     live = r < n
@@ -49,6 +51,8 @@ def _wu_kernel(k_ptr, v_ptr, g_ptr, b_ptr, x_ptr, w_ptr, u_ptr, kg_ptr, c_ptr, t
         # (GDN: one a row; KDA: per channel, in the loop).
         kgs = nk * tl.exp(tl.cumsum(_g_rows(g_ptr, tok0 + 1, n - 1, i_h, Hv, 0, 64, DK, False),
                                     axis=0, reverse=True))
+        if KS:   # the state stage scales its deltas by them and reads the keys as stored
+            tl.store(kg_ptr + (tok0 + r) * Hv + i_h, kgs, mask=live)
     for c0 in range(0, DK, BC):
         kr = _head_rows(k_ptr, tok0, n, i_hk, QKR, c0, 0, 64, DK, BC)
         y = kr * bk[:, None]
@@ -72,7 +76,7 @@ def _wu_kernel(k_ptr, v_ptr, g_ptr, b_ptr, x_ptr, w_ptr, u_ptr, kg_ptr, c_ptr, t
                     after = tl.minimum(total[None, :] - G, 0.0)
                 _store_rows(kg_ptr, kr * nk[:, None] * tl.exp(after), tok0, n, i_h, Hv, c0, 0,
                             64, DK, BC)
-        elif KG:
+        elif KG and not KS:
             _store_rows(kg_ptr, kr * kgs[:, None], tok0, n, i_h, Hv, c0, 0, 64, DK, BC)
         _store_rows(w_ptr, tl.dot(x, y, input_precision=PREC), tok0, n, i_h, Hv, c0, 0, 64, DK, BC)
     for c0 in range(0, DV, BC):
