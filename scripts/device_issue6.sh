@@ -25,6 +25,8 @@
 #                                         # kernel's num_stages, both removed)
 #   bash scripts/device_issue6.sh s27a      # the new GDN / KDA defaults: strict, models, vs fla
 #   bash scripts/device_issue6.sh s28a      # KDA's tile cumsums: strict, models, forms, vs fla / base
+#   bash scripts/device_issue6.sh s30b      # GDN's state stage on raw keys + row scales: strict
+#                                         # gdn, GDN / KDA per kernel with launch variants, fla
 #   bash scripts/device_issue6.sh s30a      # (prepared) launch knobs of the KDA / GDN stages, the
 #                                         # diagonal kernel's register cap, fla; MLA on an H200
 #   bash scripts/device_issue6.sh s29c      # the diagonal loop's fused update, value blocks first:
@@ -83,12 +85,14 @@ kda_base_tree() {  # KDA per kernel in the tree packed as .whl/base.tar (git arc
 }
 
 per_kernel() {  # bench_delta_chunk.py per kernel (--breakdown) within $1 seconds; the rest are its
-  # arguments (kinds, shapes, variants); the calls and kernel lines shown
+  # arguments (kinds, shapes, variants); the calls and kernel lines shown. Output files named
+  # $BENCH (default bench_delta_chunk) .csv / .err.
   local limit=$1; shift
+  local name=${BENCH:-bench_delta_chunk}
   timeout "$limit" python3 scripts/bench_delta_chunk.py --no-torch --no-variants --breakdown "$@" \
-    > "$out/bench_delta_chunk.csv" 2> "$out/bench_delta_chunk.err"
-  echo "== bench_delta_chunk rc=$?"; grep -v "Warn\|warn\|at::native\|anonymous\|Memcpy\|^# hwinfer" \
-    "$out/bench_delta_chunk.err" | grep "triton\|fla\|#   " | grep -v "chunk_table\|regs" | cut -c1-150 | head -150
+    > "$out/$name.csv" 2> "$out/$name.err"
+  echo "== $name rc=$?"; grep -v "Warn\|warn\|at::native\|anonymous\|Memcpy\|^# hwinfer" \
+    "$out/$name.err" | grep "triton\|fla\|#   " | grep -v "chunk_table\|regs" | cut -c1-150 | head -150
 }
 
 models_on_card() {  # the model tests matching $1 on the card
@@ -188,6 +192,21 @@ elif [ "$phase" = s28a ]; then
     --variant "wy4@$D:SPLIT_LAUNCH={'gdn':(2,4,32),'kda':(4,4,32)}" \
     --variant "out128@block_v_out=128"
   kda_base_tree 100
+elif [ "$phase" = s30b ]; then
+  # GDN's state stage on the keys as stored with row scales (GDN_STATE_RAW_K, new default):
+  # strict gdn rows; GDN per kernel beside the decayed keys' form (kgrows), the output kernel at
+  # 8 warps, _wu_kernel at 8 warps, fla (carry .whl); KDA 1 x 16k per kernel with the diagonal
+  # kernel's register cap (96 / 80) and the output kernel at 8 warps; sparse MLA on an H200.
+  nvidia-smi --query-gpu=name --format=csv,noheader | tee "$out/gpu.txt"
+  D=hwinfer.kernels.triton.delta_chunk
+  strict_rows "gdn_chunked"
+  BENCH=bench_gdn per_kernel 170 --kinds gdn --shapes 1x16384,8x2048 \
+    --variant "kgrows@$D:GDN_STATE_RAW_K=False" --variant "out8@$D:OUT_LAUNCH=(8,None)" \
+    --variant "wu8@$D:SPLIT_LAUNCH={'gdn':(2,8,32),'kda':(2,4,32)}"
+  BENCH=bench_kda per_kernel 150 --kinds kda --shapes 1x16384 --no-fla \
+    --variant "reg96@$D:DIAG_MAXNREG=96" --variant "reg80@$D:DIAG_MAXNREG=80" \
+    --variant "out8@$D:OUT_LAUNCH=(8,None)"
+  sparse_mla_on_h200 90
 elif [ "$phase" = s30a ]; then
   # Prepared in the twenty-ninth session, not run: launch knobs of the memory-bound KDA / GDN
   # stages (at ~70% of the copy bandwidth where fla's reach ~80%) and the diagonal kernel's
