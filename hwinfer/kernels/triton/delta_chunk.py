@@ -27,9 +27,9 @@ Chunks of 64 tokens (never crossing a sequence boundary), four launches (five fo
    back from stage 1 for KDA). ``_out_blocked_kernel`` (:mod:`.delta_chunk_out_blocked`,
    ``block_k_out``) is the same stage in key-channel blocks, measured no faster on the H200.
 
-Intermediates are fp32 except, for 16-bit inputs, ``w`` and the decayed keys, stored in bf16: the
-state stage is bound by the bytes each program streams per chunk, and these two are half of
-them. The state stage takes them as stored into bf16 products against the fp32 state and deltas
+Intermediates are fp32 except, for 16-bit inputs, ``w``, ``u`` (``U_16BIT``) and the decayed keys,
+stored in bf16: the state stage is bound by the bytes each program streams per chunk, and these
+are most of them. The state stage takes them as stored into bf16 products against the fp32 state and deltas
 rounded to bf16 (``STATE_DOTS = "bf16"``, one product each, fla's form; the carried state stays
 fp32) or split into bf16 hi + lo halves (``"split"``, two products, ~16 bits of the fp32
 operand); GDN's ``q S0`` takes q's raw bf16 rows against the split S0 (``OUT_QS``). Measured
@@ -112,6 +112,12 @@ OUT_BLOCK_K = 0
 # at 8 x 2k), GDN's from 454 to 410 us, the final state's error against the token loop from
 # 1.7e-3 to 2.4e-3 and the outputs' not at all (3.3e-3); the strict conformance passes with it.
 STATE_DOTS: str | None = "bf16"
+# u of the WY form (the deltas before the state's part, u - w S0) stored in bf16 for 16-bit
+# inputs (True) or fp32: 256 fewer bytes a token and value head written by the WY stage and read
+# by the state stage (Dv = 128). Interpreted conformance (bf16 cases, relative RMSE against the
+# token loop): the outputs 3.1-3.6e-3 -> 3.2-3.6e-3 (GDN's no-norm case 3.25 -> 3.46e-3), GDN's
+# final states 1.6-2.0e-3 -> 2.1-2.5e-3, KDA's unchanged; contract 5e-3.
+U_16BIT = True
 # The state stage's grid with the value blocks first, (Dv / BV, sequences x heads), as fla
 # launches its h kernel: the Dv / BV programs of a head read the same w and decayed keys, and
 # launched together they can share them in L2 (heads first puts them a wave apart once the
@@ -534,7 +540,7 @@ def _run(op: str, q, k, v, g, beta, initial_state, scale, use_qk_l2norm, cu_seql
     # w and the decayed keys in bf16 for 16-bit inputs (see the module docstring).
     half = dict(f32, dtype=torch.float32 if v.dtype == torch.float32 else torch.bfloat16)
     w = torch.empty(B * T, Hv, Dk, **half)
-    u = torch.empty(B * T, Hv, Dv, **f32)
+    u = torch.empty(B * T, Hv, Dv, **(half if U_16BIT else f32))
     kg = torch.empty(B * T, Hv, Dk, **half)
     key_scales = False
     ge = torch.empty(max(nc, 1), Hv, Dk if per_channel else 1, **f32)
@@ -606,7 +612,8 @@ def _run(op: str, q, k, v, g, beta, initial_state, scale, use_qk_l2norm, cu_seql
     handoff = dict(f32, dtype=torch.bfloat16) if (
         HANDOFF_16BIT and prec_out in ("bf16", "bf16_rounded")) else f32
     d = torch.empty(B * T, Hv, Dv, **handoff)
-    a = torch.empty(B * T, Hv, BT, **handoff) if per_channel else u   # Aqk (KDA only)
+    # (ge, fp32, stands in for the buffers a kind never touches: Aqk, xd for GDN, X unsplit)
+    a = torch.empty(B * T, Hv, BT, **handoff) if per_channel else ge   # Aqk (KDA only)
     hs = torch.empty(max(nc, 1), Hv, Dk, Dv, **handoff)
     raw_qk = (("fp32" if _INTERPRET else "native")
               if RAW_QK and q.dtype in (torch.bfloat16, torch.float16) else "")
@@ -618,7 +625,7 @@ def _run(op: str, q, k, v, g, beta, initial_state, scale, use_qk_l2norm, cu_seql
     if block_k_out and not block_k_out_ok(block_k_out, Dk):
         raise ValueError(f"{op} (triton): block_k_out={block_k_out} must be a power of two >= 16 "
                          f"dividing Dk={Dk}")
-    xd = torch.empty(B * T, Hv, 16, **f32) if per_channel else u  # KDA's diagonal inverses
+    xd = torch.empty(B * T, Hv, 16, **f32) if per_channel else ge  # KDA's diagonal inverses
     spans = _kda_spans(prec) if per_channel else "scan"
     cs = spans.startswith("cumsum")
     gc = torch.empty(B * T, Hv, Dk, **f32) if cs else g   # KDA's tile cumsums of g
@@ -634,7 +641,7 @@ def _run(op: str, q, k, v, g, beta, initial_state, scale, use_qk_l2norm, cu_seql
                              PREC=prec, num_warps=warps_wy)
     elif nc:  # the same stage with the key channels in blocks (delta_chunk_wy_blocked.py)
         split = WY_SPLIT
-        xs = torch.empty(B * T, Hv, BT, **f32) if split else u
+        xs = torch.empty(B * T, Hv, BT, **f32) if split else ge
         wy_warps, wu_warps, wu_block = 4, None, None
         if split:
             wy_warps = _split_wy_warps(per_channel, prec)
@@ -740,10 +747,11 @@ def _aot_specs():
         # What prefill launches in the models (bf16, D = 128, tf32 on NVIDIA / ieee on AMD).
         for dtype, d in (("bf16", 128),):
             ptr, f32, half = f"*{dtype}", "*fp32", "*bf16"  # half: w, kg
+            u16 = half if U_16BIT else f32
             flags = {"DK": d, "DV": d, "PER_CHANNEL": per_channel, "USE_L2NORM": True,
                      "PREC": "ieee"}
             wy = {"q_ptr": ptr, "k_ptr": ptr, "v_ptr": ptr, "g_ptr": f32, "b_ptr": f32,
-                  "w_ptr": half, "u_ptr": f32, "a_ptr": f32, "kg_ptr": half, "ge_ptr": f32,
+                  "w_ptr": half, "u_ptr": u16, "a_ptr": f32, "kg_ptr": half, "ge_ptr": f32,
                   "tab_ptr": "*i32", "xd_ptr": f32, "Hk": "i32",
                   "Hv": "i32", "QKR": "i32", "VR": "i32", "scale": "fp32", "eps": "fp32",
                   "DK": "constexpr",
@@ -769,7 +777,7 @@ def _aot_specs():
                      "SPANS": _kda_spans(prec) if per_channel else "scan"},
                     {"num_warps": _split_wy_warps(per_channel, prec) if split else 4}, targets))
             wu = {"k_ptr": ptr, "v_ptr": ptr, "g_ptr": f32, "b_ptr": f32, "x_ptr": f32,
-                  "w_ptr": half, "u_ptr": f32, "kg_ptr": half, "c_ptr": f32, "tab_ptr": "*i32",
+                  "w_ptr": half, "u_ptr": u16, "kg_ptr": half, "c_ptr": f32, "tab_ptr": "*i32",
                   "Hk": "i32", "Hv": "i32", "QKR": "i32", "VR": "i32", "eps": "fp32",
                   "DK": "constexpr", "DV": "constexpr",
                   "BC": "constexpr", "PER_CHANNEL": "constexpr", "USE_L2NORM": "constexpr",
@@ -811,7 +819,7 @@ def _aot_specs():
                                          {**dg, "a_ptr": half if a16 else f32},
                                          {"DK": d, "USE_L2NORM": True, "BLOCK_INV": inv,
                                           "CS": cs}, {"num_warps": 2}))
-            st = {"kg_ptr": half, "ge_ptr": f32, "w_ptr": half, "u_ptr": f32, "h0_ptr": f32,
+            st = {"kg_ptr": half, "ge_ptr": f32, "w_ptr": half, "u_ptr": u16, "h0_ptr": f32,
                   "hs_ptr": f32, "d_ptr": f32, "ht_ptr": f32, "seq_ptr": "*i32",
                   "slot_ptr": "*i32", "ks_ptr": f32, "Hk": "i32", "Hv": "i32", "KR": "i32",
                   "DK": "constexpr", "DV": "constexpr", "BV": "constexpr",
@@ -850,7 +858,7 @@ def _aot_specs():
                 if qs and per_channel:
                     continue
                 tag = f"{',' + qs if qs else ''}{',bf16dots' if prec == 'bf16' else ''}"
-                # bf16 products read the hand-off in bf16 (HANDOFF_16BIT; GDN's a_ptr is u)
+                # bf16 products read the hand-off in bf16 (HANDOFF_16BIT; GDN's a_ptr is ge, fp32)
                 handoff = {}
                 if prec == "bf16":
                     handoff = {"hs_ptr": half, "d_ptr": half, "a_ptr": half if per_channel else f32}

@@ -12,7 +12,8 @@ sums at once (255 registers and spills on the H200 when it did).
 (each exponent <= 0, a sum of its own terms, as everywhere in these kernels); KDA with ``CS``
 reads it from the tile cumsums of ``_kda_diag_kernel`` instead of scanning g. Shapes: k [tokens,
 Hk, Dk] and v [tokens, Hv, Dv] in the input dtype, g [tokens, Hv(, Dk)] and beta [tokens, Hv]
-any float, w [tokens, Hv, Dk] (bf16 for 16-bit inputs), u [tokens, Hv, Dv] fp32. With ``KG``
+any float, w [tokens, Hv, Dk] and u [tokens, Hv, Dv] (bf16 for 16-bit inputs, u fp32 without
+``delta_chunk.U_16BIT``). With ``KG``
 (a WY kernel that read the keys raw: GDN_RAW_K, KDA_RAW_K) the decayed keys kg [tokens, Hv, Dk]
 for the state stage are written here too; GDN with ``KS`` writes only their row scales
 ``|k_t|^-1 e^{G_end - G_t}`` (kg [tokens, Hv] fp32), which the state stage applies to its
