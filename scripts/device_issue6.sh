@@ -25,8 +25,8 @@
 #                                         # kernel's num_stages, both removed)
 #   bash scripts/device_issue6.sh s27a      # the new GDN / KDA defaults: strict, models, vs fla
 #   bash scripts/device_issue6.sh s28a      # KDA's tile cumsums: strict, models, forms, vs fla / base
-#   bash scripts/device_issue6.sh s30b      # GDN's state stage on raw keys + row scales: strict
-#                                         # gdn, GDN / KDA per kernel with launch variants, fla
+#   bash scripts/device_issue6.sh s30b      # GDN's state stage on raw keys + row scales, u in
+#                                         # bf16: strict, GDN / KDA per kernel with variants, fla
 #   bash scripts/device_issue6.sh s30a      # (prepared) launch knobs of the KDA / GDN stages, the
 #                                         # diagonal kernel's register cap, fla; MLA on an H200
 #   bash scripts/device_issue6.sh s29c      # the diagonal loop's fused update, value blocks first:
@@ -193,19 +193,18 @@ elif [ "$phase" = s28a ]; then
     --variant "out128@block_v_out=128"
   kda_base_tree 100
 elif [ "$phase" = s30b ]; then
-  # GDN's state stage on the keys as stored with row scales (GDN_STATE_RAW_K, new default):
-  # strict gdn rows; GDN per kernel beside the decayed keys' form (kgrows), the output kernel at
-  # 8 warps, _wu_kernel at 8 warps, fla (carry .whl); KDA 1 x 16k per kernel with the diagonal
-  # kernel's register cap (96 / 80) and the output kernel at 8 warps; sparse MLA on an H200.
+  # GDN's state stage on the keys as stored with row scales (GDN_STATE_RAW_K) and u in bf16
+  # (U_16BIT), both new defaults: strict gdn + kda rows; GDN per kernel beside the decayed keys'
+  # form (kgrows), fp32 u (u32), _wu_kernel at 8 warps, fla (carry .whl); KDA 1 x 16k per
+  # kernel with fp32 u and the diagonal kernel's register cap at 96; sparse MLA on an H200.
   nvidia-smi --query-gpu=name --format=csv,noheader | tee "$out/gpu.txt"
   D=hwinfer.kernels.triton.delta_chunk
-  strict_rows "gdn_chunked"
-  BENCH=bench_gdn per_kernel 170 --kinds gdn --shapes 1x16384,8x2048 \
-    --variant "kgrows@$D:GDN_STATE_RAW_K=False" --variant "out8@$D:OUT_LAUNCH=(8,None)" \
+  strict_rows "gdn_chunked or kda_chunked"
+  BENCH=bench_gdn per_kernel 190 --kinds gdn --shapes 1x16384,8x2048 \
+    --variant "kgrows@$D:GDN_STATE_RAW_K=False" --variant "u32@$D:U_16BIT=False" \
     --variant "wu8@$D:SPLIT_LAUNCH={'gdn':(2,8,32),'kda':(2,4,32)}"
-  BENCH=bench_kda per_kernel 150 --kinds kda --shapes 1x16384 --no-fla \
-    --variant "reg96@$D:DIAG_MAXNREG=96" --variant "reg80@$D:DIAG_MAXNREG=80" \
-    --variant "out8@$D:OUT_LAUNCH=(8,None)"
+  BENCH=bench_kda per_kernel 130 --kinds kda --shapes 1x16384 --no-fla \
+    --variant "u32@$D:U_16BIT=False" --variant "reg96@$D:DIAG_MAXNREG=96"
   sparse_mla_on_h200 90
 elif [ "$phase" = s30a ]; then
   # Prepared in the twenty-ninth session, not run: launch knobs of the memory-bound KDA / GDN
