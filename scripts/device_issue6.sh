@@ -192,6 +192,15 @@ elif [ "$phase" = s28a ]; then
     --variant "wy4@$D:SPLIT_LAUNCH={'gdn':(2,4,32),'kda':(4,4,32)}" \
     --variant "out128@block_v_out=128"
   kda_base_tree 100
+elif [ "$phase" = s30c ]; then
+  # After s30b: GDN's state kernel with the row scales prefetched with the keys (s30b loaded
+  # them in the step: 345 -> 420 us at 1 x 16k): strict gdn, GDN per kernel beside the decayed
+  # keys' form (kgrows).
+  nvidia-smi --query-gpu=name --format=csv,noheader | tee "$out/gpu.txt"
+  D=hwinfer.kernels.triton.delta_chunk
+  strict "gdn_chunked" 90 >/dev/null; echo "== strict gdn"; grep -E "passed|failed|FAILED" "$out/conformance.txt" | tail -4
+  BENCH=bench_gdn per_kernel 150 --kinds gdn --shapes 1x16384,8x2048 --no-fla \
+    --variant "kgrows@$D:GDN_STATE_RAW_K=False"
 elif [ "$phase" = s30b ]; then
   # GDN's state stage on the keys as stored with row scales (GDN_STATE_RAW_K) and u in bf16
   # (U_16BIT), both new defaults: strict gdn + kda rows; GDN per kernel beside the decayed keys'

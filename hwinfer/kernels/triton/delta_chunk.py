@@ -264,18 +264,26 @@ def _state_kernel(kg_ptr, ge_ptr, w_ptr, u_ptr, h0_ptr, hs_ptr, d_ptr, ht_ptr, s
     # PREFETCH: the next chunk's are loaded at the top of each step, so their latency overlaps
     # this chunk's products (Triton 3.6 / 3.7 pipeline the u load of this loop but never the
     # loads feeding its dots; all-masked past the sequence's end: no traffic).
+    rows = tl.arange(0, 64)
     if PREFETCH:
         w = _raw_rows(w_ptr, tok0, seq_len, i_h, Hv, 0, 64, DK)
         kg = _raw_rows(kg_ptr, tok0, seq_len, i_hk, KR, 0, 64, DK)
+        if KS:
+            ks = tl.load(ks_ptr + (tok0 + rows) * Hv + i_h, mask=rows < seq_len, other=0.0)
     for c in range(0, tl.cdiv(seq_len, 64)):
         t0 = tok0 + c * 64
         n = seq_len - c * 64
         if PREFETCH:
             w_next = _raw_rows(w_ptr, t0 + 64, n - 64, i_h, Hv, 0, 64, DK)
             kg_next = _raw_rows(kg_ptr, t0 + 64, n - 64, i_hk, KR, 0, 64, DK)
+            if KS:   # (loaded in the step, its latency cost GDN 1 x 16k's state kernel 20%)
+                ks_next = tl.load(ks_ptr + (t0 + 64 + rows) * Hv + i_h, mask=rows < n - 64,
+                                  other=0.0)
         else:
             w = _raw_rows(w_ptr, t0, n, i_h, Hv, 0, 64, DK)
             kg = _raw_rows(kg_ptr, t0, n, i_hk, KR, 0, 64, DK)
+            if KS:
+                ks = tl.load(ks_ptr + (t0 + rows) * Hv + i_h, mask=rows < n, other=0.0)
         # The chunk's decay, loaded before the products: issued after the first one (where
         # Triton put it when it was read just before its use) its latency sat between the two
         # (H100, twenty-ninth session: KDA 1 x 16k 604 -> 497 us, GDN 414 -> 355).
@@ -283,9 +291,6 @@ def _state_kernel(kg_ptr, ge_ptr, w_ptr, u_ptr, h0_ptr, hs_ptr, d_ptr, ht_ptr, s
             decay = tl.exp(tl.load(ge_ptr + ((chunk0 + c) * Hv + i_h) * DK + tl.arange(0, DK)))
         else:
             decay = tl.exp(tl.load(ge_ptr + (chunk0 + c) * Hv + i_h))
-        if KS:
-            rows = tl.arange(0, 64)
-            ks = tl.load(ks_ptr + (t0 + rows) * Hv + i_h, mask=rows < n, other=0.0)
         tl.store(hs_ptr + ((chunk0 + c) * Hv + i_h) * DK * DV + offs_s,
                  _as_stored(h, hs_ptr))
         d = _head_rows(u_ptr, t0, n, i_h, Hv, c0, 0, 64, DV, BV)
@@ -301,6 +306,8 @@ def _state_kernel(kg_ptr, ge_ptr, w_ptr, u_ptr, h0_ptr, hs_ptr, d_ptr, ht_ptr, s
             h += _mm_split(tl.trans(kg), d, PREC)
         if PREFETCH:
             w, kg = w_next, kg_next
+            if KS:
+                ks = ks_next
     tl.store(ht_ptr + row * DK * DV + offs_s, h)
 
 
