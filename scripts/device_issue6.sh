@@ -25,10 +25,11 @@
 #                                         # kernel's num_stages, both removed)
 #   bash scripts/device_issue6.sh s27a      # the new GDN / KDA defaults: strict, models, vs fla
 #   bash scripts/device_issue6.sh s28a      # KDA's tile cumsums: strict, models, forms, vs fla / base
+#   bash scripts/device_issue6.sh s30c      # GDN's state kernel with its row scales prefetched:
+#                                         # strict gdn, per kernel beside the decayed keys' form
 #   bash scripts/device_issue6.sh s30b      # GDN's state stage on raw keys + row scales, u in
 #                                         # bf16: strict, GDN / KDA per kernel with variants, fla
-#   bash scripts/device_issue6.sh s30a      # (prepared) launch knobs of the KDA / GDN stages, the
-#                                         # diagonal kernel's register cap, fla; MLA on an H200
+#                                         # (ran at 1797a11)
 #   bash scripts/device_issue6.sh s29c      # the diagonal loop's fused update, value blocks first:
 #                                         # strict, models, per kernel; sparse MLA on an H200
 #   bash scripts/device_issue6.sh s29b      # KDA's diagonal kernel in the tiles' layout: strict,
@@ -206,6 +207,7 @@ elif [ "$phase" = s30b ]; then
   # (U_16BIT), both new defaults: strict gdn + kda rows; GDN per kernel beside the decayed keys'
   # form (kgrows), fp32 u (u32), _wu_kernel at 8 warps, fla (carry .whl); KDA 1 x 16k per
   # kernel with fp32 u and the diagonal kernel's register cap at 96; sparse MLA on an H200.
+  # (Ran at 1797a11; DIAG_MAXNREG, measured slower here, is gone since.)
   nvidia-smi --query-gpu=name --format=csv,noheader | tee "$out/gpu.txt"
   D=hwinfer.kernels.triton.delta_chunk
   strict_rows "gdn_chunked or kda_chunked"
@@ -215,19 +217,6 @@ elif [ "$phase" = s30b ]; then
   BENCH=bench_kda per_kernel 130 --kinds kda --shapes 1x16384 --no-fla \
     --variant "u32@$D:U_16BIT=False" --variant "reg96@$D:DIAG_MAXNREG=96"
   sparse_mla_on_h200 90
-elif [ "$phase" = s30a ]; then
-  # Prepared in the twenty-ninth session, not run: launch knobs of the memory-bound KDA / GDN
-  # stages (at ~70% of the copy bandwidth where fla's reach ~80%) and the diagonal kernel's
-  # register cap (more programs an SM for its load-latency-bound row loop); fla beside (carry
-  # .whl); sparse MLA on an H200.
-  nvidia-smi --query-gpu=name --format=csv,noheader | tee "$out/gpu.txt"
-  D=hwinfer.kernels.triton.delta_chunk
-  per_kernel 300 --kinds kda,gdn --shapes 1x16384,8x2048 \
-    --variant "reg96@$D:DIAG_MAXNREG=96" --variant "reg80@$D:DIAG_MAXNREG=80" \
-    --variant "out2@$D:OUT_LAUNCH=(4,2)" --variant "out8@$D:OUT_LAUNCH=(8,None)" \
-    --variant "wu8@$D:SPLIT_LAUNCH={'gdn':(2,8,32),'kda':(2,8,32)}" \
-    --variant "wu64@$D:SPLIT_LAUNCH={'gdn':(2,4,64),'kda':(2,4,64)}"
-  sparse_mla_on_h200 150
 elif [ "$phase" = s29c ]; then
   # After s29b: the diagonal loop's fused decay update (no rows fetched ahead), the state grid
   # with value blocks first by default (its old order as a variant, for GDN 8 x 2k): strict

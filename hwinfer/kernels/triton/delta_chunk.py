@@ -192,14 +192,10 @@ KDA_WY_WARPS_16BIT = 1
 # binary split of the tile (3,408 us with exact fp32 segment sums, 5,628 with 3xTF32, against
 # 1,183) and every pair at once with decays e^{G_t - G_s} (2,042-2,164 us); on an H100, tiles of
 # bounded decay as two products (1,674 against 1,174 us).
+# A register cap (maxnreg 96: ten programs an SM instead of eight, 88 B spilled) to hide the row
+# loop's load latency took the kernel from 780 to 802 us (H100, KDA 1 x 16k, thirtieth session):
+# removed.
 DIAG_WARPS = 2
-# A register cap for the diagonal kernel on NVIDIA (None: ptxas's choice). Its row loop seems
-# bound by each row's load latency (delta_chunk_wy._diag_rows), which more programs an SM would
-# hide; sm_90 SASS, 2 warps, bf16 with the tile cumsums: 128 registers (eight programs an SM,
-# 382 instructions a row), 96 -> ten (88 B spilled, 420 a row), 80 -> twelve (152 B, 440).
-# Keeping the key tile in bf16 (norms applied after) did not lower the 128: the loop's
-# conversion of the invariant tile is hoisted. Untimed: a knob.
-DIAG_MAXNREG: int | None = None
 # The row loop's (I + beta A)^-1 by its 4 x 4 diagonal blocks (delta_chunk_wy._inv16_blocks, six
 # exact products) instead of 15 substitution steps: ~0.89x its instructions, and on an H100
 # (twenty-seventh session) 901 -> 745 us at KDA 1 x 16k, 874 -> 720 us at 8 x 2k.
@@ -636,12 +632,11 @@ def _run(op: str, q, k, v, g, beta, initial_state, scale, use_qk_l2norm, cu_seql
     spans = _kda_spans(prec) if per_channel else "scan"
     cs = spans.startswith("cumsum")
     gc = torch.empty(B * T, Hv, Dk, **f32) if cs else g   # KDA's tile cumsums of g
-    diag_regs = {"maxnreg": DIAG_MAXNREG} if DIAG_MAXNREG and not torch.version.hip else {}
     if nc and per_channel:
         _kda_diag_kernel[(4 * nc, Hv)](q, k, g, beta, a, xd, gc, chunks, Hk, Hv, qkr, scale,
                                        L2NORM_EPS, DK=Dk, USE_L2NORM=l2,
                                        BLOCK_INV=bool(DIAG_BLOCK_INV), CS=cs,
-                                       num_warps=DIAG_WARPS, **diag_regs)
+                                       num_warps=DIAG_WARPS)
     if nc and not block_k:
         _wy_kernel[(nc, Hv)](q, k, v, g, beta, w, u, a, kg, ge, chunks, xd, Hk, Hv, qkr, vr,
                              scale, L2NORM_EPS, DK=Dk, DV=Dv, PER_CHANNEL=per_channel, USE_L2NORM=l2,
