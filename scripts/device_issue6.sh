@@ -199,7 +199,7 @@ elif [ "$phase" = s30c ]; then
   # keys' form (kgrows).
   nvidia-smi --query-gpu=name --format=csv,noheader | tee "$out/gpu.txt"
   D=hwinfer.kernels.triton.delta_chunk
-  strict "gdn_chunked" 90 >/dev/null; echo "== strict gdn"; grep -E "passed|failed|FAILED" "$out/conformance.txt" | tail -4
+  strict_rows "gdn_chunked"
   BENCH=bench_gdn per_kernel 150 --kinds gdn --shapes 1x16384,8x2048 --no-fla \
     --variant "kgrows@$D:GDN_STATE_RAW_K=False"
 elif [ "$phase" = s30b ]; then
