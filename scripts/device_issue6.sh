@@ -25,6 +25,7 @@
 #                                         # kernel's num_stages, both removed)
 #   bash scripts/device_issue6.sh s27a      # the new GDN / KDA defaults: strict, models, vs fla
 #   bash scripts/device_issue6.sh s28a      # KDA's tile cumsums: strict, models, forms, vs fla / base
+#   bash scripts/device_issue6.sh s30d      # model tests on the card; KDA launch variants
 #   bash scripts/device_issue6.sh s30c      # GDN's state kernel with its row scales prefetched:
 #                                         # strict gdn, per kernel beside the decayed keys' form
 #   bash scripts/device_issue6.sh s30b      # GDN's state stage on raw keys + row scales, u in
@@ -193,6 +194,18 @@ elif [ "$phase" = s28a ]; then
     --variant "wy4@$D:SPLIT_LAUNCH={'gdn':(2,4,32),'kda':(4,4,32)}" \
     --variant "out128@block_v_out=128"
   kda_base_tree 100
+elif [ "$phase" = s30d ]; then
+  # The new defaults (u in bf16, GDN's state stage on raw keys): the Qwen3.5 / Kimi model tests
+  # on the card; KDA 1 x 16k per kernel with the diagonal kernel at 1 / 4 warps (sm_90 SASS a
+  # row: 623 instructions / 2 barriers at 1 warp, 382 / 4 at 2, 271 / 4 at 4), the output kernel
+  # and _wu_kernel at 8 warps.
+  nvidia-smi --query-gpu=name --format=csv,noheader | tee "$out/gpu.txt"
+  D=hwinfer.kernels.triton.delta_chunk
+  models_on_card "qwen or kimi"
+  BENCH=bench_kda per_kernel 170 --kinds kda --shapes 1x16384 --no-fla \
+    --variant "dw1@$D:DIAG_WARPS=1" --variant "dw4@$D:DIAG_WARPS=4" \
+    --variant "out8@$D:OUT_LAUNCH=(8,None)" \
+    --variant "wu8@$D:SPLIT_LAUNCH={'gdn':(2,4,32),'kda':(2,8,32)}"
 elif [ "$phase" = s30c ]; then
   # After s30b: GDN's state kernel with the row scales prefetched with the keys (s30b loaded
   # them in the step: 345 -> 420 us at 1 x 16k): strict gdn, GDN per kernel beside the decayed
