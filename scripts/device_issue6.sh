@@ -25,7 +25,8 @@
 #                                         # kernel's num_stages, both removed)
 #   bash scripts/device_issue6.sh s27a      # the new GDN / KDA defaults: strict, models, vs fla
 #   bash scripts/device_issue6.sh s28a      # KDA's tile cumsums: strict, models, forms, vs fla / base
-#   bash scripts/device_issue6.sh s30d      # model tests on the card; KDA launch variants
+#   bash scripts/device_issue6.sh s30d      # GDN's _wu_kernel on split X: strict gdn, per
+#                                         # kernel; model tests on the card; KDA launch variants
 #   bash scripts/device_issue6.sh s30c      # GDN's state kernel with its row scales prefetched:
 #                                         # strict gdn, per kernel beside the decayed keys' form
 #   bash scripts/device_issue6.sh s30b      # GDN's state stage on raw keys + row scales, u in
@@ -195,17 +196,23 @@ elif [ "$phase" = s28a ]; then
     --variant "out128@block_v_out=128"
   kda_base_tree 100
 elif [ "$phase" = s30d ]; then
-  # The new defaults (u in bf16, GDN's state stage on raw keys): the Qwen3.5 / Kimi model tests
-  # on the card; KDA 1 x 16k per kernel with the diagonal kernel at 1 / 4 warps (sm_90 SASS a
-  # row: 623 instructions / 2 barriers at 1 warp, 382 / 4 at 2, 271 / 4 at 4), the output kernel
-  # and _wu_kernel at 8 warps.
+  # GDN's _wu_kernel from X split into bf16 halves against the raw rows (GDN_WU_SPLIT, new
+  # default; sm_90 SASS: its loops 137 -> 91 instructions, 121 registers against 64): strict
+  # gdn rows; GDN per kernel beside the tf32 form (wutf32), 64-channel blocks (wu64) and 8 warps
+  # (wu8); the Qwen3.5 / Kimi model tests on the card (u in bf16 is the default for both);
+  # KDA 1 x 16k with the diagonal kernel at 1 / 4 warps (sm_90 SASS a row: 623 instructions / 2
+  # barriers at 1 warp, 382 / 4 at 2, 271 / 4 at 4) and the output kernel at 8 warps.
   nvidia-smi --query-gpu=name --format=csv,noheader | tee "$out/gpu.txt"
   D=hwinfer.kernels.triton.delta_chunk
+  strict_rows "gdn_chunked"
+  BENCH=bench_gdn per_kernel 140 --kinds gdn --shapes 1x16384,8x2048 --no-fla \
+    --variant "wutf32@$D:GDN_WU_SPLIT=False" \
+    --variant "wu64@$D:SPLIT_LAUNCH={'gdn':(2,4,64),'kda':(2,4,32)}" \
+    --variant "wu8@$D:SPLIT_LAUNCH={'gdn':(2,8,32),'kda':(2,4,32)}"
   models_on_card "qwen or kimi"
-  BENCH=bench_kda per_kernel 170 --kinds kda --shapes 1x16384 --no-fla \
+  BENCH=bench_kda per_kernel 140 --kinds kda --shapes 1x16384 --no-fla \
     --variant "dw1@$D:DIAG_WARPS=1" --variant "dw4@$D:DIAG_WARPS=4" \
-    --variant "out8@$D:OUT_LAUNCH=(8,None)" \
-    --variant "wu8@$D:SPLIT_LAUNCH={'gdn':(2,4,32),'kda':(2,8,32)}"
+    --variant "out8@$D:OUT_LAUNCH=(8,None)"
 elif [ "$phase" = s30c ]; then
   # After s30b: GDN's state kernel with the row scales prefetched with the keys (s30b loaded
   # them in the step: 345 -> 420 us at 1 x 16k): strict gdn, GDN per kernel beside the decayed

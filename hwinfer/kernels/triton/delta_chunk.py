@@ -173,6 +173,11 @@ GDN_RAW_K = True
 # does, instead of _wu_kernel writing the decayed keys: 256 fewer bytes a token and value head
 # written (Dk = 128) and read the same. False writes the decayed keys (fp16 keys always do).
 GDN_STATE_RAW_K = True
+# GDN's _wu_kernel with bf16 keys and values (and GDN_STATE_RAW_K): the rows' scales put on X's
+# columns, w = (X diag(beta e^G / |k|)) k and u = (X diag(beta)) v, X split into bf16 hi + lo
+# against the raw rows (two bf16 products each, ~16 bits of X against tf32's 11); False keeps
+# tf32 products of X against the scaled fp32 rows.
+GDN_WU_SPLIT = True
 # KDA's split WY kernel with q and k entering its products as stored, their norms summed in the
 # same channel loop and applied to the [16, 16] blocks after (no norm pass first), and the
 # decayed keys written by _wu_kernel (KG) instead of the WY kernel. H100, KDA 1 x 16k (s25c,
@@ -661,6 +666,10 @@ def _run(op: str, q, k, v, g, beta, initial_state, scale, use_qk_l2norm, cu_seql
                           and k.dtype == torch.bfloat16)
         if key_scales:
             kg = torch.empty(B * T, Hv, **f32)
+        # GDN_WU_SPLIT: w and u from X split into bf16 halves against the raw bf16 rows
+        xs_split = ""
+        if GDN_WU_SPLIT and key_scales and v.dtype == torch.bfloat16:
+            xs_split = "split_rounded" if _INTERPRET else "split"
         _wy_blocked_kernel[(nc, Hv)](q, k, v, g, beta, w, u, a, kg, ge, chunks, xd, xs, gc, Hk,
                                      Hv, qkr, vr, scale, L2NORM_EPS, DK=Dk, DV=Dv,
                                      PER_CHANNEL=per_channel, USE_L2NORM=l2, PREC=prec, BK=block_k,
@@ -670,7 +679,7 @@ def _run(op: str, q, k, v, g, beta, initial_state, scale, use_qk_l2norm, cu_seql
             _wu_kernel[(nc, Hv)](k, v, g, beta, xs, w, u, kg, gc, chunks, Hk, Hv, qkr, vr,
                                  L2NORM_EPS, DK=Dk, DV=Dv, BC=min(wu_block, Dk, Dv),
                                  PER_CHANNEL=per_channel, USE_L2NORM=l2, PREC=prec,
-                                 KG=bool(raw_k), CS=cs, KS=key_scales,
+                                 KG=bool(raw_k), CS=cs, KS=key_scales, XS=xs_split,
                                  num_warps=num_warps or wu_warps)
     grid = (Dv // bv_state, n * Hv) if STATE_VB_FIRST else (n * Hv, Dv // bv_state)
     keys, key_stride = (k, qkr) if key_scales else (kg, Hv)
@@ -783,19 +792,23 @@ def _aot_specs():
                   "Hk": "i32", "Hv": "i32", "QKR": "i32", "VR": "i32", "eps": "fp32",
                   "DK": "constexpr", "DV": "constexpr",
                   "BC": "constexpr", "PER_CHANNEL": "constexpr", "USE_L2NORM": "constexpr",
-                  "PREC": "constexpr", "KG": "constexpr", "CS": "constexpr", "KS": "constexpr"}
+                  "PREC": "constexpr", "KG": "constexpr", "CS": "constexpr", "KS": "constexpr",
+                  "XS": "constexpr"}
             # KG: the decayed keys written here (GDN / KDA_RAW_K), for GDN on NVIDIA their row
-            # scales only (GDN_STATE_RAW_K); tf32: as NVIDIA runs it
+            # scales only (GDN_STATE_RAW_K) and X split against the raw rows (GDN_WU_SPLIT);
+            # tf32: as NVIDIA runs it
             for raw, prec, targets in ((False, "ieee", None), (True, "ieee", None),
                                        (True, "tf32", ("sm_90", "sm_100"))):
                 scales = raw and prec == "tf32" and not per_channel and GDN_STATE_RAW_K
                 specs.append(AotSpec(f"delta_chunk_wu[{kind},{dtype},{d}{',kg' if raw else ''}"
                                      f"{',tf32' if prec == 'tf32' else ''}"
-                                     f"{',ks' if scales else ''}]",
+                                     f"{',ks' if scales else ''}"
+                                     f"{',xsplit' if scales and GDN_WU_SPLIT else ''}]",
                                      _wu_kernel, {**wu, **({"kg_ptr": f32} if scales else {})},
                                      {"DK": d, "DV": d, "BC": SPLIT_LAUNCH[kind][2],
                                       "PER_CHANNEL": per_channel, "USE_L2NORM": True,
-                                      "PREC": prec, "KG": raw, "CS": tile_cs, "KS": scales},
+                                      "PREC": prec, "KG": raw, "CS": tile_cs, "KS": scales,
+                                      "XS": "split" if scales and GDN_WU_SPLIT else ""},
                                      {"num_warps": SPLIT_LAUNCH[kind][1]}, targets))
             if not per_channel:   # GDN's default form on NVIDIA: raw 16-bit keys, "x4" solve
                 specs.append(AotSpec(

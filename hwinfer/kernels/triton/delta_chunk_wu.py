@@ -26,7 +26,9 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from hwinfer.kernels.triton.delta_chunk_wy import _chunk_program, _g_rows, _head_rows, _store_rows
+from hwinfer.kernels.triton.delta_chunk_wy import (
+    _chunk_program, _g_rows, _head_rows, _head_rows_raw, _mm_split_left, _store_rows,
+)
 from hwinfer.kernels.triton.delta_chunk_wy_blocked import _chunk_decay, _inv_norm
 
 
@@ -34,7 +36,8 @@ from hwinfer.kernels.triton.delta_chunk_wy_blocked import _chunk_decay, _inv_nor
 def _wu_kernel(k_ptr, v_ptr, g_ptr, b_ptr, x_ptr, w_ptr, u_ptr, kg_ptr, c_ptr, tab_ptr, Hk, Hv,
                QKR, VR, eps, DK: tl.constexpr, DV: tl.constexpr, BC: tl.constexpr,
                PER_CHANNEL: tl.constexpr, USE_L2NORM: tl.constexpr, PREC: tl.constexpr,
-               KG: tl.constexpr, CS: tl.constexpr = False, KS: tl.constexpr = False):
+               KG: tl.constexpr, CS: tl.constexpr = False, KS: tl.constexpr = False,
+               XS: tl.constexpr = ""):
     i_c, i_h, i_hk, tok0, n = _chunk_program(tab_ptr, Hk, Hv)
     r = tl.arange(0, 64)
     live = r < n
@@ -54,33 +57,49 @@ def _wu_kernel(k_ptr, v_ptr, g_ptr, b_ptr, x_ptr, w_ptr, u_ptr, kg_ptr, c_ptr, t
                                     axis=0, reverse=True))
         if KS:   # the state stage scales its deltas by them and reads the keys as stored
             tl.store(kg_ptr + (tok0 + r) * Hv + i_h, kgs, mask=live)
-    for c0 in range(0, DK, BC):
-        kr = _head_rows(k_ptr, tok0, n, i_hk, QKR, c0, 0, 64, DK, BC)
-        y = kr * bk[:, None]
-        if PER_CHANNEL:
-            if CS:   # from the tile cumsums of _kda_diag_kernel (no scan here)
-                G, total = _chunk_decay(c_ptr, tok0, n, i_h, Hv, c0, DK, BC)
-            else:
-                gb = _head_rows(g_ptr, tok0, n, i_h, Hv, c0, 0, 64, DK, BC)
-                G = tl.cumsum(gb, axis=0)
-                total = tl.sum(gb, axis=0)
-            y = y * tl.exp(G)
-            if KG:   # the decay after row t, per channel
-                if kg_ptr.dtype.element_ty == tl.float32:
-                    # exact: a sum of its own terms (rows t+1 .. n-1)
-                    after = tl.cumsum(_head_rows(g_ptr, tok0 + 1, n - 1, i_h, Hv, c0, 0, 64, DK,
-                                                 BC), axis=0, reverse=True)
+    if XS != "":
+        # GDN, bf16 k and v: the row scales go onto X's columns, w = (X diag(bk)) k and
+        # u = (X diag(beta)) v, and the fp32 left factor is split into bf16 hi + lo against the
+        # raw 16-bit rows (delta_chunk_wy._mm_split_left): ~16 bits of X where tf32 kept 11,
+        # and the rows enter the products as loaded (no fp32 tile scaled and staged per block).
+        xw = x * bk[None, :]
+        for c0 in range(0, DK, BC):
+            kr = _head_rows_raw(k_ptr, tok0, n, i_hk, QKR, c0, 0, 64, DK, BC)
+            _store_rows(w_ptr, _mm_split_left(xw, kr, XS), tok0, n, i_h, Hv, c0, 0, 64, DK, BC)
+        xu = x * b[None, :]
+        for c0 in range(0, DV, BC):
+            vr = _head_rows_raw(v_ptr, tok0, n, i_h, VR, c0, 0, 64, DV, BC)
+            _store_rows(u_ptr, _mm_split_left(xu, vr, XS), tok0, n, i_h, Hv, c0, 0, 64, DV, BC)
+    else:
+        for c0 in range(0, DK, BC):
+            kr = _head_rows(k_ptr, tok0, n, i_hk, QKR, c0, 0, 64, DK, BC)
+            y = kr * bk[:, None]
+            if PER_CHANNEL:
+                if CS:   # from the tile cumsums of _kda_diag_kernel (no scan here)
+                    G, total = _chunk_decay(c_ptr, tok0, n, i_h, Hv, c0, DK, BC)
                 else:
-                    # bf16 keys: the chunk's total less G (no second scan). Its cancellation
-                    # costs |G_end| x 6e-8 of the exponent (<= 1e-5 at |g| <= 2 a token), far
-                    # under the 2^-9 of the bf16 rounding the stored keys take anyway.
-                    after = tl.minimum(total[None, :] - G, 0.0)
-                _store_rows(kg_ptr, kr * nk[:, None] * tl.exp(after), tok0, n, i_h, Hv, c0, 0,
-                            64, DK, BC)
-        elif KG and not KS:
-            _store_rows(kg_ptr, kr * kgs[:, None], tok0, n, i_h, Hv, c0, 0, 64, DK, BC)
-        _store_rows(w_ptr, tl.dot(x, y, input_precision=PREC), tok0, n, i_h, Hv, c0, 0, 64, DK, BC)
-    for c0 in range(0, DV, BC):
-        y = _head_rows(v_ptr, tok0, n, i_h, VR, c0, 0, 64, DV, BC) * b[:, None]
-        _store_rows(u_ptr, tl.dot(x, y, input_precision=PREC), tok0, n, i_h, Hv, c0, 0, 64, DV, BC)
+                    gb = _head_rows(g_ptr, tok0, n, i_h, Hv, c0, 0, 64, DK, BC)
+                    G = tl.cumsum(gb, axis=0)
+                    total = tl.sum(gb, axis=0)
+                y = y * tl.exp(G)
+                if KG:   # the decay after row t, per channel
+                    if kg_ptr.dtype.element_ty == tl.float32:
+                        # exact: a sum of its own terms (rows t+1 .. n-1)
+                        after = tl.cumsum(_head_rows(g_ptr, tok0 + 1, n - 1, i_h, Hv, c0, 0,
+                                                     64, DK, BC), axis=0, reverse=True)
+                    else:
+                        # bf16 keys: the chunk's total less G (no second scan). Its cancellation
+                        # costs |G_end| x 6e-8 of the exponent (<= 1e-5 at |g| <= 2 a token), far
+                        # under the 2^-9 of the bf16 rounding the stored keys take anyway.
+                        after = tl.minimum(total[None, :] - G, 0.0)
+                    _store_rows(kg_ptr, kr * nk[:, None] * tl.exp(after), tok0, n, i_h, Hv,
+                                c0, 0, 64, DK, BC)
+            elif KG and not KS:
+                _store_rows(kg_ptr, kr * kgs[:, None], tok0, n, i_h, Hv, c0, 0, 64, DK, BC)
+            _store_rows(w_ptr, tl.dot(x, y, input_precision=PREC), tok0, n, i_h, Hv, c0, 0, 64,
+                        DK, BC)
+        for c0 in range(0, DV, BC):
+            y = _head_rows(v_ptr, tok0, n, i_h, VR, c0, 0, 64, DV, BC) * b[:, None]
+            _store_rows(u_ptr, tl.dot(x, y, input_precision=PREC), tok0, n, i_h, Hv, c0, 0, 64,
+                        DV, BC)
 

@@ -94,6 +94,22 @@ def _mm_split(a, b, PREC: tl.constexpr):
 
 
 @triton.jit
+def _mm_split_left(a, b, PREC: tl.constexpr):
+    """a @ b accumulated in fp32 for ``a`` fp32 and ``b`` holding bf16 values as stored: the
+    mirror of :func:`_mm_split`, ``a = hi + lo`` both bf16, two bf16 products (``PREC``
+    "split"; "split_rounded": the same math in fp32 for the interpreter)."""
+    if PREC == "split":
+        hi = a.to(tl.bfloat16)
+        lo = (a - hi.to(tl.float32)).to(tl.bfloat16)
+        return tl.dot(hi, b, acc=tl.dot(lo, b))
+    else:
+        hi = _round_bf16(a)
+        b32 = b.to(tl.float32)
+        return (tl.dot(hi, b32, input_precision="ieee")
+                + tl.dot(_round_bf16(a - hi), b32, input_precision="ieee"))
+
+
+@triton.jit
 def _gdn_decay(g, NR: tl.constexpr, SPAN: tl.constexpr):
     """GDN's causal decay inside a tile of NR rows: [NR, NR], e^{g_{s+1} + .. + g_t} for t >= s,
     0 above the diagonal. SPAN picks how the exponent is formed: "scan", a cumulative sum of g
