@@ -198,21 +198,19 @@ elif [ "$phase" = s28a ]; then
 elif [ "$phase" = s30d ]; then
   # GDN's _wu_kernel from X split into bf16 halves against the raw rows (GDN_WU_SPLIT, new
   # default; sm_90 SASS: its loops 137 -> 91 instructions, 121 registers against 64): strict
-  # gdn rows; GDN per kernel beside the tf32 form (wutf32), 64-channel blocks (wu64) and 8 warps
-  # (wu8); the Qwen3.5 / Kimi model tests on the card (u in bf16 is the default for both);
+  # gdn rows; GDN per kernel beside the tf32 form (wutf32) and 64-channel blocks (wu64); the
+  # Qwen3.5 / Kimi model tests on the card (u in bf16 is the default for both);
   # KDA 1 x 16k with the diagonal kernel at 1 / 4 warps (sm_90 SASS a row: 623 instructions / 2
-  # barriers at 1 warp, 382 / 4 at 2, 271 / 4 at 4) and the output kernel at 8 warps.
+  # barriers at 1 warp, 382 / 4 at 2, 271 / 4 at 4).
   nvidia-smi --query-gpu=name --format=csv,noheader | tee "$out/gpu.txt"
   D=hwinfer.kernels.triton.delta_chunk
   strict_rows "gdn_chunked"
-  BENCH=bench_gdn per_kernel 140 --kinds gdn --shapes 1x16384,8x2048 --no-fla \
+  BENCH=bench_gdn per_kernel 110 --kinds gdn --shapes 1x16384,8x2048 --no-fla \
     --variant "wutf32@$D:GDN_WU_SPLIT=False" \
-    --variant "wu64@$D:SPLIT_LAUNCH={'gdn':(2,4,64),'kda':(2,4,32)}" \
-    --variant "wu8@$D:SPLIT_LAUNCH={'gdn':(2,8,32),'kda':(2,4,32)}"
+    --variant "wu64@$D:SPLIT_LAUNCH={'gdn':(2,4,64),'kda':(2,4,32)}"
   models_on_card "qwen or kimi"
-  BENCH=bench_kda per_kernel 140 --kinds kda --shapes 1x16384 --no-fla \
-    --variant "dw1@$D:DIAG_WARPS=1" --variant "dw4@$D:DIAG_WARPS=4" \
-    --variant "out8@$D:OUT_LAUNCH=(8,None)"
+  BENCH=bench_kda per_kernel 110 --kinds kda --shapes 1x16384 --no-fla \
+    --variant "dw1@$D:DIAG_WARPS=1" --variant "dw4@$D:DIAG_WARPS=4"
 elif [ "$phase" = s30c ]; then
   # After s30b: GDN's state kernel with the row scales prefetched with the keys (s30b loaded
   # them in the step: 345 -> 420 us at 1 x 16k): strict gdn, GDN per kernel beside the decayed
