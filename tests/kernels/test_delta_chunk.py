@@ -208,14 +208,14 @@ for qq, kk, vv in ((qb, kb, vb), (pb[..., :32].reshape(1, 137, 1, 32),
     gd, bt = -torch.rand(vv.shape[:3]), torch.rand(vv.shape[:3])
     sd = torch.randn(1, vv.shape[2], 32, 32)
     o2, s2 = ref.gdn_recurrent(qq.float(), kk.float(), vv.float(), gd, bt, sd)
-    errs, outs = {}, {}
+    errs, outs, defaults = {}, {}, (tc.GDN_STATE_RAW_K, tc.GDN_WU_SPLIT)
     # GDN_WU_SPLIT (the default with the raw keys): _wu_kernel's products from X split into
     # bf16 halves against the raw rows, "tf32" its former tf32 products of the scaled rows
     for scales, wu in ((False, "tf32"), (True, "tf32"), (True, "split")):
         tc.GDN_STATE_RAW_K, tc.GDN_WU_SPLIT = scales, wu == "split"
         outs[scales, wu] = tc.gdn_chunked(qq, kk, vv, gd, bt, sd)
         errs[scales, wu] = rel(outs[scales, wu][0], o2), rel(outs[scales, wu][1], s2)
-    tc.GDN_STATE_RAW_K, tc.GDN_WU_SPLIT = True, True
+    tc.GDN_STATE_RAW_K, tc.GDN_WU_SPLIT = defaults
     base = errs[False, "tf32"]
     for key in ((True, "tf32"), (True, "split")):
         assert errs[key][0] < 1.1 * base[0] and errs[key][1] < 1.5 * base[1], errs
