@@ -25,7 +25,7 @@
 #                                         # kernel's num_stages, both removed)
 #   bash scripts/device_issue6.sh s27a      # the new GDN / KDA defaults: strict, models, vs fla
 #   bash scripts/device_issue6.sh s28a      # KDA's tile cumsums: strict, models, forms, vs fla / base
-#   bash scripts/device_issue6.sh s30d      # GDN's _wu_kernel on split X: strict gdn, per
+#   bash scripts/device_issue6.sh s30d      # (prepared) GDN's _wu_kernel on split X: strict, per
 #                                         # kernel; model tests on the card; KDA launch variants
 #   bash scripts/device_issue6.sh s30c      # GDN's state kernel with its row scales prefetched:
 #                                         # strict gdn, per kernel beside the decayed keys' form
@@ -196,8 +196,9 @@ elif [ "$phase" = s28a ]; then
     --variant "out128@block_v_out=128"
   kda_base_tree 100
 elif [ "$phase" = s30d ]; then
-  # GDN's _wu_kernel from X split into bf16 halves against the raw rows (GDN_WU_SPLIT, new
-  # default; sm_90 SASS: its loops 137 -> 91 instructions, 121 registers against 64): strict
+  # Prepared, not run (the thirtieth session's device time ran out). Set GDN_WU_SPLIT = True
+  # first (it is off until timed; the variant below times the tf32 form against it).
+  # GDN's _wu_kernel from X split into bf16 halves against the raw rows (GDN_WU_SPLIT; sm_90 SASS: its loops 137 -> 91 instructions, 121 registers against 64): strict
   # gdn rows; GDN per kernel beside the tf32 form (wutf32) and 64-channel blocks (wu64); the
   # Qwen3.5 / Kimi model tests on the card (u in bf16 is the default for both);
   # KDA 1 x 16k with the diagonal kernel at 1 / 4 warps (sm_90 SASS a row: 623 instructions / 2

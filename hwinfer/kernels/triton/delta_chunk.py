@@ -176,8 +176,11 @@ GDN_STATE_RAW_K = True
 # GDN's _wu_kernel with bf16 keys and values (and GDN_STATE_RAW_K): the rows' scales put on X's
 # columns, w = (X diag(beta e^G / |k|)) k and u = (X diag(beta)) v, X split into bf16 hi + lo
 # against the raw rows (two bf16 products each, ~16 bits of X against tf32's 11); False keeps
-# tf32 products of X against the scaled fp32 rows.
-GDN_WU_SPLIT = True
+# tf32 products of X against the scaled fp32 rows. sm_90 SASS (4 warps): its channel loops 137
+# -> 91 instructions and 4 -> 2 barriers an iteration, but 121 registers against 64 (four
+# programs an SM, not eight). Untimed (the thirtieth session's device time ran out): off until
+# a card times it (device_issue6.sh s30d, which expects it on: flip it first).
+GDN_WU_SPLIT = False
 # KDA's split WY kernel with q and k entering its products as stored, their norms summed in the
 # same channel loop and applied to the [16, 16] blocks after (no norm pass first), and the
 # decayed keys written by _wu_kernel (KG) instead of the WY kernel. H100, KDA 1 x 16k (s25c,
@@ -797,18 +800,21 @@ def _aot_specs():
             # KG: the decayed keys written here (GDN / KDA_RAW_K), for GDN on NVIDIA their row
             # scales only (GDN_STATE_RAW_K) and X split against the raw rows (GDN_WU_SPLIT);
             # tf32: as NVIDIA runs it
-            for raw, prec, targets in ((False, "ieee", None), (True, "ieee", None),
-                                       (True, "tf32", ("sm_90", "sm_100"))):
+            # (GDN's split-X form compiled whether or not it is the default)
+            for raw, prec, xs, targets in ((False, "ieee", "", None), (True, "ieee", "", None),
+                                           (True, "tf32", "", ("sm_90", "sm_100")),
+                                           (True, "tf32", "split", ("sm_90", "sm_100"))):
                 scales = raw and prec == "tf32" and not per_channel and GDN_STATE_RAW_K
+                if xs and not scales:
+                    continue
                 specs.append(AotSpec(f"delta_chunk_wu[{kind},{dtype},{d}{',kg' if raw else ''}"
                                      f"{',tf32' if prec == 'tf32' else ''}"
-                                     f"{',ks' if scales else ''}"
-                                     f"{',xsplit' if scales and GDN_WU_SPLIT else ''}]",
+                                     f"{',ks' if scales else ''}{',xsplit' if xs else ''}]",
                                      _wu_kernel, {**wu, **({"kg_ptr": f32} if scales else {})},
                                      {"DK": d, "DV": d, "BC": SPLIT_LAUNCH[kind][2],
                                       "PER_CHANNEL": per_channel, "USE_L2NORM": True,
                                       "PREC": prec, "KG": raw, "CS": tile_cs, "KS": scales,
-                                      "XS": "split" if scales and GDN_WU_SPLIT else ""},
+                                      "XS": xs},
                                      {"num_warps": SPLIT_LAUNCH[kind][1]}, targets))
             if not per_channel:   # GDN's default form on NVIDIA: raw 16-bit keys, "x4" solve
                 specs.append(AotSpec(
