@@ -19,7 +19,8 @@ Chunks of 64 tokens (never crossing a sequence boundary), four launches (five fo
 2. ``_state_kernel``, one program per (sequence, value head, BV value channels), the only
    sequential part, kept to what needs the state: walks the chunks, stores each chunk's start
    state ``S0`` and its deltas ``d = u - w S0``, steps ``S <- diag(e^{G_end}) S + (k e^{G_end
-   - G})^T d``;
+   - G})^T d`` (GDN with bf16 keys: the keys as stored, each row's decay and inverse norm
+   applied to d instead, ``GDN_STATE_RAW_K``);
 3. ``_out_kernel``, one program per (chunk, value head, BV value channels), all parallel:
    ``o = (q e^G) S0 + P d`` with ``P`` the causal decayed ``q k^T`` (rebuilt by one matmul for
    GDN, whose decay is one scalar per token: for 16-bit inputs from the raw rows on the 16-bit
