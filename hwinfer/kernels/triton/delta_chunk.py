@@ -28,10 +28,10 @@ Chunks of 64 tokens (never crossing a sequence boundary), four launches (five fo
    back from stage 1 for KDA). ``_out_blocked_kernel`` (:mod:`.delta_chunk_out_blocked`,
    ``block_k_out``) is the same stage in key-channel blocks, measured no faster on the H200.
 
-Intermediates are fp32 except, for 16-bit inputs, ``w``, ``u`` (``U_16BIT``) and the decayed keys,
-stored in bf16: the state stage is bound by the bytes each program streams per chunk, and these
-are most of them. The state stage takes them as stored into bf16 products against the fp32 state and deltas
-rounded to bf16 (``STATE_DOTS = "bf16"``, one product each, fla's form; the carried state stays
+Intermediates are fp32 except, for 16-bit inputs, ``w``, ``u`` (``U_16BIT``) and the decayed
+keys, stored in bf16: the state stage is bound by the bytes each program streams per chunk, and
+these are most of them. The state stage takes w and the keys as stored into bf16 products
+against the fp32 state and deltas rounded to bf16 (``STATE_DOTS = "bf16"``, one product each, fla's form; the carried state stays
 fp32) or split into bf16 hi + lo halves (``"split"``, two products, ~16 bits of the fp32
 operand); GDN's ``q S0`` takes q's raw bf16 rows against the split S0 (``OUT_QS``). Measured
 under the interpreter on the conformance cases (relative RMSE against the fp32 token loop): bf16 ``w`` /
@@ -549,7 +549,7 @@ def _run(op: str, q, k, v, g, beta, initial_state, scale, use_qk_l2norm, cu_seql
         None if initial_state is None else initial_state.to(torch.float32).contiguous())
     chunks, seqs, nc = _tables(B, T, cu_seqlens, v.device)
     f32 = dict(dtype=torch.float32, device=v.device)
-    # w and the decayed keys in bf16 for 16-bit inputs (see the module docstring).
+    # w, u and the decayed keys in bf16 for 16-bit inputs (see the module docstring).
     half = dict(f32, dtype=torch.float32 if v.dtype == torch.float32 else torch.bfloat16)
     w = torch.empty(B * T, Hv, Dk, **half)
     u = torch.empty(B * T, Hv, Dv, **(half if U_16BIT else f32))
