@@ -28,15 +28,15 @@ Chunks of 64 tokens (never crossing a sequence boundary), four launches (five fo
    back from stage 1 for KDA). ``_out_blocked_kernel`` (:mod:`.delta_chunk_out_blocked`,
    ``block_k_out``) is the same stage in key-channel blocks, measured no faster on the H200.
 
-Intermediates are fp32 except, for 16-bit inputs, ``w``, ``u`` (``U_16BIT``) and the decayed
-keys, stored in bf16: the state stage is bound by the bytes each program streams per chunk, and
-these are most of them. The state stage takes w and the keys as stored into bf16 products
-against the fp32 state and deltas rounded to bf16 (``STATE_DOTS = "bf16"``, one product each, fla's form; the carried state stays
-fp32) or split into bf16 hi + lo halves (``"split"``, two products, ~16 bits of the fp32
-operand); GDN's ``q S0`` takes q's raw bf16 rows against the split S0 (``OUT_QS``). Measured
-under the interpreter on the conformance cases (relative RMSE against the fp32 token loop): bf16 ``w`` /
-keys leave it at 3.3e-3, as all-fp32; bf16 deltas, chunk states or Aqk (fla stores all of them
-in the input dtype) raise it to 6-9e-3, past the 5e-3 contract.
+Intermediates are fp32 except, for 16-bit inputs, ``w``, ``u`` (``U_16BIT``) and the decayed keys,
+stored in bf16: the state stage is bound by the bytes each program streams per chunk, and these are
+most of them. The state stage takes w and the keys as stored into bf16 products against the fp32
+state and deltas rounded to bf16 (``STATE_DOTS = "bf16"``, one product each, fla's form; the
+carried state stays fp32) or split into bf16 hi + lo halves (``"split"``, two products, ~16 bits of
+the fp32 operand); GDN's ``q S0`` takes q's raw bf16 rows against the split S0 (``OUT_QS``).
+Measured under the interpreter on the conformance cases (relative RMSE against the fp32 token
+loop): bf16 ``w`` / keys leave it at 3.3e-3, as all-fp32; bf16 deltas, chunk states or Aqk (fla
+stores all of them in the input dtype) raise it to 6-9e-3, past the 5e-3 contract.
 
 Every exponent is <= 0 (the decay from s to t, or from t to the chunk's end), so unbounded
 softplus gates cannot overflow, and every exponent is a sum of g over its own span, never a
