@@ -198,8 +198,8 @@ elif [ "$phase" = s28a ]; then
 elif [ "$phase" = s30d ]; then
   # Prepared, not run (the thirtieth session's device time ran out). Set GDN_WU_SPLIT = True
   # first (it is off until timed; the variant below times the tf32 form against it).
-  # GDN's _wu_kernel from X split into bf16 halves against the raw rows (GDN_WU_SPLIT; sm_90 SASS: its loops 137 -> 91 instructions, 121 registers against 64): strict
-  # gdn rows; GDN per kernel beside the tf32 form (wutf32) and 64-channel blocks (wu64); the
+  # GDN's _wu_kernel from X split into bf16 halves against the raw rows (GDN_WU_SPLIT; sm_90
+  # SASS: its loops 137 -> 91 instructions, 121 registers against 64): strict gdn rows; GDN per kernel beside the tf32 form (wutf32) and 64-channel blocks (wu64); the
   # Qwen3.5 / Kimi model tests on the card (u in bf16 is the default for both);
   # KDA 1 x 16k with the diagonal kernel at 1 / 4 warps (sm_90 SASS a row: 623 instructions / 2
   # barriers at 1 warp, 382 / 4 at 2, 271 / 4 at 4).

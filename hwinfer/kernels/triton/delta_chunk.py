@@ -553,8 +553,6 @@ def _run(op: str, q, k, v, g, beta, initial_state, scale, use_qk_l2norm, cu_seql
     half = dict(f32, dtype=torch.float32 if v.dtype == torch.float32 else torch.bfloat16)
     w = torch.empty(B * T, Hv, Dk, **half)
     u = torch.empty(B * T, Hv, Dv, **(half if U_16BIT else f32))
-    kg = torch.empty(B * T, Hv, Dk, **half)
-    key_scales = False
     ge = torch.empty(max(nc, 1), Hv, Dk if per_channel else 1, **f32)
     scale = float(Dk ** -0.5 if scale is None else scale)
     l2 = bool(use_qk_l2norm)
@@ -646,34 +644,35 @@ def _run(op: str, q, k, v, g, beta, initial_state, scale, use_qk_l2norm, cu_seql
                                        L2NORM_EPS, DK=Dk, USE_L2NORM=l2,
                                        BLOCK_INV=bool(DIAG_BLOCK_INV), CS=cs,
                                        num_warps=DIAG_WARPS)
+    # The blocked WY stage as two kernels (WY_SPLIT). GDN's k k^T from the keys as stored
+    # (exact 16-bit products), its decayed keys then written by _wu_kernel: split WY stage,
+    # 16-bit keys (GDN_RAW_K).
+    split = bool(block_k) and WY_SPLIT
+    raw_k = ""
+    if GDN_RAW_K and split and not per_channel and k.dtype in (torch.bfloat16, torch.float16):
+        raw_k = "fp32" if _INTERPRET else "native"
+    if KDA_RAW_K and split and per_channel:   # (KDA's products stay fp32 / tf32 ones)
+        raw_k = "fp32"
+    # GDN's state stage on the bf16 keys as stored and _wu_kernel's row scales
+    # (GDN_STATE_RAW_K): kg holds the scales [tokens, Hv], else the decayed keys.
+    key_scales = bool(GDN_STATE_RAW_K and raw_k and not per_channel
+                      and k.dtype == torch.bfloat16)
+    kg = (torch.empty(B * T, Hv, **f32) if key_scales
+          else torch.empty(B * T, Hv, Dk, **half))
+    # GDN_WU_SPLIT: w and u from X split into bf16 halves against the raw bf16 rows
+    xs_split = ""
+    if GDN_WU_SPLIT and key_scales and v.dtype == torch.bfloat16:
+        xs_split = "split_rounded" if _INTERPRET else "split"
     if nc and not block_k:
         _wy_kernel[(nc, Hv)](q, k, v, g, beta, w, u, a, kg, ge, chunks, xd, Hk, Hv, qkr, vr,
                              scale, L2NORM_EPS, DK=Dk, DV=Dv, PER_CHANNEL=per_channel, USE_L2NORM=l2,
                              PREC=prec, num_warps=warps_wy)
     elif nc:  # the same stage with the key channels in blocks (delta_chunk_wy_blocked.py)
-        split = WY_SPLIT
         xs = torch.empty(B * T, Hv, BT, **f32) if split else ge
         wy_warps, wu_warps, wu_block = 4, None, None
         if split:
             wy_warps = _split_wy_warps(per_channel, prec)
             _, wu_warps, wu_block = SPLIT_LAUNCH["kda" if per_channel else "gdn"]
-        # GDN's k k^T from the keys as stored (exact 16-bit products), its decayed keys then
-        # written by _wu_kernel: split WY stage, 16-bit keys (GDN_RAW_K).
-        raw_k = ""
-        if GDN_RAW_K and split and not per_channel and k.dtype in (torch.bfloat16, torch.float16):
-            raw_k = "fp32" if _INTERPRET else "native"
-        if KDA_RAW_K and split and per_channel:   # (KDA's products stay fp32 / tf32 ones)
-            raw_k = "fp32"
-        # GDN's state stage on the bf16 keys as stored and _wu_kernel's row scales
-        # (GDN_STATE_RAW_K): kg holds the scales.
-        key_scales = bool(GDN_STATE_RAW_K and raw_k and not per_channel
-                          and k.dtype == torch.bfloat16)
-        if key_scales:
-            kg = torch.empty(B * T, Hv, **f32)
-        # GDN_WU_SPLIT: w and u from X split into bf16 halves against the raw bf16 rows
-        xs_split = ""
-        if GDN_WU_SPLIT and key_scales and v.dtype == torch.bfloat16:
-            xs_split = "split_rounded" if _INTERPRET else "split"
         _wy_blocked_kernel[(nc, Hv)](q, k, v, g, beta, w, u, a, kg, ge, chunks, xd, xs, gc, Hk,
                                      Hv, qkr, vr, scale, L2NORM_EPS, DK=Dk, DV=Dv,
                                      PER_CHANNEL=per_channel, USE_L2NORM=l2, PREC=prec, BK=block_k,

@@ -8,18 +8,18 @@ fp32. Here one program a (chunk, value head) reads it once and forms both produc
 M = 64 instead of ten 16 x 16 blocks, and the WY program no longer holds X, k, v and the decay
 sums at once (255 registers and spills on the H200 when it did).
 
-``G`` is the decay from the chunk's start through row t, a cumulative sum of g over the rows
-(each exponent <= 0, a sum of its own terms, as everywhere in these kernels); KDA with ``CS``
-reads it from the tile cumsums of ``_kda_diag_kernel`` instead of scanning g. Shapes: k [tokens,
-Hk, Dk] and v [tokens, Hv, Dv] in the input dtype, g [tokens, Hv(, Dk)] and beta [tokens, Hv]
-any float, w [tokens, Hv, Dk] and u [tokens, Hv, Dv] (bf16 for 16-bit inputs, u fp32 without
-``delta_chunk.U_16BIT``). With ``KG``
-(a WY kernel that read the keys raw: GDN_RAW_K, KDA_RAW_K) the decayed keys kg [tokens, Hv, Dk]
-for the state stage are written here too; GDN with ``KS`` writes only their row scales
-``|k_t|^-1 e^{G_end - G_t}`` (kg [tokens, Hv] fp32), which the state stage applies to its
-deltas instead (``delta_chunk.GDN_STATE_RAW_K``). The one exponent here that is not a sum of its own
-terms: KDA's keys stored in bf16 take their decay as the chunk's total less G (clamped at 0),
-whose cancellation is far under their bf16 rounding; fp32 keys keep the exact reverse sum.
+``G`` is the decay from the chunk's start through row t, a cumulative sum of g over the rows (each
+exponent <= 0, a sum of its own terms, as everywhere in these kernels); KDA with ``CS`` reads it
+from the tile cumsums of ``_kda_diag_kernel`` instead of scanning g. Shapes: k [tokens, Hk, Dk] and
+v [tokens, Hv, Dv] in the input dtype, g [tokens, Hv(, Dk)] and beta [tokens, Hv] any float, w
+[tokens, Hv, Dk] and u [tokens, Hv, Dv] (bf16 for 16-bit inputs, u fp32 without
+``delta_chunk.U_16BIT``). With ``KG`` (a WY kernel that read the keys raw: GDN_RAW_K, KDA_RAW_K)
+the decayed keys kg [tokens, Hv, Dk] for the state stage are written here too; GDN with ``KS``
+writes only their row scales ``|k_t|^-1 e^{G_end - G_t}`` (kg [tokens, Hv] fp32), which the state
+stage applies to its deltas instead (``delta_chunk.GDN_STATE_RAW_K``). The one exponent here that
+is not a sum of its own terms: KDA's keys stored in bf16 take their decay as the chunk's total less
+G (clamped at 0), whose cancellation is far under their bf16 rounding; fp32 keys keep the exact
+reverse sum.
 """
 from __future__ import annotations
 
