@@ -25,8 +25,9 @@
 #                                         # kernel's num_stages, both removed)
 #   bash scripts/device_issue6.sh s27a      # the new GDN / KDA defaults: strict, models, vs fla
 #   bash scripts/device_issue6.sh s28a      # KDA's tile cumsums: strict, models, forms, vs fla / base
-#   bash scripts/device_issue6.sh s30d      # (prepared) GDN's _wu_kernel on split X: strict, per
-#                                         # kernel; model tests on the card; KDA launch variants
+#   bash scripts/device_issue6.sh s31a      # X in bf16 (X_16BIT), GDN's _wu_kernel on the scaled X
+#                                         # against the raw rows (GDN_WU_RAW): strict, per kernel
+#                                         # with variants; model tests; KDA launch variants
 #   bash scripts/device_issue6.sh s30c      # GDN's state kernel with its row scales prefetched:
 #                                         # strict gdn, per kernel beside the decayed keys' form
 #   bash scripts/device_issue6.sh s30b      # GDN's state stage on raw keys + row scales, u in
@@ -195,23 +196,25 @@ elif [ "$phase" = s28a ]; then
     --variant "wy4@$D:SPLIT_LAUNCH={'gdn':(2,4,32),'kda':(4,4,32)}" \
     --variant "out128@block_v_out=128"
   kda_base_tree 100
-elif [ "$phase" = s30d ]; then
-  # Prepared, not run (the thirtieth session's device time ran out). Set GDN_WU_SPLIT = True
-  # first (it is off until timed; the variant below times the tf32 form against it).
-  # GDN's _wu_kernel from X split into bf16 halves against the raw rows (GDN_WU_SPLIT; sm_90
-  # SASS: its loops 137 -> 91 instructions, 121 registers against 64): strict gdn rows; GDN per kernel beside the tf32 form (wutf32) and 64-channel blocks (wu64); the
-  # Qwen3.5 / Kimi model tests on the card (u in bf16 is the default for both);
-  # KDA 1 x 16k with the diagonal kernel at 1 / 4 warps (sm_90 SASS a row: 623 instructions / 2
-  # barriers at 1 warp, 382 / 4 at 2, 271 / 4 at 4).
+elif [ "$phase" = s31a ]; then
+  # X handed from the WY kernel to _wu_kernel in bf16 with bf16 products there (X_16BIT, new
+  # default) and GDN's _wu_kernel on the scaled X against the raw rows (GDN_WU_RAW: "bf16" the
+  # new default, "split", None the thirtieth session's tf32 rows): strict gdn + kda rows; GDN
+  # per kernel with X in fp32 (x32: the s30c form; x32split: the untimed s30 GDN_WU_SPLIT) and
+  # the other GDN_WU_RAW forms; the Qwen3.5 / Kimi model tests on the card; KDA 1 x 16k per
+  # kernel with X in fp32 and the diagonal kernel at 1 / 4 warps; sparse MLA on an H200.
   nvidia-smi --query-gpu=name --format=csv,noheader | tee "$out/gpu.txt"
   D=hwinfer.kernels.triton.delta_chunk
-  strict_rows "gdn_chunked"
-  BENCH=bench_gdn per_kernel 110 --kinds gdn --shapes 1x16384,8x2048 --no-fla \
-    --variant "wutf32@$D:GDN_WU_SPLIT=False" \
-    --variant "wu64@$D:SPLIT_LAUNCH={'gdn':(2,4,64),'kda':(2,4,32)}"
+  strict_rows "gdn_chunked or kda_chunked"
+  BENCH=bench_gdn per_kernel 130 --kinds gdn --shapes 1x16384,8x2048 --no-fla \
+    --variant "x32@$D:X_16BIT=False;$D:GDN_WU_RAW=None" \
+    --variant "x32split@$D:X_16BIT=False;$D:GDN_WU_RAW='split'" \
+    --variant "split@$D:GDN_WU_RAW='split'" --variant "rows@$D:GDN_WU_RAW=None"
   models_on_card "qwen or kimi"
-  BENCH=bench_kda per_kernel 110 --kinds kda --shapes 1x16384 --no-fla \
+  BENCH=bench_kda per_kernel 120 --kinds kda --shapes 1x16384 --no-fla \
+    --variant "x32@$D:X_16BIT=False" \
     --variant "dw1@$D:DIAG_WARPS=1" --variant "dw4@$D:DIAG_WARPS=4"
+  sparse_mla_on_h200 90
 elif [ "$phase" = s30c ]; then
   # After s30b: GDN's state kernel with the row scales prefetched with the keys (s30b loaded
   # them in the step: 345 -> 420 us at 1 x 16k): strict gdn, GDN per kernel beside the decayed

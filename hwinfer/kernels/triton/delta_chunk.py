@@ -175,13 +175,21 @@ GDN_RAW_K = True
 # written (Dk = 128) and read the same. False writes the decayed keys (fp16 keys always do).
 GDN_STATE_RAW_K = True
 # GDN's _wu_kernel with bf16 keys and values (and GDN_STATE_RAW_K): the rows' scales put on X's
-# columns, w = (X diag(beta e^G / |k|)) k and u = (X diag(beta)) v, X split into bf16 hi + lo
-# against the raw rows (two bf16 products each, ~16 bits of X against tf32's 11); False keeps
-# tf32 products of X against the scaled fp32 rows. sm_90 SASS (4 warps): its channel loops 137
-# -> 91 instructions and 4 -> 2 barriers an iteration, but 121 registers against 64 (four
-# programs an SM, not eight). Untimed (the thirtieth session's device time ran out): off until
-# a card times it (device_issue6.sh s30d, which expects it on: flip it first).
-GDN_WU_SPLIT = False
+# columns, w = (X diag(beta e^G / |k|)) k and u = (X diag(beta)) v, the raw bf16 rows entering
+# the products as loaded (no fp32 tile scaled and staged per channel block). "split": the scaled
+# X as bf16 hi + lo, two bf16 products each (~16 bits of it); "bf16": rounded to bf16, one
+# product (fla rounds its scaled rows instead; with X_16BIT X is rounded once already); None
+# keeps the scaled rows' products (tf32, or bf16 with X_16BIT). sm_90 SASS with X in fp32 (4
+# warps): "split"'s channel loops 137 -> 91 instructions and 4 -> 2 barriers an iteration, but
+# 121 registers against 64 (four programs an SM, not eight). Timed in device_issue6.sh s31a.
+GDN_WU_RAW = "bf16"
+# X = (I + diag(beta) A)^-1, handed from the split WY kernel to _wu_kernel, stored in bf16 for
+# 16-bit inputs on NVIDIA (True), and w = X (beta k e^G), u = X (beta v) then bf16 products with
+# the scaled rows rounded to bf16 (fla's form: its inverse is stored in the input dtype); False
+# keeps X fp32 and tf32 products. 128 fewer bytes a token and value head written and read back.
+# Interpreted conformance (bf16 cases, relative RMSE against the token loop): see _wu_kernel's
+# tests. Untimed when written (thirty-first session).
+X_16BIT = True
 # KDA's split WY kernel with q and k entering its products as stored, their norms summed in the
 # same channel loop and applied to the [16, 16] blocks after (no norm pass first), and the
 # decayed keys written by _wu_kernel (KG) instead of the WY kernel. H100, KDA 1 x 16k (s25c,
@@ -659,16 +667,22 @@ def _run(op: str, q, k, v, g, beta, initial_state, scale, use_qk_l2norm, cu_seql
                       and k.dtype == torch.bfloat16)
     kg = (torch.empty(B * T, Hv, **f32) if key_scales
           else torch.empty(B * T, Hv, Dk, **half))
-    # GDN_WU_SPLIT: w and u from X split into bf16 halves against the raw bf16 rows
+    # GDN_WU_RAW: w and u from the scaled X against the raw bf16 rows
+    if GDN_WU_RAW not in (None, "split", "bf16"):
+        raise ValueError(f"{op} (triton): GDN_WU_RAW={GDN_WU_RAW!r} must be None, 'split' or "
+                         "'bf16'")
     xs_split = ""
-    if GDN_WU_SPLIT and key_scales and v.dtype == torch.bfloat16:
-        xs_split = "split_rounded" if _INTERPRET else "split"
+    if GDN_WU_RAW and key_scales and v.dtype == torch.bfloat16:
+        xs_split = GDN_WU_RAW + ("_rounded" if _INTERPRET else "")
     if nc and not block_k:
         _wy_kernel[(nc, Hv)](q, k, v, g, beta, w, u, a, kg, ge, chunks, xd, Hk, Hv, qkr, vr,
                              scale, L2NORM_EPS, DK=Dk, DV=Dv, PER_CHANNEL=per_channel, USE_L2NORM=l2,
                              PREC=prec, num_warps=warps_wy)
     elif nc:  # the same stage with the key channels in blocks (delta_chunk_wy_blocked.py)
-        xs = torch.empty(B * T, Hv, BT, **f32) if split else ge
+        # X_16BIT: X in bf16 and _wu_kernel's products bf16 (16-bit inputs on NVIDIA)
+        x16 = split and X_16BIT and prec == "tf32"
+        xs = torch.empty(B * T, Hv, BT, **(half if x16 else f32)) if split else ge
+        prec_wu = ("bf16_rounded" if _INTERPRET else "bf16") if x16 else prec
         wy_warps, wu_warps, wu_block = 4, None, None
         if split:
             wy_warps = _split_wy_warps(per_channel, prec)
@@ -681,7 +695,7 @@ def _run(op: str, q, k, v, g, beta, initial_state, scale, use_qk_l2norm, cu_seql
         if split:
             _wu_kernel[(nc, Hv)](k, v, g, beta, xs, w, u, kg, gc, chunks, Hk, Hv, qkr, vr,
                                  L2NORM_EPS, DK=Dk, DV=Dv, BC=min(wu_block, Dk, Dv),
-                                 PER_CHANNEL=per_channel, USE_L2NORM=l2, PREC=prec,
+                                 PER_CHANNEL=per_channel, USE_L2NORM=l2, PREC=prec_wu,
                                  KG=bool(raw_k), CS=cs, KS=key_scales, XS=xs_split,
                                  num_warps=num_warps or wu_warps)
     grid = (Dv // bv_state, n * Hv) if STATE_VB_FIRST else (n * Hv, Dv // bv_state)
@@ -777,12 +791,14 @@ def _aot_specs():
             # (KDA_RAW_K); exact products (AMD) and, as NVIDIA runs it, tf32 ones
             for split, prec, targets in ((False, "ieee", None), (True, "ieee", None),
                                          (True, "tf32", ("sm_90", "sm_100"))):
+                x16 = prec == "tf32" and X_16BIT   # X handed over in bf16 on NVIDIA
                 if prec == "tf32" and not per_channel:
                     continue   # (GDN's NVIDIA form is the raw x4 spec below)
                 specs.append(AotSpec(
                     f"delta_chunk_wy_blocked[{kind},{dtype},{d},bk32{',split' if split else ''}"
                     f"{',tf32' if prec == 'tf32' else ''}]",
-                    _wy_blocked_kernel, {**wy, "x_ptr": f32, "c_ptr": f32, "BK": "constexpr",
+                    _wy_blocked_kernel, {**wy, "x_ptr": half if split and x16 else f32,
+                                         "c_ptr": f32, "BK": "constexpr",
                                          "SPLIT": "constexpr", "SOLVE": "constexpr",
                                          "RAW_K": "constexpr", "SPANS": "constexpr",
                                          **({"a_ptr": half} if split and per_channel else {})},
@@ -798,28 +814,33 @@ def _aot_specs():
                   "PREC": "constexpr", "KG": "constexpr", "CS": "constexpr", "KS": "constexpr",
                   "XS": "constexpr"}
             # KG: the decayed keys written here (GDN / KDA_RAW_K), for GDN on NVIDIA their row
-            # scales only (GDN_STATE_RAW_K) and X split against the raw rows (GDN_WU_SPLIT);
+            # scales only (GDN_STATE_RAW_K) and the scaled X against the raw rows (GDN_WU_RAW);
             # tf32: as NVIDIA runs it
-            # (GDN's split-X form compiled whether or not it is the default)
+            # (X_16BIT: X in bf16 and bf16 products there; GDN's GDN_WU_RAW forms compiled
+            # whether or not one is the default)
             for raw, prec, xs, targets in ((False, "ieee", "", None), (True, "ieee", "", None),
                                            (True, "tf32", "", ("sm_90", "sm_100")),
-                                           (True, "tf32", "split", ("sm_90", "sm_100"))):
+                                           (True, "tf32", "split", ("sm_90", "sm_100")),
+                                           (True, "tf32", "bf16", ("sm_90", "sm_100"))):
                 scales = raw and prec == "tf32" and not per_channel and GDN_STATE_RAW_K
                 if xs and not scales:
                     continue
+                x16 = prec == "tf32" and X_16BIT
                 specs.append(AotSpec(f"delta_chunk_wu[{kind},{dtype},{d}{',kg' if raw else ''}"
-                                     f"{',tf32' if prec == 'tf32' else ''}"
-                                     f"{',ks' if scales else ''}{',xsplit' if xs else ''}]",
-                                     _wu_kernel, {**wu, **({"kg_ptr": f32} if scales else {})},
+                                     f"{',tf32' if prec == 'tf32' else ''}{',x16' if x16 else ''}"
+                                     f"{',ks' if scales else ''}{',x' + xs if xs else ''}]",
+                                     _wu_kernel, {**wu, "x_ptr": half if x16 else f32,
+                                                  **({"kg_ptr": f32} if scales else {})},
                                      {"DK": d, "DV": d, "BC": SPLIT_LAUNCH[kind][2],
                                       "PER_CHANNEL": per_channel, "USE_L2NORM": True,
-                                      "PREC": prec, "KG": raw, "CS": tile_cs, "KS": scales,
-                                      "XS": xs},
+                                      "PREC": "bf16" if x16 else prec, "KG": raw,
+                                      "CS": tile_cs, "KS": scales, "XS": xs},
                                      {"num_warps": SPLIT_LAUNCH[kind][1]}, targets))
             if not per_channel:   # GDN's default form on NVIDIA: raw 16-bit keys, "x4" solve
                 specs.append(AotSpec(
                     f"delta_chunk_wy_blocked[{kind},{dtype},{d},bk32,split,raw,x4]",
-                    _wy_blocked_kernel, {**wy, "x_ptr": f32, "c_ptr": f32, "BK": "constexpr",
+                    _wy_blocked_kernel, {**wy, "x_ptr": half if X_16BIT else f32,
+                                         "c_ptr": f32, "BK": "constexpr",
                                          "SPLIT": "constexpr", "SOLVE": "constexpr",
                                          "RAW_K": "constexpr", "SPANS": "constexpr"},
                     {**flags, "PREC": "tf32", "BK": 32, "SPLIT": True, "SOLVE": "x4",

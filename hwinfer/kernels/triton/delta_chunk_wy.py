@@ -97,11 +97,16 @@ def _mm_split(a, b, PREC: tl.constexpr):
 def _mm_split_left(a, b, PREC: tl.constexpr):
     """a @ b accumulated in fp32 for ``a`` fp32 and ``b`` holding bf16 values as stored: the
     mirror of :func:`_mm_split`, ``a = hi + lo`` both bf16, two bf16 products (``PREC``
-    "split"; "split_rounded": the same math in fp32 for the interpreter)."""
+    "split"; "split_rounded": the same math in fp32 for the interpreter), or ``a`` rounded to
+    bf16 and one product ("bf16"; "bf16_rounded" interpreted)."""
     if PREC == "split":
         hi = a.to(tl.bfloat16)
         lo = (a - hi.to(tl.float32)).to(tl.bfloat16)
         return tl.dot(hi, b, acc=tl.dot(lo, b))
+    elif PREC == "bf16":
+        return tl.dot(a.to(tl.bfloat16), b)
+    elif PREC == "bf16_rounded":
+        return tl.dot(_round_bf16(a), b.to(tl.float32), input_precision="ieee")
     else:
         hi = _round_bf16(a)
         b32 = b.to(tl.float32)
