@@ -226,7 +226,7 @@ for qq, kk, vv in ((qb, kb, vb), (pb[..., :32].reshape(1, 137, 1, 32),
     # each form ran (none equals another), all near the fp32-X rows form
     for key in forms[2:]:
         assert not torch.equal(outs[True, None, False][0], outs[key][0]), key
-        assert rel(outs[True, None, False][0], outs[key][0]) < 2e-3, (key, errs)
+        assert rel(outs[True, None, False][0], outs[key][0]) < 3e-3, (key, errs)
 # KDA_RAW_K (the default): KDA's WY kernel takes q and k as stored and scales its blocks by the
 # rows' norms after; the decayed keys are written by _wu_kernel. fp32 inputs: the same math up
 # to fp32 rounding (with and without the norms; varlen tiles of 1 and 17 rows). bf16 inputs
