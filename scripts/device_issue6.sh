@@ -201,19 +201,22 @@ elif [ "$phase" = s31a ]; then
   # default) and GDN's _wu_kernel on the scaled X against the raw rows (GDN_WU_RAW: "bf16" the
   # new default, "split", None the thirtieth session's tf32 rows): strict gdn + kda rows; GDN
   # per kernel with X in fp32 (x32: the s30c form; x32split: the untimed s30 GDN_WU_SPLIT) and
-  # the other GDN_WU_RAW forms; the Qwen3.5 / Kimi model tests on the card; KDA 1 x 16k per
-  # kernel with X in fp32 and the diagonal kernel at 1 / 4 warps; sparse MLA on an H200.
+  # the other GDN_WU_RAW forms, the state stage in 32-channel blocks; the Qwen3.5 / Kimi model
+  # tests on the card; KDA 1 x 16k per kernel with X in fp32, the diagonal kernel at 1 / 4
+  # warps, the output kernel at 8 warps or in 64-channel blocks; sparse MLA on an H200.
   nvidia-smi --query-gpu=name --format=csv,noheader | tee "$out/gpu.txt"
   D=hwinfer.kernels.triton.delta_chunk
   strict_rows "gdn_chunked or kda_chunked"
   BENCH=bench_gdn per_kernel 130 --kinds gdn --shapes 1x16384,8x2048 --no-fla \
     --variant "x32@$D:X_16BIT=False;$D:GDN_WU_RAW=None" \
     --variant "x32split@$D:X_16BIT=False;$D:GDN_WU_RAW='split'" \
-    --variant "split@$D:GDN_WU_RAW='split'" --variant "rows@$D:GDN_WU_RAW=None"
+    --variant "split@$D:GDN_WU_RAW='split'" --variant "rows@$D:GDN_WU_RAW=None" \
+    --variant "bv32@block_v=32"
   models_on_card "qwen or kimi"
   BENCH=bench_kda per_kernel 120 --kinds kda --shapes 1x16384 --no-fla \
     --variant "x32@$D:X_16BIT=False" \
-    --variant "dw1@$D:DIAG_WARPS=1" --variant "dw4@$D:DIAG_WARPS=4"
+    --variant "dw1@$D:DIAG_WARPS=1" --variant "dw4@$D:DIAG_WARPS=4" \
+    --variant "out8@$D:OUT_LAUNCH=(8,None)" --variant "outbv64@block_v_out=64"
   sparse_mla_on_h200 90
 elif [ "$phase" = s30c ]; then
   # After s30b: GDN's state kernel with the row scales prefetched with the keys (s30b loaded

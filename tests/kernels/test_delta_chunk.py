@@ -223,10 +223,10 @@ for qq, kk, vv in ((qb, kb, vb), (pb[..., :32].reshape(1, 137, 1, 32),
     for key in forms[1:]:
         assert errs[key][0] < 1.2 * base[0] and errs[key][1] < 1.5 * base[1], errs
         assert max(errs[key]) < 5e-3, errs
-    # each form ran (none equals another), all near the fp32-X rows form
+    # each form ran: none equals the fp32-X rows form (their roundings are independent, so
+    # two forms differ by about as much as each differs from the token loop)
     for key in forms[2:]:
         assert not torch.equal(outs[True, None, False][0], outs[key][0]), key
-        assert rel(outs[True, None, False][0], outs[key][0]) < 3e-3, (key, errs)
 # KDA_RAW_K (the default): KDA's WY kernel takes q and k as stored and scales its blocks by the
 # rows' norms after; the decayed keys are written by _wu_kernel. fp32 inputs: the same math up
 # to fp32 rounding (with and without the norms; varlen tiles of 1 and 17 rows). bf16 inputs
