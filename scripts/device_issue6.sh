@@ -202,8 +202,9 @@ elif [ "$phase" = s31a ]; then
   # new default, "split", None the thirtieth session's tf32 rows): strict gdn + kda rows; GDN
   # per kernel with X in fp32 (x32: the s30c form; x32split: the untimed s30 GDN_WU_SPLIT) and
   # the other GDN_WU_RAW forms, the state stage in 32-channel blocks; the Qwen3.5 / Kimi model
-  # tests on the card; KDA 1 x 16k per kernel with X in fp32, the diagonal kernel at 1 / 4
-  # warps, the output kernel at 8 warps or in 64-channel blocks; sparse MLA on an H200.
+  # tests on the card; KDA 1 x 16k per kernel with X in fp32, the output stage on q and the
+  # tile cumsums (noqg: KDA_OUT_QG off), the diagonal kernel at 1 / 4 warps, the output kernel
+  # at 8 warps or in 64-channel blocks; sparse MLA on an H200.
   nvidia-smi --query-gpu=name --format=csv,noheader | tee "$out/gpu.txt"
   D=hwinfer.kernels.triton.delta_chunk
   strict_rows "gdn_chunked or kda_chunked"
@@ -214,7 +215,7 @@ elif [ "$phase" = s31a ]; then
     --variant "bv32@block_v=32"
   models_on_card "qwen or kimi"
   BENCH=bench_kda per_kernel 120 --kinds kda --shapes 1x16384 --no-fla \
-    --variant "x32@$D:X_16BIT=False" \
+    --variant "x32@$D:X_16BIT=False" --variant "noqg@$D:KDA_OUT_QG=False" \
     --variant "dw1@$D:DIAG_WARPS=1" --variant "dw4@$D:DIAG_WARPS=4" \
     --variant "out8@$D:OUT_LAUNCH=(8,None)" --variant "outbv64@block_v_out=64"
   sparse_mla_on_h200 90

@@ -172,6 +172,29 @@ tc.STATE_VB_FIRST = False
 heads_first = tc.kda_chunked(q, k, v, g, beta, s0, block_v=16)
 tc.STATE_VB_FIRST = True
 assert all(map(torch.equal, heads_first, tc.kda_chunked(q, k, v, g, beta, s0, block_v=16)))
+# KDA_OUT_QG (the default): the output stage on q e^{c} (c: the decay from the tile's start)
+# and each row's scale / |q|, written by the diagonal kernel. fp32 inputs: the same math up to
+# fp32 rounding, with and without the norm, on varlen tiles of 1 and 17 rows. bf16 inputs
+# (q e^c stored in bf16 and rounded again for the product, once in the other form): both
+# within the contract of the token loop, the new form's error at most 1.15x the other's.
+for args, kw in (((q, k, v), {}), ((q, k * 0.3, v), dict(use_qk_l2norm=False, scale=0.3)),
+                 ((q[:, :T // 2], k[:, :T // 2], v[:, :T // 2]), dict(cu_seqlens=cu_odd)),
+                 ((qb, kb, vb), {})):
+    gg, bb, ss = ((g[:, :T // 2], beta[:, :T // 2], s0.repeat(3, 1, 1, 1))
+                  if "cu_seqlens" in kw else (go, beta, s0))
+    res = {}
+    for on in (True, False):
+        tc.KDA_OUT_QG = on
+        res[on] = tc.kda_chunked(*args, gg, bb, ss, **kw)
+    tc.KDA_OUT_QG = True
+    assert torch.equal(res[True][1], res[False][1])   # (the state stage is untouched)
+    if args[0].dtype == torch.float32:
+        assert rel(res[True][0], res[False][0]) < 1e-6, (kw, rel(res[True][0], res[False][0]))
+    else:
+        o4, _ = ref.kda_recurrent(qb.float(), kb.float(), vb.float(), gg, bb, ss)
+        errs = rel(res[True][0], o4), rel(res[False][0], o4)
+        assert errs[0] < 5e-3 and errs[0] < 1.15 * errs[1], errs
+    assert not torch.equal(res[True][0], res[False][0])   # (it ran)
 # GDN_SOLVE: the blocked WY kernel's four diagonal blocks solved together ("x4") or one after
 # the other ("x1"): the same substitution, so the same outputs up to fp32 rounding
 # (with a short last chunk, whose later blocks have no live rows).

@@ -81,7 +81,7 @@ from hwinfer.kernels.triton.delta_chunk_wy import (
 )
 from hwinfer.kernels.triton.delta_chunk_wu import _wu_kernel
 from hwinfer.kernels.triton.delta_chunk_wy_blocked import (
-    _chunk_decay, _wy_blocked_kernel, block_k_ok,
+    _chunk_decay, _tile_total, _wy_blocked_kernel, block_k_ok,
 )
 from hwinfer.ops.linear_attention_chunked import L2NORM_EPS, check_inputs
 
@@ -190,6 +190,13 @@ GDN_WU_RAW = "bf16"
 # Interpreted conformance (bf16 cases, relative RMSE against the token loop): see _wu_kernel's
 # tests. Untimed when written (thirty-first session).
 X_16BIT = True
+# KDA's output stage on q e^{c} (c: the decay from the 16-row tile's start) and each row's
+# scale / |q|, written by _kda_diag_kernel's row loop where it has both (with the tile cumsums,
+# KDA_SPANS "cumsum"), in place of q and the tile cumsums [tokens, Hv, Dk] fp32: the output
+# kernel reads 16 + 32 KB less a chunk and head (Dk = 128) for the diagonal kernel's 16 KB more,
+# and forms no norms. q e^G is rounded twice (stored, then times the earlier tiles' decays,
+# for the bf16 product) instead of once. Untimed when written (thirty-first session).
+KDA_OUT_QG = True
 # KDA's split WY kernel with q and k entering its products as stored, their norms summed in the
 # same channel loop and applied to the [16, 16] blocks after (no norm pass first), and the
 # decayed keys written by _wu_kernel (KG) instead of the WY kernel. H100, KDA 1 x 16k (s25c,
@@ -325,21 +332,37 @@ def _state_kernel(kg_ptr, ge_ptr, w_ptr, u_ptr, h0_ptr, hs_ptr, d_ptr, ht_ptr, s
 
 
 @triton.jit
-def _out_kernel(q_ptr, k_ptr, g_ptr, a_ptr, hs_ptr, d_ptr, o_ptr, c_ptr, tab_ptr, Hk, Hv, QKR,
-                scale, eps, DK: tl.constexpr, DV: tl.constexpr, BV: tl.constexpr,
+def _out_kernel(q_ptr, k_ptr, g_ptr, a_ptr, hs_ptr, d_ptr, o_ptr, c_ptr, qg_ptr, nq_ptr, tab_ptr,
+                Hk, Hv, QKR, scale, eps, DK: tl.constexpr, DV: tl.constexpr, BV: tl.constexpr,
                 PER_CHANNEL: tl.constexpr, USE_L2NORM: tl.constexpr, PREC: tl.constexpr,
                 SPAN: tl.constexpr, RAW_QK: tl.constexpr, QS: tl.constexpr,
-                CS: tl.constexpr = False):
+                CS: tl.constexpr = False, QG: tl.constexpr = False):
     i_c, i_h, i_hk, tok0, n, c0 = _out_program(tab_ptr, Hk, Hv, BV)
     r = tl.arange(0, 64)
-    if CS:   # KDA: the decays from the chunk's start from _kda_diag_kernel's tile cumsums
+    if QG:
+        # KDA (KDA_OUT_QG): q e^{c} from _kda_diag_kernel, decayed from its tile's start; the
+        # tiles before a row add their totals, e^{T0 + ..} per channel (three vectors)
+        t0 = _tile_total(c_ptr, tok0, n, i_h, Hv, 0, 0, DK, DK)
+        t1 = t0 + _tile_total(c_ptr, tok0, n, i_h, Hv, 0, 16, DK, DK)
+        t2 = t1 + _tile_total(c_ptr, tok0, n, i_h, Hv, 0, 32, DK, DK)
+        rr = r[:, None]
+        before = tl.where(rr >= 48, tl.exp(t2)[None, :],
+                          tl.where(rr >= 32, tl.exp(t1)[None, :],
+                                   tl.where(rr >= 16, tl.exp(t0)[None, :], 1.0)))
+        if USE_L2NORM:
+            nq = tl.load(nq_ptr + (tok0 + r) * Hv + i_h, mask=r < n, other=0.0)
+        else:
+            nq = tl.full([64], 1.0, tl.float32) * scale
+        qg = _head_rows(qg_ptr, tok0, n, i_h, Hv, 0, 0, 64, DK, DK) * before * nq[:, None]
+    elif CS:   # KDA: the decays from the chunk's start from _kda_diag_kernel's tile cumsums
         G, _ = _chunk_decay(c_ptr, tok0, n, i_h, Hv, 0, DK, DK)
     else:
         g = _g_rows(g_ptr, tok0, n, i_h, Hv, 0, 64, DK, PER_CHANNEL)
         G = tl.cumsum(g, axis=0)
     if PER_CHANNEL:
-        q = _qk_rows(q_ptr, tok0, n, i_hk, QKR, scale, eps, 0, 64, DK, USE_L2NORM)
-        qg = q * tl.exp(G)
+        if not QG:
+            q = _qk_rows(q_ptr, tok0, n, i_hk, QKR, scale, eps, 0, 64, DK, USE_L2NORM)
+            qg = q * tl.exp(G)
         # Aqk rows past n and entries above the diagonal were never written: mask them.
         p = tl.load(a_ptr + ((tok0 + r) * Hv + i_h)[:, None] * 64 + r[None, :],
                     mask=(r < n)[:, None] & (r[None, :] <= r[:, None]), other=0.0)
@@ -647,10 +670,14 @@ def _run(op: str, q, k, v, g, beta, initial_state, scale, use_qk_l2norm, cu_seql
     spans = _kda_spans(prec) if per_channel else "scan"
     cs = spans.startswith("cumsum")
     gc = torch.empty(B * T, Hv, Dk, **f32) if cs else g   # KDA's tile cumsums of g
+    # KDA_OUT_QG: q e^{c} ([tokens, Hv, Dk], w's dtype) and the rows' scale / |q| ([tokens, Hv])
+    qg_on = bool(KDA_OUT_QG and per_channel and cs)
+    qg = torch.empty(B * T, Hv, Dk, **half) if qg_on else ge
+    nq = torch.empty(B * T, Hv, **f32) if qg_on and l2 else ge
     if nc and per_channel:
-        _kda_diag_kernel[(4 * nc, Hv)](q, k, g, beta, a, xd, gc, chunks, Hk, Hv, qkr, scale,
-                                       L2NORM_EPS, DK=Dk, USE_L2NORM=l2,
-                                       BLOCK_INV=bool(DIAG_BLOCK_INV), CS=cs,
+        _kda_diag_kernel[(4 * nc, Hv)](q, k, g, beta, a, xd, gc, qg, nq, chunks, Hk, Hv, qkr,
+                                       scale, L2NORM_EPS, DK=Dk, USE_L2NORM=l2,
+                                       BLOCK_INV=bool(DIAG_BLOCK_INV), CS=cs, QG=qg_on,
                                        num_warps=DIAG_WARPS)
     # The blocked WY stage as two kernels (WY_SPLIT). GDN's k k^T from the keys as stored
     # (exact 16-bit products), its decayed keys then written by _wu_kernel: split WY stage,
@@ -713,9 +740,10 @@ def _run(op: str, q, k, v, g, beta, initial_state, scale, use_qk_l2norm, cu_seql
             PREC=prec_out, SPAN=GDN_SPAN, num_warps=num_warps or out_warps, **out_stages)
     elif nc:
         _out_kernel[(nc, Hv, Dv // bv_out)](
-            q, k, g, a, hs, d, o, gc, chunks, Hk, Hv, qkr, scale, L2NORM_EPS,
+            q, k, g, a, hs, d, o, gc, qg, nq, chunks, Hk, Hv, qkr, scale, L2NORM_EPS,
             DK=Dk, DV=Dv, BV=bv_out, PER_CHANNEL=per_channel, USE_L2NORM=l2, PREC=prec_out,
-            SPAN=GDN_SPAN, RAW_QK=raw_qk, QS=qs, CS=cs, num_warps=num_warps or out_warps,
+            SPAN=GDN_SPAN, RAW_QK=raw_qk, QS=qs, CS=cs, QG=qg_on,
+            num_warps=num_warps or out_warps,
             **out_stages)
     return o, ht
 
@@ -848,19 +876,22 @@ def _aot_specs():
                     ("sm_90", "sm_100")))
             if per_channel:
                 dg = {"q_ptr": ptr, "k_ptr": ptr, "g_ptr": f32, "b_ptr": f32, "a_ptr": f32,
-                      "xd_ptr": f32, "c_ptr": f32, "tab_ptr": "*i32", "Hk": "i32", "Hv": "i32",
+                      "xd_ptr": f32, "c_ptr": f32, "qg_ptr": half, "nq_ptr": f32,
+                      "tab_ptr": "*i32", "Hk": "i32", "Hv": "i32",
                       "QKR": "i32", "scale": "fp32", "eps": "fp32", "DK": "constexpr",
-                      "USE_L2NORM": "constexpr", "BLOCK_INV": "constexpr", "CS": "constexpr"}
+                      "USE_L2NORM": "constexpr", "BLOCK_INV": "constexpr", "CS": "constexpr",
+                      "QG": "constexpr"}
                 # Aqk in bf16 (NVIDIA's hand-off) or fp32; the inverse by blocks
-                # (DIAG_BLOCK_INV); the tile cumsums written (KDA_SPANS)
-                for a16, inv, cs in ((True, False, False), (False, False, False),
-                                     (True, True, False), (True, True, True)):
+                # (DIAG_BLOCK_INV); the tile cumsums written (KDA_SPANS), and q e^c (KDA_OUT_QG)
+                for a16, inv, cs, qgw in ((True, False, False, False), (False, False, False, False),
+                                          (True, True, False, False), (True, True, True, False),
+                                          (True, True, True, True)):
                     tag = (f"{'a16' if a16 else 'a32'}{',blockinv' if inv else ''}"
-                           f"{',cs' if cs else ''}")
+                           f"{',cs' if cs else ''}{',qg' if qgw else ''}")
                     specs.append(AotSpec(f"kda_diag[{dtype},{d},{tag}]", _kda_diag_kernel,
                                          {**dg, "a_ptr": half if a16 else f32},
                                          {"DK": d, "USE_L2NORM": True, "BLOCK_INV": inv,
-                                          "CS": cs}, {"num_warps": 2}))
+                                          "CS": cs, "QG": qgw}, {"num_warps": 2}))
             st = {"kg_ptr": half, "ge_ptr": f32, "w_ptr": half, "u_ptr": u16, "h0_ptr": f32,
                   "hs_ptr": f32, "d_ptr": f32, "ht_ptr": f32, "seq_ptr": "*i32",
                   "slot_ptr": "*i32", "ks_ptr": f32, "Hk": "i32", "Hv": "i32", "KR": "i32",
@@ -887,12 +918,13 @@ def _aot_specs():
                      "VB_FIRST": bool(STATE_VB_FIRST), "KS": raw},
                     {"num_warps": 8 if pf else 4, "num_stages": 2}, targets))
             out = {"q_ptr": ptr, "k_ptr": ptr, "g_ptr": f32, "a_ptr": f32, "hs_ptr": f32,
-                   "d_ptr": f32, "o_ptr": ptr, "c_ptr": f32, "tab_ptr": "*i32", "Hk": "i32",
+                   "d_ptr": f32, "o_ptr": ptr, "c_ptr": f32, "qg_ptr": half, "nq_ptr": f32,
+                   "tab_ptr": "*i32", "Hk": "i32",
                    "Hv": "i32", "QKR": "i32", "scale": "fp32", "eps": "fp32", "DK": "constexpr",
                    "DV": "constexpr",
                    "BV": "constexpr", "PER_CHANNEL": "constexpr", "USE_L2NORM": "constexpr",
                    "PREC": "constexpr", "SPAN": "constexpr", "RAW_QK": "constexpr",
-                   "QS": "constexpr", "CS": "constexpr"}
+                   "QS": "constexpr", "CS": "constexpr", "QG": "constexpr"}
             # exact products (AMD), GDN's split q S0, and bf16 products (NVIDIA's default for
             # 16-bit inputs, OUT_DOTS_16BIT)
             for qs, prec, targets in (("", "ieee", None), ("split", "ieee", ("sm_90", "sm_100")),
@@ -908,12 +940,14 @@ def _aot_specs():
                                      _out_kernel, {**out, **handoff}, {**flags, "PREC": prec,
                                                         "BV": 128 if qs or per_channel else 64,
                                                         "SPAN": "scan", "RAW_QK": "native",
-                                                        "QS": qs, "CS": tile_cs},
+                                                        "QS": qs, "CS": tile_cs,
+                                                        "QG": tile_cs and KDA_OUT_QG},
                                      {"num_warps": 4}, targets))
             specs.append(AotSpec(f"delta_chunk_out_blocked[{kind},{dtype},{d},bk32]",
                                  _out_blocked_kernel,
                                  {**{k: v for k, v in out.items()
-                                     if k not in ("RAW_QK", "QS", "CS", "c_ptr")},
+                                     if k not in ("RAW_QK", "QS", "CS", "QG", "c_ptr",
+                                                  "qg_ptr", "nq_ptr")},
                                   "BK": "constexpr"},
                                  {**flags, "BV": 64, "BK": 32, "SPAN": "scan"}, {"num_warps": 4}))
     return specs
