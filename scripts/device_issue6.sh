@@ -199,25 +199,24 @@ elif [ "$phase" = s28a ]; then
 elif [ "$phase" = s31a ]; then
   # X handed from the WY kernel to _wu_kernel in bf16 with bf16 products there (X_16BIT, new
   # default) and GDN's _wu_kernel on the scaled X against the raw rows (GDN_WU_RAW: "bf16" the
-  # new default, "split", None the thirtieth session's tf32 rows): strict gdn + kda rows; GDN
-  # per kernel with X in fp32 (x32: the s30c form; x32split: the untimed s30 GDN_WU_SPLIT) and
-  # the other GDN_WU_RAW forms, the state stage in 32-channel blocks; the Qwen3.5 / Kimi model
-  # tests on the card; KDA 1 x 16k per kernel with X in fp32, the output stage on q and the
-  # tile cumsums (noqg: KDA_OUT_QG off), the diagonal kernel at 1 / 4 warps, the output kernel
-  # at 8 warps or in 64-channel blocks; sparse MLA on an H200.
+  # new default, "split", None the thirtieth session's tf32 rows) and KDA's output stage on q e^c
+  # (KDA_OUT_QG, new default): strict gdn + kda rows; KDA 1 x 16k per kernel with X in fp32, the
+  # output stage on q and the tile cumsums (noqg), the output kernel at 8 warps or in
+  # 64-channel blocks, the diagonal kernel at 1 warp; GDN per kernel with X in fp32 and tf32
+  # rows (x32: the s30c form), the other GDN_WU_RAW forms, the state stage in 32-channel
+  # blocks; the Qwen3.5 / Kimi model tests on the card; sparse MLA on an H200.
   nvidia-smi --query-gpu=name --format=csv,noheader | tee "$out/gpu.txt"
   D=hwinfer.kernels.triton.delta_chunk
   strict_rows "gdn_chunked or kda_chunked"
-  BENCH=bench_gdn per_kernel 130 --kinds gdn --shapes 1x16384,8x2048 --no-fla \
+  BENCH=bench_kda per_kernel 110 --kinds kda --shapes 1x16384 --no-fla \
+    --variant "x32@$D:X_16BIT=False" --variant "noqg@$D:KDA_OUT_QG=False" \
+    --variant "out8@$D:OUT_LAUNCH=(8,None)" --variant "outbv64@block_v_out=64" \
+    --variant "dw1@$D:DIAG_WARPS=1"
+  BENCH=bench_gdn per_kernel 110 --kinds gdn --shapes 1x16384,8x2048 --no-fla \
     --variant "x32@$D:X_16BIT=False;$D:GDN_WU_RAW=None" \
-    --variant "x32split@$D:X_16BIT=False;$D:GDN_WU_RAW='split'" \
     --variant "split@$D:GDN_WU_RAW='split'" --variant "rows@$D:GDN_WU_RAW=None" \
     --variant "bv32@block_v=32"
   models_on_card "qwen or kimi"
-  BENCH=bench_kda per_kernel 120 --kinds kda --shapes 1x16384 --no-fla \
-    --variant "x32@$D:X_16BIT=False" --variant "noqg@$D:KDA_OUT_QG=False" \
-    --variant "dw1@$D:DIAG_WARPS=1" --variant "dw4@$D:DIAG_WARPS=4" \
-    --variant "out8@$D:OUT_LAUNCH=(8,None)" --variant "outbv64@block_v_out=64"
   sparse_mla_on_h200 90
 elif [ "$phase" = s30c ]; then
   # After s30b: GDN's state kernel with the row scales prefetched with the keys (s30b loaded
