@@ -81,7 +81,7 @@ from hwinfer.kernels.triton.delta_chunk_wy import (
 )
 from hwinfer.kernels.triton.delta_chunk_wu import _wu_kernel
 from hwinfer.kernels.triton.delta_chunk_wy_blocked import (
-    _chunk_decay, _tile_total, _wy_blocked_kernel, block_k_ok,
+    _chunk_decay, _tile_first, _tile_total, _wy_blocked_kernel, block_k_ok,
 )
 from hwinfer.ops.linear_attention_chunked import L2NORM_EPS, check_inputs
 
@@ -190,11 +190,12 @@ GDN_WU_RAW = "bf16"
 # Interpreted conformance (bf16 cases, relative RMSE against the token loop): see _wu_kernel's
 # tests. Untimed when written (thirty-first session).
 X_16BIT = True
-# KDA's output stage on q e^{c} (c: the decay from the 16-row tile's start) and each row's
-# scale / |q|, written by _kda_diag_kernel's row loop where it has both (with the tile cumsums,
+# KDA's output stage on q's rows normalised, scaled and decayed from their 16-row tile's first
+# row, written by _kda_diag_kernel's row loop, which has all three (with the tile cumsums,
 # KDA_SPANS "cumsum"), in place of q and the tile cumsums [tokens, Hv, Dk] fp32: the output
-# kernel reads 16 + 32 KB less a chunk and head (Dk = 128) for the diagonal kernel's 16 KB more,
-# and forms no norms. q e^G is rounded twice (stored, then times the earlier tiles' decays,
+# kernel reads 32 KB less a chunk and head (Dk = 128; 16 of q for 16 of these rows, 32 of the
+# cumsums for seven of their rows) against the diagonal kernel's 16 KB more, and forms no
+# norms. q e^G is rounded twice (stored, then times the tile's decay from the chunk's start,
 # for the bf16 product) instead of once. Untimed when written (thirty-first session).
 KDA_OUT_QG = True
 # KDA's split WY kernel with q and k entering its products as stored, their norms summed in the
@@ -332,28 +333,29 @@ def _state_kernel(kg_ptr, ge_ptr, w_ptr, u_ptr, h0_ptr, hs_ptr, d_ptr, ht_ptr, s
 
 
 @triton.jit
-def _out_kernel(q_ptr, k_ptr, g_ptr, a_ptr, hs_ptr, d_ptr, o_ptr, c_ptr, qg_ptr, nq_ptr, tab_ptr,
-                Hk, Hv, QKR, scale, eps, DK: tl.constexpr, DV: tl.constexpr, BV: tl.constexpr,
+def _out_kernel(q_ptr, k_ptr, g_ptr, a_ptr, hs_ptr, d_ptr, o_ptr, c_ptr, qg_ptr, tab_ptr, Hk, Hv,
+                QKR, scale, eps, DK: tl.constexpr, DV: tl.constexpr, BV: tl.constexpr,
                 PER_CHANNEL: tl.constexpr, USE_L2NORM: tl.constexpr, PREC: tl.constexpr,
                 SPAN: tl.constexpr, RAW_QK: tl.constexpr, QS: tl.constexpr,
                 CS: tl.constexpr = False, QG: tl.constexpr = False):
     i_c, i_h, i_hk, tok0, n, c0 = _out_program(tab_ptr, Hk, Hv, BV)
     r = tl.arange(0, 64)
     if QG:
-        # KDA (KDA_OUT_QG): q e^{c} from _kda_diag_kernel, decayed from its tile's start; the
-        # tiles before a row add their totals, e^{T0 + ..} per channel (three vectors)
+        # KDA (KDA_OUT_QG): q's rows normalised, scaled and decayed from their 16-row tile's
+        # first row (_kda_diag_kernel), times that row's decay from the chunk's start, e^{G[r0]}
+        # = e^{c[r0] + totals of the tiles before} per channel (four vectors)
         t0 = _tile_total(c_ptr, tok0, n, i_h, Hv, 0, 0, DK, DK)
         t1 = t0 + _tile_total(c_ptr, tok0, n, i_h, Hv, 0, 16, DK, DK)
         t2 = t1 + _tile_total(c_ptr, tok0, n, i_h, Hv, 0, 32, DK, DK)
+        e0 = tl.exp(_tile_first(c_ptr, tok0, n, i_h, Hv, 0, DK))
+        e1 = tl.exp(_tile_first(c_ptr, tok0, n, i_h, Hv, 16, DK) + t0)
+        e2 = tl.exp(_tile_first(c_ptr, tok0, n, i_h, Hv, 32, DK) + t1)
+        e3 = tl.exp(_tile_first(c_ptr, tok0, n, i_h, Hv, 48, DK) + t2)
         rr = r[:, None]
-        before = tl.where(rr >= 48, tl.exp(t2)[None, :],
-                          tl.where(rr >= 32, tl.exp(t1)[None, :],
-                                   tl.where(rr >= 16, tl.exp(t0)[None, :], 1.0)))
-        if USE_L2NORM:
-            nq = tl.load(nq_ptr + (tok0 + r) * Hv + i_h, mask=r < n, other=0.0)
-        else:
-            nq = tl.full([64], 1.0, tl.float32) * scale
-        qg = _head_rows(qg_ptr, tok0, n, i_h, Hv, 0, 0, 64, DK, DK) * before * nq[:, None]
+        start = tl.where(rr >= 48, e3[None, :], tl.where(rr >= 32, e2[None, :],
+                                                         tl.where(rr >= 16, e1[None, :],
+                                                                  e0[None, :])))
+        qg = _head_rows(qg_ptr, tok0, n, i_h, Hv, 0, 0, 64, DK, DK) * start
     elif CS:   # KDA: the decays from the chunk's start from _kda_diag_kernel's tile cumsums
         G, _ = _chunk_decay(c_ptr, tok0, n, i_h, Hv, 0, DK, DK)
     else:
@@ -670,12 +672,12 @@ def _run(op: str, q, k, v, g, beta, initial_state, scale, use_qk_l2norm, cu_seql
     spans = _kda_spans(prec) if per_channel else "scan"
     cs = spans.startswith("cumsum")
     gc = torch.empty(B * T, Hv, Dk, **f32) if cs else g   # KDA's tile cumsums of g
-    # KDA_OUT_QG: q e^{c} ([tokens, Hv, Dk], w's dtype) and the rows' scale / |q| ([tokens, Hv])
+    # KDA_OUT_QG: q normalised, scaled, decayed from its tile's first row ([tokens, Hv, Dk],
+    # w's dtype)
     qg_on = bool(KDA_OUT_QG and per_channel and cs)
     qg = torch.empty(B * T, Hv, Dk, **half) if qg_on else ge
-    nq = torch.empty(B * T, Hv, **f32) if qg_on and l2 else ge
     if nc and per_channel:
-        _kda_diag_kernel[(4 * nc, Hv)](q, k, g, beta, a, xd, gc, qg, nq, chunks, Hk, Hv, qkr,
+        _kda_diag_kernel[(4 * nc, Hv)](q, k, g, beta, a, xd, gc, qg, chunks, Hk, Hv, qkr,
                                        scale, L2NORM_EPS, DK=Dk, USE_L2NORM=l2,
                                        BLOCK_INV=bool(DIAG_BLOCK_INV), CS=cs, QG=qg_on,
                                        num_warps=DIAG_WARPS)
@@ -740,7 +742,7 @@ def _run(op: str, q, k, v, g, beta, initial_state, scale, use_qk_l2norm, cu_seql
             PREC=prec_out, SPAN=GDN_SPAN, num_warps=num_warps or out_warps, **out_stages)
     elif nc:
         _out_kernel[(nc, Hv, Dv // bv_out)](
-            q, k, g, a, hs, d, o, gc, qg, nq, chunks, Hk, Hv, qkr, scale, L2NORM_EPS,
+            q, k, g, a, hs, d, o, gc, qg, chunks, Hk, Hv, qkr, scale, L2NORM_EPS,
             DK=Dk, DV=Dv, BV=bv_out, PER_CHANNEL=per_channel, USE_L2NORM=l2, PREC=prec_out,
             SPAN=GDN_SPAN, RAW_QK=raw_qk, QS=qs, CS=cs, QG=qg_on,
             num_warps=num_warps or out_warps,
@@ -876,8 +878,7 @@ def _aot_specs():
                     ("sm_90", "sm_100")))
             if per_channel:
                 dg = {"q_ptr": ptr, "k_ptr": ptr, "g_ptr": f32, "b_ptr": f32, "a_ptr": f32,
-                      "xd_ptr": f32, "c_ptr": f32, "qg_ptr": half, "nq_ptr": f32,
-                      "tab_ptr": "*i32", "Hk": "i32", "Hv": "i32",
+                      "xd_ptr": f32, "c_ptr": f32, "qg_ptr": half, "tab_ptr": "*i32", "Hk": "i32", "Hv": "i32",
                       "QKR": "i32", "scale": "fp32", "eps": "fp32", "DK": "constexpr",
                       "USE_L2NORM": "constexpr", "BLOCK_INV": "constexpr", "CS": "constexpr",
                       "QG": "constexpr"}
@@ -918,7 +919,7 @@ def _aot_specs():
                      "VB_FIRST": bool(STATE_VB_FIRST), "KS": raw},
                     {"num_warps": 8 if pf else 4, "num_stages": 2}, targets))
             out = {"q_ptr": ptr, "k_ptr": ptr, "g_ptr": f32, "a_ptr": f32, "hs_ptr": f32,
-                   "d_ptr": f32, "o_ptr": ptr, "c_ptr": f32, "qg_ptr": half, "nq_ptr": f32,
+                   "d_ptr": f32, "o_ptr": ptr, "c_ptr": f32, "qg_ptr": half,
                    "tab_ptr": "*i32", "Hk": "i32",
                    "Hv": "i32", "QKR": "i32", "scale": "fp32", "eps": "fp32", "DK": "constexpr",
                    "DV": "constexpr",
@@ -947,7 +948,7 @@ def _aot_specs():
                                  _out_blocked_kernel,
                                  {**{k: v for k, v in out.items()
                                      if k not in ("RAW_QK", "QS", "CS", "QG", "c_ptr",
-                                                  "qg_ptr", "nq_ptr")},
+                                                  "qg_ptr")},
                                   "BK": "constexpr"},
                                  {**flags, "BV": 64, "BK": 32, "SPAN": "scan"}, {"num_warps": 4}))
     return specs

@@ -321,8 +321,8 @@ def _inv16x4(a0, a1, a2, a3, live):
 
 
 @triton.jit
-def _kda_diag_kernel(q_ptr, k_ptr, g_ptr, b_ptr, a_ptr, xd_ptr, c_ptr, qg_ptr, nq_ptr, tab_ptr, Hk,
-                     Hv, QKR, scale, eps, DK: tl.constexpr, USE_L2NORM: tl.constexpr,
+def _kda_diag_kernel(q_ptr, k_ptr, g_ptr, b_ptr, a_ptr, xd_ptr, c_ptr, qg_ptr, tab_ptr, Hk, Hv,
+                     QKR, scale, eps, DK: tl.constexpr, USE_L2NORM: tl.constexpr,
                      BLOCK_INV: tl.constexpr = False, CS: tl.constexpr = False,
                      QG: tl.constexpr = False):
     """KDA's diagonal 16 x 16 blocks, one program per (16-row tile, value head): the decayed
@@ -352,17 +352,18 @@ def _kda_diag_kernel(q_ptr, k_ptr, g_ptr, b_ptr, a_ptr, xd_ptr, c_ptr, qg_ptr, n
     spans, from which the later stages read every decay from the tile's start (and, with the
     tile totals, from the chunk's start) without scans of their own (the drivers' KDA_SPANS).
 
-    ``QG`` (with ``CS``): the loop also writes the output stage's q rows decayed from the tile's
-    start, ``q_t e^{c[t]}`` as stored (``qg_ptr``, [tokens, Hv, DK], bf16 for 16-bit inputs),
-    and with the norm each row's ``scale / |q_t|`` (``nq_ptr``, [tokens, Hv] fp32): the output
-    stage then reads them and the tile totals instead of q and the running sums."""
+    ``QG`` (with ``CS``): the loop also writes the output stage's q rows, normalised, scaled and
+    decayed from the tile's first row, ``scale q_t / |q_t| e^{c[t] - c[r0]}`` (``qg_ptr``,
+    [tokens, Hv, DK] in w's dtype): row 0 of ``dec`` is that decay, and ``qt`` holds the row
+    already, so the loop adds one product and one store a row (no vector load or exponential);
+    the output stage applies each tile's decay from the chunk's start, ``e^{G[r0]}``."""
     r0, i_h, i_hk, tok0, live = _tile_program(tab_ptr, Hk, Hv)
     if live > 0:
         r = tl.arange(0, 16)
         k = _qk_rows(k_ptr, tok0, live, i_hk, QKR, 1.0, eps, 0, 16, DK, USE_L2NORM)
         b = tl.load(b_ptr + (tok0 + r) * Hv + i_h, mask=r < live, other=0.0).to(tl.float32)
-        _diag_rows(q_ptr, k_ptr, g_ptr, a_ptr, xd_ptr, c_ptr, qg_ptr, nq_ptr, k, tok0, r0, live,
-                   i_h, i_hk, Hv, QKR, scale, eps, DK, USE_L2NORM, CS, QG)
+        _diag_rows(q_ptr, k_ptr, g_ptr, a_ptr, xd_ptr, c_ptr, qg_ptr, k, tok0, r0, live, i_h,
+                   i_hk, Hv, QKR, scale, eps, DK, USE_L2NORM, CS, QG)
         tl.debug_barrier()   # the rows of A the loop wrote to xd, read back by other threads
         out = ((tok0 + r) * Hv + i_h)[:, None]
         akk = tl.load(xd_ptr + out * 16 + r[None, :], mask=(r < live)[:, None], other=0.0)
@@ -375,8 +376,8 @@ def _kda_diag_kernel(q_ptr, k_ptr, g_ptr, b_ptr, a_ptr, xd_ptr, c_ptr, qg_ptr, n
 
 
 @triton.jit
-def _diag_rows(q_ptr, k_ptr, g_ptr, a_ptr, xd_ptr, c_ptr, qg_ptr, nq_ptr, k, tok0, r0, live, i_h,
-               i_hk, Hv, QKR, scale, eps, DK: tl.constexpr, USE_L2NORM: tl.constexpr,
+def _diag_rows(q_ptr, k_ptr, g_ptr, a_ptr, xd_ptr, c_ptr, qg_ptr, k, tok0, r0, live, i_h, i_hk,
+               Hv, QKR, scale, eps, DK: tl.constexpr, USE_L2NORM: tl.constexpr,
                CS: tl.constexpr, QG: tl.constexpr):
     """The row loop of ``_kda_diag_kernel``, k [16, DK] the tile's normalised rows: row t of the
     decayed q k^T block (stored into Aqk) and of the decayed k k^T block (into ``xd``, where
@@ -409,9 +410,6 @@ def _diag_rows(q_ptr, k_ptr, g_ptr, a_ptr, xd_ptr, c_ptr, qg_ptr, nq_ptr, k, tok
             # copies would cost 32 registers)
             cs += tl.load(g_ptr + row * DK + cols)
             tl.store(c_ptr + row * DK + cols, cs)
-            if QG:   # q's row as a vector too (L1), decayed from the tile's start
-                qv = tl.load(q_ptr + ((tok0 + t) * QKR + i_hk) * DK + cols).to(tl.float32)
-                tl.store(qg_ptr + row * DK + cols, _as_stored(qv * tl.exp(cs), qg_ptr))
         dec = dec * tl.exp(gt) + (r[:, None] == t).to(tl.float32)
         dk = dec * k
         akk = tl.where(r == t, 0.0, tl.sum(dk * kt, axis=1))
@@ -420,8 +418,11 @@ def _diag_rows(q_ptr, k_ptr, g_ptr, a_ptr, xd_ptr, c_ptr, qg_ptr, nq_ptr, k, tok
             akk = akk * tl.rsqrt(tl.sum(kt * kt, axis=1) + eps)
             nqt = tl.rsqrt(tl.sum(qt * qt, axis=1) + eps)
             aqk = aqk * nqt
-            if QG:   # (every entry holds row t's: one store)
-                tl.store(nq_ptr + row + r, nqt * scale, mask=r == 0)
+            if QG:
+                qt = qt * nqt[:, None]
+        if QG:   # row t's q e^{c_t - c_0} (dec's row 0), normalised and scaled: one copy stored
+            tl.store(qg_ptr + row * DK + cols[None, :] + 0 * r[:, None],
+                     _as_stored(qt * dec * scale, qg_ptr), mask=(r == 0)[:, None])
         tl.store(xd_ptr + row * 16 + r, akk)
         tl.store(a_ptr + row * 64 + r0 + r, _as_stored(aqk * scale, a_ptr))
 

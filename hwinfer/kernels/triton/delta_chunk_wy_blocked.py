@@ -86,6 +86,15 @@ def _tile_total(c_ptr, tok0, n, i_h, Hv, c0, R0: tl.constexpr, DK: tl.constexpr,
 
 
 @triton.jit
+def _tile_first(c_ptr, tok0, n, i_h, Hv, R0: tl.constexpr, DK: tl.constexpr):
+    """g at a tile's first row (its running sum there, [DK]; 0 for a tile past n), from the tile
+    cumsums of ``_kda_diag_kernel`` (``CS``)."""
+    cols = tl.arange(0, DK)
+    return tl.load(c_ptr + ((tok0 + R0) * Hv + i_h) * DK + cols, mask=(cols < DK) & (R0 < n),
+                   other=0.0)
+
+
+@triton.jit
 def _kda_spans(g_ptr, c_ptr, tok0, n, i_h, Hv, c0, R0: tl.constexpr, DK: tl.constexpr,
                BK: tl.constexpr, SPANS: tl.constexpr):
     """KDA's L, S, T of a tile (as ``_spans``, channels c0 .. c0+BK) by the drivers' KDA_SPANS:
