@@ -200,22 +200,20 @@ elif [ "$phase" = s31a ]; then
   # X handed from the WY kernel to _wu_kernel in bf16 with bf16 products there (X_16BIT, new
   # default) and GDN's _wu_kernel on the scaled X against the raw rows (GDN_WU_RAW: "bf16" the
   # new default, "split", None the thirtieth session's tf32 rows) and KDA's output stage on q e^c
-  # (KDA_OUT_QG, new default): strict gdn + kda rows; KDA 1 x 16k per kernel with X in fp32, the
-  # output stage on q and the tile cumsums (noqg), the output kernel at 8 warps or in
-  # 64-channel blocks, the diagonal kernel at 1 warp; GDN per kernel with X in fp32 and tf32
-  # rows (x32: the s30c form), the other GDN_WU_RAW forms, the state stage in 32-channel
-  # blocks; the Qwen3.5 / Kimi model tests on the card; sparse MLA on an H200.
+  # (KDA_OUT_QG, new default): strict gdn + kda rows; KDA 1 x 16k per kernel with the output
+  # stage on q and the tile cumsums (noqg), X in fp32, the output kernel at 8 warps; GDN per
+  # kernel with X in fp32 and tf32 rows (x32: the s30c form), GDN_WU_RAW "split", the state
+  # stage in 32-channel blocks; the Qwen3.5 / Kimi model tests on the card; sparse MLA on an
+  # H200. (What runs out of the call's time is cut from the end.)
   nvidia-smi --query-gpu=name --format=csv,noheader | tee "$out/gpu.txt"
   D=hwinfer.kernels.triton.delta_chunk
   strict_rows "gdn_chunked or kda_chunked"
-  BENCH=bench_kda per_kernel 110 --kinds kda --shapes 1x16384 --no-fla \
-    --variant "x32@$D:X_16BIT=False" --variant "noqg@$D:KDA_OUT_QG=False" \
-    --variant "out8@$D:OUT_LAUNCH=(8,None)" --variant "outbv64@block_v_out=64" \
-    --variant "dw1@$D:DIAG_WARPS=1"
-  BENCH=bench_gdn per_kernel 110 --kinds gdn --shapes 1x16384,8x2048 --no-fla \
+  BENCH=bench_kda per_kernel 100 --kinds kda --shapes 1x16384 --no-fla \
+    --variant "noqg@$D:KDA_OUT_QG=False" --variant "x32@$D:X_16BIT=False" \
+    --variant "out8@$D:OUT_LAUNCH=(8,None)"
+  BENCH=bench_gdn per_kernel 100 --kinds gdn --shapes 1x16384,8x2048 --no-fla \
     --variant "x32@$D:X_16BIT=False;$D:GDN_WU_RAW=None" \
-    --variant "split@$D:GDN_WU_RAW='split'" --variant "rows@$D:GDN_WU_RAW=None" \
-    --variant "bv32@block_v=32"
+    --variant "split@$D:GDN_WU_RAW='split'" --variant "bv32@block_v=32"
   models_on_card "qwen or kimi"
   sparse_mla_on_h200 90
 elif [ "$phase" = s30c ]; then
