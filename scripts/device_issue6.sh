@@ -25,9 +25,10 @@
 #                                         # kernel's num_stages, both removed)
 #   bash scripts/device_issue6.sh s27a      # the new GDN / KDA defaults: strict, models, vs fla
 #   bash scripts/device_issue6.sh s28a      # KDA's tile cumsums: strict, models, forms, vs fla / base
-#   bash scripts/device_issue6.sh s31a      # X in bf16 (X_16BIT), GDN's _wu_kernel on the scaled X
-#                                         # against the raw rows (GDN_WU_RAW): strict, per kernel
-#                                         # with variants; model tests; KDA launch variants
+#   bash scripts/device_issue6.sh s31a      # (prepared) X in bf16 (X_16BIT), GDN's _wu_kernel on
+#                                         # the scaled X (GDN_WU_RAW), KDA's output stage on q e^c
+#                                         # (KDA_OUT_QG), turned on in the call's copy: strict, per
+#                                         # kernel against the forms before; model tests
 #   bash scripts/device_issue6.sh s30c      # GDN's state kernel with its row scales prefetched:
 #                                         # strict gdn, per kernel beside the decayed keys' form
 #   bash scripts/device_issue6.sh s30b      # GDN's state stage on raw keys + row scales, u in
@@ -197,15 +198,20 @@ elif [ "$phase" = s28a ]; then
     --variant "out128@block_v_out=128"
   kda_base_tree 100
 elif [ "$phase" = s31a ]; then
-  # X handed from the WY kernel to _wu_kernel in bf16 with bf16 products there (X_16BIT, new
-  # default) and GDN's _wu_kernel on the scaled X against the raw rows (GDN_WU_RAW: "bf16" the
-  # new default, "split", None the thirtieth session's tf32 rows) and KDA's output stage on q e^c
-  # (KDA_OUT_QG, new default): strict gdn + kda rows; KDA 1 x 16k per kernel with the output
+  # Prepared, not run (the thirty-first session got no card). X handed from the WY kernel to
+  # _wu_kernel in bf16 with bf16 products there (X_16BIT), GDN's _wu_kernel on the scaled X
+  # against the raw rows (GDN_WU_RAW "bf16"; "split"; None the thirtieth session's tf32 rows)
+  # and KDA's output stage on q e^c (KDA_OUT_QG), all three turned on below: strict gdn + kda rows; KDA 1 x 16k per kernel with the output
   # stage on q and the tile cumsums (noqg), X in fp32, the output kernel at 8 warps; GDN per
   # kernel with X in fp32 and tf32 rows (x32: the s30c form), GDN_WU_RAW "split", the state
   # stage in 32-channel blocks; the Qwen3.5 / Kimi model tests on the card; sparse MLA on an
   # H200. (What runs out of the call's time is cut from the end.)
   nvidia-smi --query-gpu=name --format=csv,noheader | tee "$out/gpu.txt"
+  # The three forms are off in the repo until timed: on in this call's copy of the tree, so the
+  # strict conformance and model tests run them and the variants time the forms before.
+  sed -i 's/^X_16BIT = False$/X_16BIT = True/; s/^GDN_WU_RAW = None$/GDN_WU_RAW = "bf16"/;
+          s/^KDA_OUT_QG = False$/KDA_OUT_QG = True/' hwinfer/kernels/triton/delta_chunk.py
+  grep -E "^(X_16BIT|GDN_WU_RAW|KDA_OUT_QG) = " hwinfer/kernels/triton/delta_chunk.py | tee "$out/tree.txt"
   D=hwinfer.kernels.triton.delta_chunk
   strict_rows "gdn_chunked or kda_chunked"
   BENCH=bench_kda per_kernel 100 --kinds kda --shapes 1x16384 --no-fla \

@@ -172,8 +172,8 @@ tc.STATE_VB_FIRST = False
 heads_first = tc.kda_chunked(q, k, v, g, beta, s0, block_v=16)
 tc.STATE_VB_FIRST = True
 assert all(map(torch.equal, heads_first, tc.kda_chunked(q, k, v, g, beta, s0, block_v=16)))
-# KDA_OUT_QG (the default): the output stage on q e^{c} (c: the decay from the tile's start)
-# and each row's scale / |q|, written by the diagonal kernel. fp32 inputs: the same math up to
+# KDA_OUT_QG: the output stage on q normalised, scaled and decayed from its tile's first row,
+# written by the diagonal kernel. fp32 inputs: the same math up to
 # fp32 rounding, with and without the norm, on varlen tiles of 1 and 17 rows. bf16 inputs
 # (q e^c stored in bf16 and rounded again for the product, once in the other form): both
 # within the contract of the token loop, the new form's error at most 1.15x the other's.
@@ -182,11 +182,11 @@ for args, kw in (((q, k, v), {}), ((q, k * 0.3, v), dict(use_qk_l2norm=False, sc
                  ((qb, kb, vb), {})):
     gg, bb, ss = ((g[:, :T // 2], beta[:, :T // 2], s0.repeat(3, 1, 1, 1))
                   if "cu_seqlens" in kw else (go, beta, s0))
-    res = {}
+    res, default = {}, tc.KDA_OUT_QG
     for on in (True, False):
         tc.KDA_OUT_QG = on
         res[on] = tc.kda_chunked(*args, gg, bb, ss, **kw)
-    tc.KDA_OUT_QG = True
+    tc.KDA_OUT_QG = default
     assert torch.equal(res[True][1], res[False][1])   # (the state stage is untouched)
     if args[0].dtype == torch.float32:
         assert rel(res[True][0], res[False][0]) < 1e-6, (kw, rel(res[True][0], res[False][0]))

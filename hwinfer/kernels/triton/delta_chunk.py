@@ -181,23 +181,31 @@ GDN_STATE_RAW_K = True
 # product (fla rounds its scaled rows instead; with X_16BIT X is rounded once already); None
 # keeps the scaled rows' products (tf32, or bf16 with X_16BIT). sm_90 SASS with X in fp32 (4
 # warps): "split"'s channel loops 137 -> 91 instructions and 4 -> 2 barriers an iteration, but
-# 121 registers against 64 (four programs an SM, not eight). Timed in device_issue6.sh s31a.
-GDN_WU_RAW = "bf16"
+# 121 registers against 64 (four programs an SM, not eight). Untimed (the thirty-first
+# session got no card): None until one times it (device_issue6.sh s31a turns on "bf16",
+# X_16BIT and KDA_OUT_QG in its copy of the tree and times the forms against each other).
+GDN_WU_RAW = None
 # X = (I + diag(beta) A)^-1, handed from the split WY kernel to _wu_kernel, stored in bf16 for
 # 16-bit inputs on NVIDIA (True), and w = X (beta k e^G), u = X (beta v) then bf16 products with
 # the scaled rows rounded to bf16 (fla's form: its inverse is stored in the input dtype); False
-# keeps X fp32 and tf32 products. 128 fewer bytes a token and value head written and read back.
-# Interpreted conformance (bf16 cases, relative RMSE against the token loop): see _wu_kernel's
-# tests. Untimed when written (thirty-first session).
-X_16BIT = True
+# keeps X fp32 and tf32 products. X's lower blocks are what is stored: 80 fewer bytes a token and
+# value head on average, written and read back.
+# Interpreted (tests/kernels/test_delta_chunk.py; B 1, T 200, 2 heads of 64, relative RMSE
+# against the token loop): GDN's outputs 2.9-3.0e-3 -> 3.2-3.3e-3 (with GDN_WU_RAW "split"
+# unchanged), KDA's 2.9e-3 -> 3.2-3.3e-3 and its final state 2.6e-3 -> 2.9-3.5e-3 (contract
+# 5e-3). Untimed (no card this session): off until one times it (see GDN_WU_RAW).
+X_16BIT = False
 # KDA's output stage on q's rows normalised, scaled and decayed from their 16-row tile's first
 # row, written by _kda_diag_kernel's row loop, which has all three (with the tile cumsums,
 # KDA_SPANS "cumsum"), in place of q and the tile cumsums [tokens, Hv, Dk] fp32: the output
-# kernel reads 32 KB less a chunk and head (Dk = 128; 16 of q for 16 of these rows, 32 of the
-# cumsums for seven of their rows) against the diagonal kernel's 16 KB more, and forms no
-# norms. q e^G is rounded twice (stored, then times the tile's decay from the chunk's start,
-# for the bf16 product) instead of once. Untimed when written (thirty-first session).
-KDA_OUT_QG = True
+# kernel reads 48 -> 19.5 KB a chunk and head (Dk = 128; 16 of q and 32 of the cumsums against
+# 16 of these rows and seven rows of the cumsums) for the diagonal kernel's 16 KB more, and
+# forms no norms. q e^G is rounded twice (stored, then times the tile's decay from the chunk's start,
+# for the bf16 product) instead of once: interpreted, KDA's outputs 3.3e-3 -> 3.4e-3 against the
+# token loop; fp32 inputs within 1e-7 of the other form. sm_90 SASS (Triton 3.6): the diagonal
+# kernel keeps 128 registers, its row loop 382 -> 428 instructions; the output kernel 1,208 ->
+# 1,120. Untimed (no card this session): off until one times it (see GDN_WU_RAW).
+KDA_OUT_QG = False
 # KDA's split WY kernel with q and k entering its products as stored, their norms summed in the
 # same channel loop and applied to the [16, 16] blocks after (no norm pass first), and the
 # decayed keys written by _wu_kernel (KG) instead of the WY kernel. H100, KDA 1 x 16k (s25c,
@@ -819,14 +827,16 @@ def _aot_specs():
                                  {"num_warps": 8 if per_channel else 4}))
             # the split form: KDA's Aqk handed over in bf16 (HANDOFF_16BIT), its rows raw
             # (KDA_RAW_K); exact products (AMD) and, as NVIDIA runs it, tf32 ones
-            for split, prec, targets in ((False, "ieee", None), (True, "ieee", None),
-                                         (True, "tf32", ("sm_90", "sm_100"))):
-                x16 = prec == "tf32" and X_16BIT   # X handed over in bf16 on NVIDIA
+            # (X handed over in fp32 or, X_16BIT, in bf16 on NVIDIA: both compiled)
+            nv = ("sm_90", "sm_100")
+            for split, prec, x16, targets in ((False, "ieee", False, None),
+                                              (True, "ieee", False, None),
+                                              (True, "tf32", False, nv), (True, "tf32", True, nv)):
                 if prec == "tf32" and not per_channel:
                     continue   # (GDN's NVIDIA form is the raw x4 spec below)
                 specs.append(AotSpec(
                     f"delta_chunk_wy_blocked[{kind},{dtype},{d},bk32{',split' if split else ''}"
-                    f"{',tf32' if prec == 'tf32' else ''}]",
+                    f"{',tf32' if prec == 'tf32' else ''}{',x16' if x16 else ''}]",
                     _wy_blocked_kernel, {**wy, "x_ptr": half if split and x16 else f32,
                                          "c_ptr": f32, "BK": "constexpr",
                                          "SPLIT": "constexpr", "SOLVE": "constexpr",
@@ -846,16 +856,17 @@ def _aot_specs():
             # KG: the decayed keys written here (GDN / KDA_RAW_K), for GDN on NVIDIA their row
             # scales only (GDN_STATE_RAW_K) and the scaled X against the raw rows (GDN_WU_RAW);
             # tf32: as NVIDIA runs it
-            # (X_16BIT: X in bf16 and bf16 products there; GDN's GDN_WU_RAW forms compiled
-            # whether or not one is the default)
-            for raw, prec, xs, targets in ((False, "ieee", "", None), (True, "ieee", "", None),
-                                           (True, "tf32", "", ("sm_90", "sm_100")),
-                                           (True, "tf32", "split", ("sm_90", "sm_100")),
-                                           (True, "tf32", "bf16", ("sm_90", "sm_100"))):
+            # (X_16BIT: X in bf16 and bf16 products there; GDN's GDN_WU_RAW forms with X in
+            # fp32 ("split") and bf16 ("bf16"): all compiled whatever the defaults)
+            for raw, prec, x16, xs, targets in ((False, "ieee", False, "", None),
+                                                (True, "ieee", False, "", None),
+                                                (True, "tf32", False, "", nv),
+                                                (True, "tf32", True, "", nv),
+                                                (True, "tf32", False, "split", nv),
+                                                (True, "tf32", True, "bf16", nv)):
                 scales = raw and prec == "tf32" and not per_channel and GDN_STATE_RAW_K
                 if xs and not scales:
                     continue
-                x16 = prec == "tf32" and X_16BIT
                 specs.append(AotSpec(f"delta_chunk_wu[{kind},{dtype},{d}{',kg' if raw else ''}"
                                      f"{',tf32' if prec == 'tf32' else ''}{',x16' if x16 else ''}"
                                      f"{',ks' if scales else ''}{',x' + xs if xs else ''}]",
@@ -866,10 +877,12 @@ def _aot_specs():
                                       "PREC": "bf16" if x16 else prec, "KG": raw,
                                       "CS": tile_cs, "KS": scales, "XS": xs},
                                      {"num_warps": SPLIT_LAUNCH[kind][1]}, targets))
-            if not per_channel:   # GDN's default form on NVIDIA: raw 16-bit keys, "x4" solve
+            for x16 in (False, True) if not per_channel else ():
+                # GDN's default form on NVIDIA: raw 16-bit keys, "x4" solve (X in fp32 / bf16)
                 specs.append(AotSpec(
-                    f"delta_chunk_wy_blocked[{kind},{dtype},{d},bk32,split,raw,x4]",
-                    _wy_blocked_kernel, {**wy, "x_ptr": half if X_16BIT else f32,
+                    f"delta_chunk_wy_blocked[{kind},{dtype},{d},bk32,split,raw,x4"
+                    f"{',x16' if x16 else ''}]",
+                    _wy_blocked_kernel, {**wy, "x_ptr": half if x16 else f32,
                                          "c_ptr": f32, "BK": "constexpr",
                                          "SPLIT": "constexpr", "SOLVE": "constexpr",
                                          "RAW_K": "constexpr", "SPANS": "constexpr"},
@@ -878,7 +891,8 @@ def _aot_specs():
                     ("sm_90", "sm_100")))
             if per_channel:
                 dg = {"q_ptr": ptr, "k_ptr": ptr, "g_ptr": f32, "b_ptr": f32, "a_ptr": f32,
-                      "xd_ptr": f32, "c_ptr": f32, "qg_ptr": half, "tab_ptr": "*i32", "Hk": "i32", "Hv": "i32",
+                      "xd_ptr": f32, "c_ptr": f32, "qg_ptr": half, "tab_ptr": "*i32",
+                      "Hk": "i32", "Hv": "i32",
                       "QKR": "i32", "scale": "fp32", "eps": "fp32", "DK": "constexpr",
                       "USE_L2NORM": "constexpr", "BLOCK_INV": "constexpr", "CS": "constexpr",
                       "QG": "constexpr"}
@@ -927,12 +941,15 @@ def _aot_specs():
                    "PREC": "constexpr", "SPAN": "constexpr", "RAW_QK": "constexpr",
                    "QS": "constexpr", "CS": "constexpr", "QG": "constexpr"}
             # exact products (AMD), GDN's split q S0, and bf16 products (NVIDIA's default for
-            # 16-bit inputs, OUT_DOTS_16BIT)
-            for qs, prec, targets in (("", "ieee", None), ("split", "ieee", ("sm_90", "sm_100")),
-                                      ("", "bf16", ("sm_90", "sm_100"))):
-                if qs and per_channel:
+            # 16-bit inputs, OUT_DOTS_16BIT); KDA's on q e^c from the diagonal kernel
+            # (KDA_OUT_QG) in its exact and NVIDIA forms
+            for qs, prec, qg, targets in (("", "ieee", False, None), ("", "ieee", True, None),
+                                          ("split", "ieee", False, nv), ("", "bf16", False, nv),
+                                          ("", "bf16", True, nv)):
+                if (qs and per_channel) or (qg and not tile_cs):
                     continue
-                tag = f"{',' + qs if qs else ''}{',bf16dots' if prec == 'bf16' else ''}"
+                tag = (f"{',' + qs if qs else ''}{',bf16dots' if prec == 'bf16' else ''}"
+                       f"{',qg' if qg else ''}")
                 # bf16 products read the hand-off in bf16 (HANDOFF_16BIT; GDN's a_ptr is ge, fp32)
                 handoff = {}
                 if prec == "bf16":
@@ -942,7 +959,7 @@ def _aot_specs():
                                                         "BV": 128 if qs or per_channel else 64,
                                                         "SPAN": "scan", "RAW_QK": "native",
                                                         "QS": qs, "CS": tile_cs,
-                                                        "QG": tile_cs and KDA_OUT_QG},
+                                                        "QG": qg},
                                      {"num_warps": 4}, targets))
             specs.append(AotSpec(f"delta_chunk_out_blocked[{kind},{dtype},{d},bk32]",
                                  _out_blocked_kernel,
