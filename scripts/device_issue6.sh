@@ -202,10 +202,12 @@ elif [ "$phase" = s31a ]; then
   # _wu_kernel in bf16 with bf16 products there (X_16BIT), GDN's _wu_kernel on the scaled X
   # against the raw rows (GDN_WU_RAW "bf16"; "split"; None the thirtieth session's tf32 rows)
   # and KDA's output stage on q e^c (KDA_OUT_QG), all three turned on below: strict gdn + kda rows; KDA 1 x 16k per kernel with the output
-  # stage on q and the tile cumsums (noqg), X in fp32, the output kernel at 8 warps; GDN per
-  # kernel with X in fp32 and tf32 rows (x32: the s30c form), GDN_WU_RAW "split", the state
-  # stage in 32-channel blocks; the Qwen3.5 / Kimi model tests on the card; sparse MLA on an
-  # H200. (What runs out of the call's time is cut from the end.)
+  # stage on q and the tile cumsums (noqg), X in fp32, the output kernel at 8 warps, the state
+  # kernel without its manual prefetch (nopf: Triton then pipelines its loads, see
+  # _state_kernel); GDN per kernel with X in fp32 and tf32 rows (x32: the s30c form), GDN_WU_RAW
+  # "split", the state stage in 32-channel blocks, without the prefetch at 2 / 3 stages; the
+  # Qwen3.5 / Kimi model tests on the card; sparse MLA on an H200. (What runs out of the call's
+  # time is cut from the end.)
   nvidia-smi --query-gpu=name --format=csv,noheader | tee "$out/gpu.txt"
   # The three forms are off in the repo until timed: on in this call's copy of the tree, so the
   # strict conformance and model tests run them and the variants time the forms before.
@@ -214,12 +216,14 @@ elif [ "$phase" = s31a ]; then
   grep -E "^(X_16BIT|GDN_WU_RAW|KDA_OUT_QG) = " hwinfer/kernels/triton/delta_chunk.py | tee "$out/tree.txt"
   D=hwinfer.kernels.triton.delta_chunk
   strict_rows "gdn_chunked or kda_chunked"
-  BENCH=bench_kda per_kernel 100 --kinds kda --shapes 1x16384 --no-fla \
+  BENCH=bench_kda per_kernel 120 --kinds kda --shapes 1x16384 --no-fla \
     --variant "noqg@$D:KDA_OUT_QG=False" --variant "x32@$D:X_16BIT=False" \
-    --variant "out8@$D:OUT_LAUNCH=(8,None)"
-  BENCH=bench_gdn per_kernel 100 --kinds gdn --shapes 1x16384,8x2048 --no-fla \
+    --variant "out8@$D:OUT_LAUNCH=(8,None)" --variant "nopf@$D:STATE_PREFETCH=False"
+  BENCH=bench_gdn per_kernel 130 --kinds gdn --shapes 1x16384,8x2048 --no-fla \
     --variant "x32@$D:X_16BIT=False;$D:GDN_WU_RAW=None" \
-    --variant "split@$D:GDN_WU_RAW='split'" --variant "bv32@block_v=32"
+    --variant "split@$D:GDN_WU_RAW='split'" --variant "bv32@block_v=32" \
+    --variant "nopf@$D:STATE_PREFETCH=False" \
+    --variant "nopf3@$D:STATE_PREFETCH=False;$D:STATE_LAUNCH=(4,3)"
   models_on_card "qwen or kimi"
   sparse_mla_on_h200 90
 elif [ "$phase" = s30c ]; then

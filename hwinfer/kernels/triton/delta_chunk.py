@@ -291,8 +291,12 @@ def _state_kernel(kg_ptr, ge_ptr, w_ptr, u_ptr, h0_ptr, hs_ptr, d_ptr, ht_ptr, s
     # The loop does only what needs the state; w, k e^{G_end - G}, G_end come precomputed.
     # w and the decayed keys as stored (bf16 for 16-bit inputs; _mm_split takes them so).
     # PREFETCH: the next chunk's are loaded at the top of each step, so their latency overlaps
-    # this chunk's products (Triton 3.6 / 3.7 pipeline the u load of this loop but never the
-    # loads feeding its dots; all-masked past the sequence's end: no traffic).
+    # this chunk's products (all-masked past the sequence's end: no traffic). Without it,
+    # Triton 3.6 now pipelines every load of the loop for the bf16 forms (sm_90 SASS, thirty-first
+    # session, GDN BV 16 at 4 warps: 19 cp.async a step, 312 instructions a step, 120
+    # registers; with it, plain loads staged through shared memory, 448 and 205; KDA BV 32: 407
+    # and 148 without). When the decision below was timed the products were tf32 and the
+    # dots' loads were not pipelined; untimed since (device_issue6.sh s31a, nopf).
     rows = tl.arange(0, 64)
     if PREFETCH:
         w = _raw_rows(w_ptr, tok0, seq_len, i_h, Hv, 0, 64, DK)
