@@ -202,7 +202,8 @@ elif [ "$phase" = s31a ]; then
   # _wu_kernel in bf16 with bf16 products there (X_16BIT), GDN's _wu_kernel on the scaled X
   # against the raw rows (GDN_WU_RAW "bf16"; "split"; None the thirtieth session's tf32 rows)
   # and KDA's output stage on q e^c (KDA_OUT_QG), all three turned on below: strict gdn + kda rows; KDA 1 x 16k per kernel with the output
-  # stage on q and the tile cumsums (noqg), X in fp32, the output kernel at 8 warps, the state
+  # stage on q and the tile cumsums (noqg), X in fp32, the output kernel at 8 warps or in
+  # 64-channel key blocks (outbk64: its loads pipelined, 162 registers against 168), the state
   # kernel without its manual prefetch (nopf: Triton then pipelines its loads, see
   # _state_kernel); GDN per kernel with X in fp32 and tf32 rows (x32: the s30c form), GDN_WU_RAW
   # "split", the state stage in 32-channel blocks, without the prefetch at 2 / 3 stages; the
@@ -218,7 +219,8 @@ elif [ "$phase" = s31a ]; then
   strict_rows "gdn_chunked or kda_chunked"
   BENCH=bench_kda per_kernel 120 --kinds kda --shapes 1x16384 --no-fla \
     --variant "noqg@$D:KDA_OUT_QG=False" --variant "x32@$D:X_16BIT=False" \
-    --variant "out8@$D:OUT_LAUNCH=(8,None)" --variant "nopf@$D:STATE_PREFETCH=False"
+    --variant "out8@$D:OUT_LAUNCH=(8,None)" --variant "outbk64@block_k_out=64" \
+    --variant "nopf@$D:STATE_PREFETCH=False"
   BENCH=bench_gdn per_kernel 130 --kinds gdn --shapes 1x16384,8x2048 --no-fla \
     --variant "x32@$D:X_16BIT=False;$D:GDN_WU_RAW=None" \
     --variant "split@$D:GDN_WU_RAW='split'" --variant "bv32@block_v=32" \

@@ -177,9 +177,11 @@ assert all(map(torch.equal, heads_first, tc.kda_chunked(q, k, v, g, beta, s0, bl
 # fp32 rounding, with and without the norm, on varlen tiles of 1 and 17 rows. bf16 inputs
 # (q e^c stored in bf16 and rounded again for the product, once in the other form): both
 # within the contract of the token loop, the new form's error at most 1.15x the other's.
+# The output stage in key-channel blocks (block_k_out) takes it too.
 for args, kw in (((q, k, v), {}), ((q, k * 0.3, v), dict(use_qk_l2norm=False, scale=0.3)),
                  ((q[:, :T // 2], k[:, :T // 2], v[:, :T // 2]), dict(cu_seqlens=cu_odd)),
-                 ((qb, kb, vb), {})):
+                 ((q, k, v), dict(block_k_out=16)), ((qb, kb, vb), {}),
+                 ((qb, kb, vb), dict(block_k_out=16))):
     gg, bb, ss = ((g[:, :T // 2], beta[:, :T // 2], s0.repeat(3, 1, 1, 1))
                   if "cu_seqlens" in kw else (go, beta, s0))
     res, default = {}, tc.KDA_OUT_QG

@@ -81,7 +81,7 @@ from hwinfer.kernels.triton.delta_chunk_wy import (
 )
 from hwinfer.kernels.triton.delta_chunk_wu import _wu_kernel
 from hwinfer.kernels.triton.delta_chunk_wy_blocked import (
-    _chunk_decay, _tile_first, _tile_total, _wy_blocked_kernel, block_k_ok,
+    _chunk_decay, _tile_starts, _wy_blocked_kernel, block_k_ok,
 )
 from hwinfer.ops.linear_attention_chunked import L2NORM_EPS, check_inputs
 
@@ -203,8 +203,10 @@ X_16BIT = False
 # forms no norms. q e^G is rounded twice (stored, then times the tile's decay from the chunk's start,
 # for the bf16 product) instead of once: interpreted, KDA's outputs 3.3e-3 -> 3.4e-3 against the
 # token loop; fp32 inputs within 1e-7 of the other form. sm_90 SASS (Triton 3.6): the diagonal
-# kernel keeps 128 registers, its row loop 382 -> 428 instructions; the output kernel 1,208 ->
-# 1,120. Untimed (no card this session): off until one times it (see GDN_WU_RAW).
+# kernel keeps 128 registers, its row loop 382 -> 428 instructions; the output kernel 196 -> 168
+# registers (two -> three programs an SM), 1,816 -> 1,120 instructions. The blocked output
+# kernel takes it too (block_k_out: its loads pipelined by Triton, 162 registers at 64-channel
+# blocks). Untimed (no card this session): off until one times it (see GDN_WU_RAW).
 KDA_OUT_QG = False
 # KDA's split WY kernel with q and k entering its products as stored, their norms summed in the
 # same channel loop and applied to the [16, 16] blocks after (no norm pass first), and the
@@ -354,20 +356,9 @@ def _out_kernel(q_ptr, k_ptr, g_ptr, a_ptr, hs_ptr, d_ptr, o_ptr, c_ptr, qg_ptr,
     r = tl.arange(0, 64)
     if QG:
         # KDA (KDA_OUT_QG): q's rows normalised, scaled and decayed from their 16-row tile's
-        # first row (_kda_diag_kernel), times that row's decay from the chunk's start, e^{G[r0]}
-        # = e^{c[r0] + totals of the tiles before} per channel (four vectors)
-        t0 = _tile_total(c_ptr, tok0, n, i_h, Hv, 0, 0, DK, DK)
-        t1 = t0 + _tile_total(c_ptr, tok0, n, i_h, Hv, 0, 16, DK, DK)
-        t2 = t1 + _tile_total(c_ptr, tok0, n, i_h, Hv, 0, 32, DK, DK)
-        e0 = tl.exp(_tile_first(c_ptr, tok0, n, i_h, Hv, 0, DK))
-        e1 = tl.exp(_tile_first(c_ptr, tok0, n, i_h, Hv, 16, DK) + t0)
-        e2 = tl.exp(_tile_first(c_ptr, tok0, n, i_h, Hv, 32, DK) + t1)
-        e3 = tl.exp(_tile_first(c_ptr, tok0, n, i_h, Hv, 48, DK) + t2)
-        rr = r[:, None]
-        start = tl.where(rr >= 48, e3[None, :], tl.where(rr >= 32, e2[None, :],
-                                                         tl.where(rr >= 16, e1[None, :],
-                                                                  e0[None, :])))
-        qg = _head_rows(qg_ptr, tok0, n, i_h, Hv, 0, 0, 64, DK, DK) * start
+        # first row (_kda_diag_kernel), times that row's decay from the chunk's start
+        qg = (_head_rows(qg_ptr, tok0, n, i_h, Hv, 0, 0, 64, DK, DK)
+              * _tile_starts(c_ptr, tok0, n, i_h, Hv, 0, DK, DK))
     elif CS:   # KDA: the decays from the chunk's start from _kda_diag_kernel's tile cumsums
         G, _ = _chunk_decay(c_ptr, tok0, n, i_h, Hv, 0, DK, DK)
     else:
@@ -749,9 +740,10 @@ def _run(op: str, q, k, v, g, beta, initial_state, scale, use_qk_l2norm, cu_seql
         KS=key_scales, num_warps=num_warps or state_warps, **stages)
     if nc and block_k_out:
         _out_blocked_kernel[(nc, Hv, Dv // bv_out)](
-            q, k, g, a, hs, d, o, chunks, Hk, Hv, qkr, scale, L2NORM_EPS,
+            q, k, g, a, hs, d, o, gc, qg, chunks, Hk, Hv, qkr, scale, L2NORM_EPS,
             DK=Dk, DV=Dv, BV=bv_out, BK=block_k_out, PER_CHANNEL=per_channel, USE_L2NORM=l2,
-            PREC=prec_out, SPAN=GDN_SPAN, num_warps=num_warps or out_warps, **out_stages)
+            PREC=prec_out, SPAN=GDN_SPAN, QG=qg_on, num_warps=num_warps or out_warps,
+            **out_stages)
     elif nc:
         _out_kernel[(nc, Hv, Dv // bv_out)](
             q, k, g, a, hs, d, o, gc, qg, chunks, Hk, Hv, qkr, scale, L2NORM_EPS,
@@ -965,13 +957,18 @@ def _aot_specs():
                                                         "QS": qs, "CS": tile_cs,
                                                         "QG": qg},
                                      {"num_warps": 4}, targets))
+            blocked = {**{k: v for k, v in out.items() if k not in ("RAW_QK", "QS", "CS")},
+                       "BK": "constexpr"}
             specs.append(AotSpec(f"delta_chunk_out_blocked[{kind},{dtype},{d},bk32]",
-                                 _out_blocked_kernel,
-                                 {**{k: v for k, v in out.items()
-                                     if k not in ("RAW_QK", "QS", "CS", "QG", "c_ptr",
-                                                  "qg_ptr")},
-                                  "BK": "constexpr"},
-                                 {**flags, "BV": 64, "BK": 32, "SPAN": "scan"}, {"num_warps": 4}))
+                                 _out_blocked_kernel, blocked,
+                                 {**flags, "BV": 64, "BK": 32, "SPAN": "scan", "QG": False},
+                                 {"num_warps": 4}))
+            if tile_cs:   # KDA's on q e^c (KDA_OUT_QG), as NVIDIA would run it
+                specs.append(AotSpec(
+                    f"delta_chunk_out_blocked[{kind},{dtype},{d},bk64,bf16dots,qg]",
+                    _out_blocked_kernel, {**blocked, "hs_ptr": half, "d_ptr": half, "a_ptr": half},
+                    {**flags, "PREC": "bf16", "BV": 128, "BK": 64, "SPAN": "scan", "QG": True},
+                    {"num_warps": 4}, nv))
     return specs
 
 

@@ -25,7 +25,7 @@ import triton.language as tl
 from hwinfer.kernels.triton.delta_chunk_wy import (
     _chunk_program, _g_rows, _gdn_decay, _head_rows, _mm, _store_rows,
 )
-from hwinfer.kernels.triton.delta_chunk_wy_blocked import _inv_norm
+from hwinfer.kernels.triton.delta_chunk_wy_blocked import _inv_norm, _tile_starts
 
 
 @triton.jit
@@ -37,26 +37,35 @@ def _out_program(tab_ptr, Hk, Hv, BV: tl.constexpr):
 
 
 @triton.jit
-def _out_blocked_kernel(q_ptr, k_ptr, g_ptr, a_ptr, hs_ptr, d_ptr, o_ptr, tab_ptr, Hk, Hv, QKR,
-                        scale, eps, DK: tl.constexpr, DV: tl.constexpr, BV: tl.constexpr,
-                        BK: tl.constexpr, PER_CHANNEL: tl.constexpr, USE_L2NORM: tl.constexpr,
-                        PREC: tl.constexpr, SPAN: tl.constexpr):
+def _out_blocked_kernel(q_ptr, k_ptr, g_ptr, a_ptr, hs_ptr, d_ptr, o_ptr, c_ptr, qg_ptr, tab_ptr,
+                        Hk, Hv, QKR, scale, eps, DK: tl.constexpr, DV: tl.constexpr,
+                        BV: tl.constexpr, BK: tl.constexpr, PER_CHANNEL: tl.constexpr,
+                        USE_L2NORM: tl.constexpr, PREC: tl.constexpr, SPAN: tl.constexpr,
+                        QG: tl.constexpr = False):
+    # QG (KDA, delta_chunk.KDA_OUT_QG): q's rows come normalised, scaled and decayed from their
+    # tile's first row (qg_ptr, from _kda_diag_kernel), times e^{G} at that row (the tile
+    # cumsums c_ptr): no norm pass, and the loop's loads are plain rows Triton can pipeline
     i_c, i_h, i_hk, tok0, n, c0 = _out_program(tab_ptr, Hk, Hv, BV)
     r = tl.arange(0, 64)
-    nq = _inv_norm(q_ptr, tok0, n, i_hk, QKR, eps, 0, 64, DK, BK, USE_L2NORM) * scale
+    if not QG:
+        nq = _inv_norm(q_ptr, tok0, n, i_hk, QKR, eps, 0, 64, DK, BK, USE_L2NORM) * scale
     if not PER_CHANNEL:
         nk = _inv_norm(k_ptr, tok0, n, i_hk, QKR, eps, 0, 64, DK, BK, USE_L2NORM)
         s = tl.zeros([64, 64], dtype=tl.float32)
     acc = tl.zeros([64, BV], dtype=tl.float32)
     h_base = hs_ptr + (i_c.to(tl.int64) * Hv + i_h) * DK * DV + c0 + tl.arange(0, BV)[None, :]
     for kb in range(0, DK, BK):
-        qb = _head_rows(q_ptr, tok0, n, i_hk, QKR, kb, 0, 64, DK, BK) * nq[:, None]
-        if PER_CHANNEL:
-            gb = _head_rows(g_ptr, tok0, n, i_h, Hv, kb, 0, 64, DK, BK)
-            qb = qb * tl.exp(tl.cumsum(gb, axis=0))
+        if QG:
+            qb = (_head_rows(qg_ptr, tok0, n, i_h, Hv, kb, 0, 64, DK, BK)
+                  * _tile_starts(c_ptr, tok0, n, i_h, Hv, kb, DK, BK))
         else:
-            kbk = _head_rows(k_ptr, tok0, n, i_hk, QKR, kb, 0, 64, DK, BK) * nk[:, None]
-            s += _mm(qb, tl.trans(kbk), PREC)
+            qb = _head_rows(q_ptr, tok0, n, i_hk, QKR, kb, 0, 64, DK, BK) * nq[:, None]
+            if PER_CHANNEL:
+                gb = _head_rows(g_ptr, tok0, n, i_h, Hv, kb, 0, 64, DK, BK)
+                qb = qb * tl.exp(tl.cumsum(gb, axis=0))
+            else:
+                kbk = _head_rows(k_ptr, tok0, n, i_hk, QKR, kb, 0, 64, DK, BK) * nk[:, None]
+                s += _mm(qb, tl.trans(kbk), PREC)
         hb = tl.load(h_base + (kb + tl.arange(0, BK))[:, None] * DV)
         acc += _mm(qb, hb, PREC)
     if PER_CHANNEL:

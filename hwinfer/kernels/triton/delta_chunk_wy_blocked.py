@@ -86,12 +86,30 @@ def _tile_total(c_ptr, tok0, n, i_h, Hv, c0, R0: tl.constexpr, DK: tl.constexpr,
 
 
 @triton.jit
-def _tile_first(c_ptr, tok0, n, i_h, Hv, R0: tl.constexpr, DK: tl.constexpr):
-    """g at a tile's first row (its running sum there, [DK]; 0 for a tile past n), from the tile
-    cumsums of ``_kda_diag_kernel`` (``CS``)."""
-    cols = tl.arange(0, DK)
+def _tile_first(c_ptr, tok0, n, i_h, Hv, c0, R0: tl.constexpr, DK: tl.constexpr,
+                BK: tl.constexpr):
+    """g at a tile's first row (its running sum there; channels c0 .. c0+BK, [BK]; 0 for a tile
+    past n), from the tile cumsums of ``_kda_diag_kernel`` (``CS``)."""
+    cols = c0 + tl.arange(0, BK)
     return tl.load(c_ptr + ((tok0 + R0) * Hv + i_h) * DK + cols, mask=(cols < DK) & (R0 < n),
                    other=0.0)
+
+
+@triton.jit
+def _tile_starts(c_ptr, tok0, n, i_h, Hv, c0, DK: tl.constexpr, BK: tl.constexpr):
+    """KDA's decay from the chunk's start to each row's 16-row tile's first row, e^{G[r0]} =
+    e^{c[r0] + totals of the tiles before} ([64, BK], channels c0 .. c0+BK; four vectors
+    exponentiated, then spread over their tiles' rows), from the tile cumsums."""
+    t0 = _tile_total(c_ptr, tok0, n, i_h, Hv, c0, 0, DK, BK)
+    t1 = t0 + _tile_total(c_ptr, tok0, n, i_h, Hv, c0, 16, DK, BK)
+    t2 = t1 + _tile_total(c_ptr, tok0, n, i_h, Hv, c0, 32, DK, BK)
+    e0 = tl.exp(_tile_first(c_ptr, tok0, n, i_h, Hv, c0, 0, DK, BK))
+    e1 = tl.exp(_tile_first(c_ptr, tok0, n, i_h, Hv, c0, 16, DK, BK) + t0)
+    e2 = tl.exp(_tile_first(c_ptr, tok0, n, i_h, Hv, c0, 32, DK, BK) + t1)
+    e3 = tl.exp(_tile_first(c_ptr, tok0, n, i_h, Hv, c0, 48, DK, BK) + t2)
+    r = tl.arange(0, 64)[:, None]
+    return tl.where(r >= 48, e3[None, :], tl.where(r >= 32, e2[None, :],
+                                                   tl.where(r >= 16, e1[None, :], e0[None, :])))
 
 
 @triton.jit
