@@ -4,10 +4,10 @@
 ``_wy_blocked_kernel`` with ``SPLIT`` on stops after the solve and writes ``X = (I + diag(beta)
 A)^-1`` (unit lower triangular, [64, 64] a chunk and value head) as rows ``[tokens, Hv, 64]``
 fp32, or bf16 with ``delta_chunk.X_16BIT``, whose products here then take bf16 operands
-(``PREC`` "bf16"). Here one program a (chunk, value head) reads it once and forms both products as whole
-[64, 64] x [64, BC] matrix products, channel block by channel block: one tensor-core product of
-M = 64 instead of ten 16 x 16 blocks, and the WY program no longer holds X, k, v and the decay
-sums at once (255 registers and spills on the H200 when it did).
+(``PREC`` "bf16"). Here one program a (chunk, value head) reads it once and forms both products
+as whole [64, 64] x [64, BC] matrix products, channel block by channel block: one tensor-core
+product of M = 64 instead of ten 16 x 16 blocks, and the WY program no longer holds X, k, v and
+the decay sums at once (255 registers and spills on the H200 when it did).
 
 ``G`` is the decay from the chunk's start through row t, a cumulative sum of g over the rows (each
 exponent <= 0, a sum of its own terms, as everywhere in these kernels); KDA with ``CS`` reads it
