@@ -884,7 +884,7 @@ def _aot_specs():
                                          "RAW_K": "constexpr", "SPANS": "constexpr"},
                     {**flags, "PREC": "tf32", "BK": 32, "SPLIT": True, "SOLVE": "x4",
                      "RAW_K": "native", "SPANS": "scan"}, {"num_warps": SPLIT_LAUNCH[kind][0]},
-                    ("sm_90", "sm_100")))
+                    nv))
             if per_channel:
                 dg = {"q_ptr": ptr, "k_ptr": ptr, "g_ptr": f32, "b_ptr": f32, "a_ptr": f32,
                       "xd_ptr": f32, "c_ptr": f32, "qg_ptr": half, "tab_ptr": "*i32",

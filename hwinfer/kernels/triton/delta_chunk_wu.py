@@ -97,10 +97,8 @@ def _wu_kernel(k_ptr, v_ptr, g_ptr, b_ptr, x_ptr, w_ptr, u_ptr, kg_ptr, c_ptr, t
                                 c0, 0, 64, DK, BC)
             elif KG and not KS:
                 _store_rows(kg_ptr, kr * kgs[:, None], tok0, n, i_h, Hv, c0, 0, 64, DK, BC)
-            _store_rows(w_ptr, _mm(x, y, PREC), tok0, n, i_h, Hv, c0, 0, 64,
-                        DK, BC)
+            _store_rows(w_ptr, _mm(x, y, PREC), tok0, n, i_h, Hv, c0, 0, 64, DK, BC)
         for c0 in range(0, DV, BC):
             y = _head_rows(v_ptr, tok0, n, i_h, VR, c0, 0, 64, DV, BC) * b[:, None]
-            _store_rows(u_ptr, _mm(x, y, PREC), tok0, n, i_h, Hv, c0, 0, 64,
-                        DV, BC)
+            _store_rows(u_ptr, _mm(x, y, PREC), tok0, n, i_h, Hv, c0, 0, 64, DV, BC)
 

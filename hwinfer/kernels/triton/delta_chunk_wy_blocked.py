@@ -76,23 +76,26 @@ def _spans(g_ptr, tok0, n, i_h, Hv, c0, R0: tl.constexpr, DK: tl.constexpr, BK: 
 
 
 @triton.jit
-def _tile_total(c_ptr, tok0, n, i_h, Hv, c0, R0: tl.constexpr, DK: tl.constexpr, BK: tl.constexpr):
-    """A tile's sum of g over its rows (channels c0 .. c0+BK, [BK]; 0 for a tile past n): the
-    running sum at its last row, from the tile cumsums of ``_kda_diag_kernel`` (``CS``)."""
-    last = tl.minimum(n - 1, R0 + 15)
+def _tile_cumsum(c_ptr, tok0, n, i_h, Hv, c0, R0: tl.constexpr, row, DK: tl.constexpr,
+                 BK: tl.constexpr):
+    """The running sum of g at ``row`` of the tile starting at R0 (channels c0 .. c0+BK, [BK];
+    0 for a tile past n), from the tile cumsums of ``_kda_diag_kernel`` (``CS``)."""
     cols = c0 + tl.arange(0, BK)
-    return tl.load(c_ptr + ((tok0 + last) * Hv + i_h) * DK + cols, mask=(cols < DK) & (R0 < n),
+    return tl.load(c_ptr + ((tok0 + row) * Hv + i_h) * DK + cols, mask=(cols < DK) & (R0 < n),
                    other=0.0)
+
+
+@triton.jit
+def _tile_total(c_ptr, tok0, n, i_h, Hv, c0, R0: tl.constexpr, DK: tl.constexpr, BK: tl.constexpr):
+    """A tile's sum of g over its rows: the running sum at its last row."""
+    return _tile_cumsum(c_ptr, tok0, n, i_h, Hv, c0, R0, tl.minimum(n - 1, R0 + 15), DK, BK)
 
 
 @triton.jit
 def _tile_first(c_ptr, tok0, n, i_h, Hv, c0, R0: tl.constexpr, DK: tl.constexpr,
                 BK: tl.constexpr):
-    """g at a tile's first row (its running sum there; channels c0 .. c0+BK, [BK]; 0 for a tile
-    past n), from the tile cumsums of ``_kda_diag_kernel`` (``CS``)."""
-    cols = c0 + tl.arange(0, BK)
-    return tl.load(c_ptr + ((tok0 + R0) * Hv + i_h) * DK + cols, mask=(cols < DK) & (R0 < n),
-                   other=0.0)
+    """g at a tile's first row: the running sum there."""
+    return _tile_cumsum(c_ptr, tok0, n, i_h, Hv, c0, R0, R0, DK, BK)
 
 
 @triton.jit
