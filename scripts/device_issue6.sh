@@ -197,6 +197,32 @@ elif [ "$phase" = s28a ]; then
     --variant "wy4@$D:SPLIT_LAUNCH={'gdn':(2,4,32),'kda':(4,4,32)}" \
     --variant "out128@block_v_out=128"
   kda_base_tree 100
+elif [ "$phase" = s32a ]; then
+  # After s31a (the three forms on by default): the state kernel's launch (value block, warps,
+  # stages, no manual prefetch) for GDN and KDA against fla side by side per kernel; then Nsight
+  # Compute on both state kernels (ours, fla's h kernel) at 1 x 16k: warp states, the SASS
+  # lines' stall samples (ncu_*_sass.csv).
+  nvidia-smi --query-gpu=name --format=csv,noheader | tee "$out/gpu.txt"
+  D=hwinfer.kernels.triton.delta_chunk
+  gv=()  # the state kernel's launches, BV:warps:stages, each without the manual prefetch
+  for l in ${STATE_SWEEP:-16:4:3 16:2:3 32:4:3 32:2:3 32:4:2 64:4:3 64:4:2}; do
+    IFS=: read -r bv w st <<< "$l"
+    gv+=(--variant "s${bv}w${w}s${st}@block_v=$bv;$D:STATE_PREFETCH=False;$D:STATE_LAUNCH=($w,$st)")
+  done
+  BENCH=bench_gdn per_kernel 200 --kinds gdn --shapes 1x16384,8x2048 "${gv[@]}"
+  BENCH=bench_kda per_kernel 200 --kinds kda --shapes 1x16384 "${gv[@]}"
+  for kind in gdn kda; do
+    timeout 100 ncu --clock-control none --profile-from-start off \
+      -k regex:"_state_kernel|fwd_kernel_h" --section SpeedOfLight --section WarpStateStats \
+      --section LaunchStats --section Occupancy --section SourceCounters -f -o "$out/ncu_$kind" \
+      python3 scripts/probe_delta_chunk.py $kind 1x16384 > "$out/ncu_$kind.txt" 2>&1
+    echo "== ncu $kind rc=$?"; grep -v "^==PROF==" "$out/ncu_$kind.txt" | tail -3
+    ncu -i "$out/ncu_$kind.ncu-rep" --page details > "$out/ncu_${kind}_details.txt" 2>&1
+    ncu -i "$out/ncu_$kind.ncu-rep" --page source --print-source sass --csv \
+      > "$out/ncu_${kind}_sass.csv" 2>&1
+    grep -E "^  [a-z_]|Duration|Registers|Block Size|Grid Size|Stall|Warp Cycles|Achieved Occ" \
+      "$out/ncu_${kind}_details.txt" | cut -c1-120 | head -60
+  done
 elif [ "$phase" = s31a ]; then
   # Prepared, not run (the thirty-first session got no card). X handed from the WY kernel to
   # _wu_kernel in bf16 with bf16 products there (X_16BIT), GDN's _wu_kernel on the scaled X

@@ -181,10 +181,10 @@ GDN_STATE_RAW_K = True
 # product (fla rounds its scaled rows instead; with X_16BIT X is rounded once already); None
 # keeps the scaled rows' products (tf32, or bf16 with X_16BIT). sm_90 SASS with X in fp32 (4
 # warps): "split"'s channel loops 137 -> 91 instructions and 4 -> 2 barriers an iteration, but
-# 121 registers against 64 (four programs an SM, not eight). Untimed (the thirty-first
-# session got no card): None until one times it (device_issue6.sh s31a turns on "bf16",
-# X_16BIT and KDA_OUT_QG in its copy of the tree and times the forms against each other).
-GDN_WU_RAW = None
+# 121 registers against 64 (four programs an SM, not eight). H100, thirty-second session
+# (device_issue6.sh s31a, X_16BIT on): _wu_kernel at GDN 1 x 16k 125 us with "bf16", 132 with
+# "split" (tf32 rows and X fp32, the form before: 153); 8 x 2k 124 / 131 / 155.
+GDN_WU_RAW = "bf16"
 # X = (I + diag(beta) A)^-1, handed from the split WY kernel to _wu_kernel, stored in bf16 for
 # 16-bit inputs on NVIDIA (True), and w = X (beta k e^G), u = X (beta v) then bf16 products with
 # the scaled rows rounded to bf16 (fla's form: its inverse is stored in the input dtype); False
@@ -193,8 +193,11 @@ GDN_WU_RAW = None
 # Interpreted (tests/kernels/test_delta_chunk.py; B 1, T 200, 2 heads of 64, relative RMSE
 # against the token loop): GDN's outputs 2.9-3.0e-3 -> 3.2-3.3e-3 (with GDN_WU_RAW "split"
 # unchanged), KDA's 2.9e-3 -> 3.2-3.3e-3 and its final state 2.6e-3 -> 2.9-3.5e-3 (contract
-# 5e-3). Untimed (no card this session): off until one times it (see GDN_WU_RAW).
-X_16BIT = False
+# 5e-3). H100, thirty-second session (s31a): KDA 1 x 16k _wu_kernel 428 -> 405 us and the WY
+# kernel 393 -> 377; GDN (with GDN_WU_RAW "bf16") _wu_kernel 153 -> 125 us; on the card the
+# outputs' error against the recurrent kernel 3.3e-3 -> 3.7e-3, the final state's 2.3-2.4e-3 ->
+# 2.9e-3 (bench_delta_chunk.py's inputs), and the strict conformance passes.
+X_16BIT = True
 # KDA's output stage on q's rows normalised, scaled and decayed from their 16-row tile's first
 # row, written by _kda_diag_kernel's row loop, which has all three (with the tile cumsums,
 # KDA_SPANS "cumsum"), in place of q and the tile cumsums [tokens, Hv, Dk] fp32: the output
@@ -206,8 +209,10 @@ X_16BIT = False
 # kernel keeps 128 registers, its row loop 382 -> 428 instructions; the output kernel 196 -> 168
 # registers (two -> three programs an SM), 1,816 -> 1,120 instructions. The blocked output
 # kernel takes it too (block_k_out: its loads pipelined by Triton, 162 registers at 64-channel
-# blocks). Untimed (no card this session): off until one times it (see GDN_WU_RAW).
-KDA_OUT_QG = False
+# blocks). H100, thirty-second session (s31a, KDA 1 x 16k): the output kernel 417 -> 274 us,
+# the diagonal kernel 779 -> 823; all kernels 2,454 -> 2,361 us. The blocked output kernel at
+# 64-channel blocks measured 269 us (one run; the whole tile kept).
+KDA_OUT_QG = True
 # KDA's split WY kernel with q and k entering its products as stored, their norms summed in the
 # same channel loop and applied to the [16, 16] blocks after (no norm pass first), and the
 # decayed keys written by _wu_kernel (KG) instead of the WY kernel. H100, KDA 1 x 16k (s25c,
