@@ -25,6 +25,10 @@
 #                                         # kernel's num_stages, both removed)
 #   bash scripts/device_issue6.sh s27a      # the new GDN / KDA defaults: strict, models, vs fla
 #   bash scripts/device_issue6.sh s28a      # KDA's tile cumsums: strict, models, forms, vs fla / base
+#   bash scripts/device_issue6.sh s32a      # state kernel launches (BV, warps, stages, no prefetch)
+#                                         # beside fla per kernel; ncu of both state kernels
+#   bash scripts/device_issue6.sh s32b      # the launch rule s32a gave against the one before:
+#                                         # strict rows, GDN / KDA per kernel, fla at KDA 8 x 2k
 #   bash scripts/device_issue6.sh s31a      # (prepared) X in bf16 (X_16BIT), GDN's _wu_kernel on
 #                                         # the scaled X (GDN_WU_RAW), KDA's output stage on q e^c
 #                                         # (KDA_OUT_QG), turned on in the call's copy: strict, per
@@ -197,6 +201,19 @@ elif [ "$phase" = s28a ]; then
     --variant "wy4@$D:SPLIT_LAUNCH={'gdn':(2,4,32),'kda':(4,4,32)}" \
     --variant "out128@block_v_out=128"
   kda_base_tree 100
+elif [ "$phase" = s32b ]; then
+  # The state kernel's launch rule from s32a (value block by the grid, no manual prefetch, 2 / 3
+  # stages) against the launches before it (old16 / old32: GDN 1 x 16k took 16 channels, the
+  # rest 32; prefetch on one-wave grids, 2 stages): strict gdn + kda rows, GDN and KDA at 1 x 16k
+  # and 8 x 2k per kernel, fla beside KDA 8 x 2k.
+  nvidia-smi --query-gpu=name --format=csv,noheader | tee "$out/gpu.txt"
+  D=hwinfer.kernels.triton.delta_chunk
+  strict_rows "gdn_chunked or kda_chunked"
+  old=(--variant "old16@block_v=16;$D:STATE_PREFETCH=None;$D:STATE_LAUNCH=(4,2)"
+       --variant "old32@block_v=32;$D:STATE_PREFETCH=None;$D:STATE_LAUNCH=(4,2)")
+  BENCH=bench_gdn per_kernel 120 --kinds gdn --shapes 1x16384,8x2048 --no-fla "${old[@]}"
+  BENCH=bench_kda per_kernel 200 --kinds kda --shapes 8x2048,1x16384 "${old[@]}" \
+    --variant "s64w4s3@block_v=64;$D:STATE_LAUNCH=(4,3)"
 elif [ "$phase" = s32a ]; then
   # After s31a (the three forms on by default): the state kernel's launch (value block, warps,
   # stages, no manual prefetch) for GDN and KDA against fla side by side per kernel; then Nsight

@@ -126,9 +126,13 @@ U_16BIT = True
 # state kernel at 8 x 2k 700 -> 408 us for KDA (the call 2,838 -> 2,540), 227 -> 197 for GDN;
 # one-wave grids (1 x 16k) unchanged.
 STATE_VB_FIRST = True
-# Whether the state stage loads the next chunk's w and decayed keys while it works on this one
-# (None: where its grid is one wave at most, see _run; True / False force it).
-STATE_PREFETCH: bool | None = None
+# Whether the state stage loads the next chunk's w and decayed keys into registers while it
+# works on this one (None: where its grid is one wave at most; True / False force it). With the
+# bf16 products Triton pipelines those loads itself (cp.async, num_stages deep) and the manual
+# prefetch lost everywhere on an H100 (thirty-second session, s32a; state kernel, us, default
+# of the time / no prefetch at the launch _run now picks): GDN 1 x 16k 367 / 359, KDA 1 x 16k
+# 477 / 427. False.
+STATE_PREFETCH: bool | None = False
 # How the output stage forms GDN's intra-chunk decay exponents (delta_chunk_wy._gdn_decay):
 # "scan" (exact sums of each span), "dot" (the same sums by 3xTF32 products), "diff" (fla's
 # differences of cumulative sums). A tuning constant to time on a card.
@@ -141,8 +145,9 @@ RAW_QK = True
 # "" forms q e^G in fp32 for a tf32 product.
 OUT_QS = "split"
 # (num_warps, num_stages) of the state and output kernels on NVIDIA when a call names no
-# num_warps (stages None: Triton's default); see _run for what was measured.
-STATE_LAUNCH = (4, 2)
+# num_warps (the state kernel's stages None: _run's rule; the output kernel's None: Triton's
+# default); see _run for what was measured.
+STATE_LAUNCH = (4, None)
 OUT_LAUNCH = (4, None)
 # The blocked WY stage as two kernels: ``_wy_blocked_kernel`` stops at X (written as [tokens,
 # Hv, 64] fp32) and ``_wu_kernel`` (:mod:`.delta_chunk_wu`) forms w and u as [64, 64] products.
@@ -302,8 +307,8 @@ def _state_kernel(kg_ptr, ge_ptr, w_ptr, u_ptr, h0_ptr, hs_ptr, d_ptr, ht_ptr, s
     # Triton 3.6 now pipelines every load of the loop for the bf16 forms (sm_90 SASS, thirty-first
     # session, GDN BV 16 at 4 warps: 19 cp.async a step, 312 instructions a step, 120
     # registers; with it, plain loads staged through shared memory, 448 and 205; KDA BV 32: 407
-    # and 148 without). When the decision below was timed the products were tf32 and the
-    # dots' loads were not pipelined; untimed since (device_issue6.sh s31a, nopf).
+    # and 148 without). Timed on an H100 (thirty-second session), the pipelined loads won at
+    # every launch tried (STATE_PREFETCH); the manual prefetch had won with tf32 products.
     rows = tl.arange(0, 64)
     if PREFETCH:
         w = _raw_rows(w_ptr, tok0, seq_len, i_h, Hv, 0, 64, DK)
@@ -598,12 +603,16 @@ def _run(op: str, q, k, v, g, beta, initial_state, scale, use_qk_l2norm, cu_seql
     scale = float(Dk ** -0.5 if scale is None else scale)
     l2 = bool(use_qk_l2norm)
     # The interpreter pays per program: one value block per head there unless asked. On the
-    # GPU 32 value channels per state program give N * Hv * Dv / 32 programs for the only
-    # sequential stage, 16 when that is under half the SMs (GDN 1 x 16k on the H200: 64
-    # programs, 16 channels 7% faster; KDA's 128 programs were 1% slower with 16); the output
-    # stage has chunks x heads programs already.
-    few = n * Hv * triton.cdiv(Dv, 32) < num_sms(v.device, 8) // 2
-    bv_state = min(block_v or (Dv if _INTERPRET else 16 if few else 32), Dv)
+    # GPU the state stage, the only sequential one, takes the widest value block (64, 32, 16)
+    # whose grid (N * Hv * Dv / BV programs) still fills the SMs, else 16: each program reads
+    # all of w and the keys, so wider blocks read them fewer times, and narrower ones run more
+    # chains side by side where there are few. H100, thirty-second session (s32a, state kernel,
+    # us, no manual prefetch, 4 warps, 2 / 3 stages): GDN 1 x 16k (16 sequence-heads) BV 16:
+    # 470 / 359, 32: 483 / 377, 64: 561 / 447; KDA 1 x 16k (32) BV 16: - / 427, 32: 562 / 474,
+    # 64: 624 / 490; GDN 8 x 2k (128) BV 16: - / 236, 32: 192 / 237, 64: 150 / 172.
+    sms = num_sms(v.device, 8)
+    wide = next((b for b in (64, 32) if n * Hv * triton.cdiv(Dv, b) >= sms), 16)
+    bv_state = min(block_v or (Dv if _INTERPRET else wide), Dv)
     # The output stage: 128 value channels a program for GDN's split q S0 (293 against 332 us
     # at 64 on the H200, GDN 1 x 16k; 294 / 334 at 8 x 2k) and for KDA, whose decays now come
     # from the tile cumsums (H100, twenty-eighth session: 507 -> 416 us at 1 x 16k, 510 -> 423
@@ -626,17 +635,17 @@ def _run(op: str, q, k, v, g, beta, initial_state, scale, use_qk_l2norm, cu_seql
     # 4%); the whole-tile WY kernel of KDA (q, k, G tiles) keeps 8.
     # The state kernel's loads pipelined 3 deep need 240 KB of shared memory (> 227 KB): 2 stages.
     warps_wy = num_warps or (8 if per_channel else 4)
+    # The state kernel's loads pipelined 3 deep where its programs are few enough to run side
+    # by side (one wave, or two of 16 / 32 channels, whose stages are smaller), else 2 deep, so
+    # that more of them share an SM (the measurements above; 2 warps were 2-3x slower
+    # throughout). The thirteenth session (H200, tf32 products) found the manual prefetch
+    # faster on one-wave grids; see STATE_PREFETCH.
     state_warps, state_stages = STATE_LAUNCH
-    stages = {} if torch.version.hip or not state_stages else {"num_stages": state_stages}
-    # The next chunk's loads in flight help a program alone on its SM and cost the registers
-    # that let several share one. H200, per-kernel us (prefetch at 4 warps / none / prefetch at
-    # 8 warps; thirteenth session): GDN 1 x 16k, 128 programs of 16 channels: 480 / 604 / 565;
-    # KDA 1 x 16k, 128 of 32: 849 / 817 / 716; GDN 8 x 2k, 512 of 32: 276 / 265 / 388; KDA
-    # 8 x 2k, 1,024 of 32: 684 / 627 / 806. So: prefetch where the grid is one wave, with 8
-    # warps for 32-channel blocks (their 4-warp build spills); none where programs share SMs.
     state_programs = n * Hv * (Dv // bv_state)
-    prefetch = (state_programs <= num_sms(v.device, 8) if STATE_PREFETCH is None
-                else STATE_PREFETCH)
+    if state_stages is None:
+        state_stages = 3 if state_programs <= sms * (2 if bv_state <= 32 else 1) else 2
+    stages = {} if torch.version.hip else {"num_stages": state_stages}
+    prefetch = state_programs <= sms if STATE_PREFETCH is None else STATE_PREFETCH
     if prefetch and bv_state >= 32:
         state_warps = 8
     out_warps, out_stages = OUT_LAUNCH
@@ -915,24 +924,27 @@ def _aot_specs():
                   "PER_CHANNEL": "constexpr", "HAS_H0": "constexpr", "PREC": "constexpr",
                   "PREFETCH": "constexpr", "HAS_SLOTS": "constexpr", "VB_FIRST": "constexpr",
                   "KS": "constexpr"}
-            # (no prefetch, 4 warps) as on AMD and for many programs; prefetch at 8 warps. On
+            # (no prefetch, 4 warps) at the value blocks and stages _run picks (16 channels 3
+            # deep, 64 2 deep; AMD: 32, Triton's stages), the manual prefetch at 8 warps. On
             # NVIDIA (bf16, the default STATE_DOTS, or split) the states and deltas are handed
             # over in bf16 (HANDOFF_16BIT).
             nv = ("sm_90", "sm_100")
             # GDN on NVIDIA: the keys as stored with their row scales (GDN_STATE_RAW_K)
             ks = not per_channel and GDN_STATE_RAW_K
-            for prec, pf, targets in (("ieee", False, None), ("bf16", False, nv),
-                                      ("bf16", True, nv), ("split", True, nv)):
+            for prec, pf, bv, stages, targets in (
+                    ("ieee", False, 32, 2, None), ("bf16", False, 16, 3, nv),
+                    ("bf16", False, 64, 2, nv), ("bf16", True, 32, 2, nv),
+                    ("split", True, 32, 2, nv)):
                 handoff = {"hs_ptr": half, "d_ptr": half} if prec != "ieee" else {}
                 raw = ks and prec != "ieee"
                 specs.append(AotSpec(
-                    f"delta_chunk_state[{kind},{dtype},{d},{prec}{',prefetch' if pf else ''}"
-                    f"{',ks' if raw else ''}]",
+                    f"delta_chunk_state[{kind},{dtype},{d},{prec},bv{bv}s{stages}"
+                    f"{',prefetch' if pf else ''}{',ks' if raw else ''}]",
                     _state_kernel, {**st, **handoff, **({"kg_ptr": ptr} if raw else {})},
-                    {"DK": d, "DV": d, "BV": 32, "PER_CHANNEL": per_channel, "HAS_H0": True,
-                     "PREC": prec, "PREFETCH": pf, "HAS_SLOTS": True,
+                    {"DK": d, "DV": d, "BV": min(bv, d), "PER_CHANNEL": per_channel,
+                     "HAS_H0": True, "PREC": prec, "PREFETCH": pf, "HAS_SLOTS": True,
                      "VB_FIRST": bool(STATE_VB_FIRST), "KS": raw},
-                    {"num_warps": 8 if pf else 4, "num_stages": 2}, targets))
+                    {"num_warps": 8 if pf else 4, "num_stages": stages}, targets))
             out = {"q_ptr": ptr, "k_ptr": ptr, "g_ptr": f32, "a_ptr": f32, "hs_ptr": f32,
                    "d_ptr": f32, "o_ptr": ptr, "c_ptr": f32, "qg_ptr": half,
                    "tab_ptr": "*i32", "Hk": "i32",
