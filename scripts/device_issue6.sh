@@ -29,6 +29,7 @@
 #                                         # beside fla per kernel; ncu of both state kernels
 #   bash scripts/device_issue6.sh s32b      # the launch rule s32a gave against the one before:
 #                                         # strict rows, GDN / KDA per kernel, fla at KDA 8 x 2k
+#   bash scripts/device_issue6.sh s32c      # Nsight Compute alone on both state kernels (ncu.tgz)
 #   bash scripts/device_issue6.sh s31a      # (prepared) X in bf16 (X_16BIT), GDN's _wu_kernel on
 #                                         # the scaled X (GDN_WU_RAW), KDA's output stage on q e^c
 #                                         # (KDA_OUT_QG), turned on in the call's copy: strict, per
@@ -108,6 +109,26 @@ models_on_card() {  # the model tests matching $1 on the card
   HWINFER_TEST_DEVICE=cuda timeout 150 python3 -m pytest tests/models -q -p no:cacheprovider \
     -k "$1" > "$out/models.txt" 2>&1
   echo "== models ($1) on the card"; grep -E "passed|failed|FAILED" "$out/models.txt" | tail -6
+}
+
+ncu_state() {  # Nsight Compute on our state kernel and fla's h kernel at 1 x 16k for each kind
+  # given: the report, its details page and its per-SASS-line stall samples, packed in one
+  # file ($out/ncu.tgz: the device tool returns only a few files)
+  local dir=/tmp/ncu; mkdir -p $dir
+  for kind in "$@"; do
+    timeout 100 ncu --clock-control none --profile-from-start off \
+      -k regex:"_state_kernel|fwd_kernel_h" --section SpeedOfLight --section WarpStateStats \
+      --section LaunchStats --section Occupancy --section SourceCounters \
+      --section MemoryWorkloadAnalysis -f -o "$dir/ncu_$kind" \
+      python3 scripts/probe_delta_chunk.py $kind 1x16384 > "$dir/ncu_$kind.txt" 2>&1
+    echo "== ncu $kind rc=$?"; grep -v "^==PROF==" "$dir/ncu_$kind.txt" | tail -3
+    ncu -i "$dir/ncu_$kind.ncu-rep" --page details > "$dir/ncu_${kind}_details.txt" 2>&1
+    ncu -i "$dir/ncu_$kind.ncu-rep" --page source --print-source sass --csv \
+      > "$dir/ncu_${kind}_sass.csv" 2>&1
+    grep -E "^  [a-z_]|Duration|Registers|Block Size|Grid Size|Warp Cycles|Achieved Occ|Throughput|Hit Rate" \
+      "$dir/ncu_${kind}_details.txt" | cut -c1-120 | head -60
+  done
+  tar -czf "$out/ncu.tgz" -C $dir .
 }
 
 if [ "$phase" = check ]; then
@@ -201,6 +222,12 @@ elif [ "$phase" = s28a ]; then
     --variant "wy4@$D:SPLIT_LAUNCH={'gdn':(2,4,32),'kda':(4,4,32)}" \
     --variant "out128@block_v_out=128"
   kda_base_tree 100
+elif [ "$phase" = s32c ]; then
+  # Nsight Compute alone on both state kernels (ours at the defaults, fla's h kernel), GDN and
+  # KDA at 1 x 16k, with L2 / DRAM throughput and the per-line stall samples (s32a's copies of
+  # those did not come back).
+  nvidia-smi --query-gpu=name --format=csv,noheader | tee "$out/gpu.txt"
+  ncu_state gdn kda
 elif [ "$phase" = s32b ]; then
   # The state kernel's launch rule from s32a (value block by the grid, no manual prefetch, 2 / 3
   # stages) against the launches before it (old16 / old32: GDN 1 x 16k took 16 channels, the
@@ -228,18 +255,7 @@ elif [ "$phase" = s32a ]; then
   done
   BENCH=bench_gdn per_kernel 200 --kinds gdn --shapes 1x16384,8x2048 "${gv[@]}"
   BENCH=bench_kda per_kernel 200 --kinds kda --shapes 1x16384 "${gv[@]}"
-  for kind in gdn kda; do
-    timeout 100 ncu --clock-control none --profile-from-start off \
-      -k regex:"_state_kernel|fwd_kernel_h" --section SpeedOfLight --section WarpStateStats \
-      --section LaunchStats --section Occupancy --section SourceCounters -f -o "$out/ncu_$kind" \
-      python3 scripts/probe_delta_chunk.py $kind 1x16384 > "$out/ncu_$kind.txt" 2>&1
-    echo "== ncu $kind rc=$?"; grep -v "^==PROF==" "$out/ncu_$kind.txt" | tail -3
-    ncu -i "$out/ncu_$kind.ncu-rep" --page details > "$out/ncu_${kind}_details.txt" 2>&1
-    ncu -i "$out/ncu_$kind.ncu-rep" --page source --print-source sass --csv \
-      > "$out/ncu_${kind}_sass.csv" 2>&1
-    grep -E "^  [a-z_]|Duration|Registers|Block Size|Grid Size|Stall|Warp Cycles|Achieved Occ" \
-      "$out/ncu_${kind}_details.txt" | cut -c1-120 | head -60
-  done
+  ncu_state gdn kda
 elif [ "$phase" = s31a ]; then
   # Prepared, not run (the thirty-first session got no card). X handed from the WY kernel to
   # _wu_kernel in bf16 with bf16 products there (X_16BIT), GDN's _wu_kernel on the scaled X
