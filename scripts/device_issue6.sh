@@ -29,7 +29,8 @@
 #                                         # beside fla per kernel; ncu of both state kernels
 #   bash scripts/device_issue6.sh s32b      # the launch rule s32a gave against the one before:
 #                                         # strict rows, GDN / KDA per kernel, fla at KDA 8 x 2k
-#   bash scripts/device_issue6.sh s32c      # Nsight Compute alone on both state kernels (ncu.tgz)
+#   bash scripts/device_issue6.sh s32c      # Nsight Compute on both state kernels (ncu.tgz); GDN's
+#                                         # output stage on q's raw rows (rawq) and fla's spans
 #   bash scripts/device_issue6.sh s31a      # (prepared) X in bf16 (X_16BIT), GDN's _wu_kernel on
 #                                         # the scaled X (GDN_WU_RAW), KDA's output stage on q e^c
 #                                         # (KDA_OUT_QG), turned on in the call's copy: strict, per
@@ -223,11 +224,17 @@ elif [ "$phase" = s28a ]; then
     --variant "out128@block_v_out=128"
   kda_base_tree 100
 elif [ "$phase" = s32c ]; then
-  # Nsight Compute alone on both state kernels (ours at the defaults, fla's h kernel), GDN and
-  # KDA at 1 x 16k, with L2 / DRAM throughput and the per-line stall samples (s32a's copies of
-  # those did not come back).
+  # Nsight Compute on both state kernels (ours at the defaults, fla's h kernel), GDN and KDA at
+  # 1 x 16k, with L2 / DRAM throughput and the per-line stall samples (s32a's copies of those
+  # did not come back); then GDN per kernel with its output stage's candidate forms.
   nvidia-smi --query-gpu=name --format=csv,noheader | tee "$out/gpu.txt"
   ncu_state gdn kda
+  # GDN's output stage on q's raw rows (GDN_OUT_RAW_Q: 229 registers against 255 + spills at
+  # 128 channels, 168 against 236 at 64, sm_90) and with fla's decay differences (GDN_SPAN)
+  D=hwinfer.kernels.triton.delta_chunk
+  BENCH=bench_gdn per_kernel 150 --kinds gdn --shapes 1x16384,8x2048 --no-fla \
+    --variant "rawq@$D:GDN_OUT_RAW_Q=True" --variant "rawq64@block_v_out=64;$D:GDN_OUT_RAW_Q=True" \
+    --variant "diff@$D:GDN_SPAN='diff'" --variant "rawqdiff@$D:GDN_OUT_RAW_Q=True;$D:GDN_SPAN='diff'"
 elif [ "$phase" = s32b ]; then
   # The state kernel's launch rule from s32a (value block by the grid, no manual prefetch, 2 / 3
   # stages) against the launches before it (old16 / old32: GDN 1 x 16k took 16 channels, the

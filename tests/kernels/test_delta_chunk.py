@@ -289,6 +289,23 @@ tc.OUT_QS = "split"
 tc.OUT_DOTS_16BIT = "bf16"
 flips = (res["split"] != res[""]).float().mean().item()
 assert flips < 0.01 and rel(res["split"], res[""]) < 1e-4, (flips, rel(res["split"], res[""]))
+# GDN_OUT_RAW_Q: with the default bf16 output products, q S0 from q's raw rows and the row
+# scales on the result: no further from the token loop than q e^G rounded first (contiguous and
+# GQA token-strided heads); it ran (the outputs differ) and left the final state alone.
+for qq, kk, vv in ((qb, kb, vb), (pb[..., :32].reshape(1, 137, 1, 32),
+                                  pb[..., 32:64].reshape(1, 137, 1, 32),
+                                  pb[..., 64:128].reshape(1, 137, 2, 32))):
+    gd, bt = -torch.rand(vv.shape[:3]), torch.rand(vv.shape[:3])
+    sd = torch.randn(1, vv.shape[2], 32, 32)
+    o2 = ref.gdn_recurrent(qq.float(), kk.float(), vv.float(), gd, bt, sd)[0]
+    res, default = {}, tc.GDN_OUT_RAW_Q
+    for on in (True, False):
+        tc.GDN_OUT_RAW_Q = on
+        res[on] = tc.gdn_chunked(qq, kk, vv, gd, bt, sd)
+    tc.GDN_OUT_RAW_Q = default
+    assert not torch.equal(res[True][0], res[False][0]) and torch.equal(res[True][1], res[False][1])
+    assert rel(res[True][0], o2) < 1.02 * rel(res[False][0], o2) < 5e-3, (
+        rel(res[True][0], o2), rel(res[False][0], o2))
 # OUT_DOTS_16BIT (the default "bf16"): 16-bit inputs get the output stage's bf16 products, the
 # same as asking for dots="bf16"; fp32 inputs keep exact products.
 for f, gg in ((tc.gdn_chunked, g[..., 0]), (tc.kda_chunked, g)):

@@ -144,6 +144,13 @@ RAW_QK = True
 # products against S0 split hi + lo (delta_chunk_wy._mm_split) and scales the result's rows;
 # "" forms q e^G in fp32 for a tf32 product.
 OUT_QS = "split"
+# GDN's inter-chunk term with the output stage's bf16 products (OUT_DOTS_16BIT, the NVIDIA
+# default for 16-bit inputs) as diag(e^G / |q|) (q_raw S0): q's bf16 rows enter the product as
+# loaded and the row scales go on its result, as fla scales its output rows, instead of q e^G
+# formed in fp32 and rounded to bf16 for the product ([64, 128] fp32 multiplied, converted and
+# held: the GDN output kernel is at 255 registers with 2 B spilled, sm_90). One rounding fewer
+# (q's rows are exact). Untimed: off until a card times it (device_issue6.sh s32c, rawq).
+GDN_OUT_RAW_Q = False
 # (num_warps, num_stages) of the state and output kernels on NVIDIA when a call names no
 # num_warps (the state kernel's stages None: _run's rule; the output kernel's None: Triton's
 # default); see _run for what was measured.
@@ -409,7 +416,8 @@ def _out_kernel(q_ptr, k_ptr, g_ptr, a_ptr, hs_ptr, d_ptr, o_ptr, c_ptr, qg_ptr,
     d = _head_rows(d_ptr, tok0, n, i_h, Hv, c0, 0, 64, DV, BV)
     if QS != "":
         # GDN with bf16 q: (q e^G) S0 = diag(e^G / |q|) (q_raw S0), q_raw as stored against S0
-        # split hi + lo (_mm_split): no fp32 copy of q, more precise than tf32.
+        # split hi + lo (QS "split", _mm_split): no fp32 copy of q, more precise than tf32; or
+        # against S0 in bf16 (QS "bf16", GDN_OUT_RAW_Q), one product.
         o = (nq * tl.exp(G))[:, None] * _mm_split(qr, h, QS) + _mm(p, d, PREC)
     else:
         o = _mm(qg, h, PREC) + _mm(p, d, PREC)
@@ -682,6 +690,9 @@ def _run(op: str, q, k, v, g, beta, initial_state, scale, use_qk_l2norm, cu_seql
     qs = ""
     if OUT_QS == "split" and not per_channel and raw_qk and q.dtype == torch.bfloat16 and not dots:
         qs = "split_rounded" if _INTERPRET else "split"
+    elif (GDN_OUT_RAW_Q and not per_channel and raw_qk and q.dtype == torch.bfloat16
+          and prec_out in ("bf16", "bf16_rounded")):
+        qs = prec_out   # (q_raw S0) in one bf16 product, S0 being bf16 already
     block_k_out = OUT_BLOCK_K if block_k_out is None else block_k_out
     if block_k_out and not block_k_out_ok(block_k_out, Dk):
         raise ValueError(f"{op} (triton): block_k_out={block_k_out} must be a power of two >= 16 "
@@ -961,7 +972,7 @@ def _aot_specs():
             # (KDA_OUT_QG) in its exact and NVIDIA forms
             for qs, prec, qg, targets in (("", "ieee", False, None), ("", "ieee", True, None),
                                           ("split", "ieee", False, nv), ("", "bf16", False, nv),
-                                          ("", "bf16", True, nv)):
+                                          ("", "bf16", True, nv), ("bf16", "bf16", False, nv)):
                 if (qs and per_channel) or (qg and not tile_cs):
                     continue
                 tag = (f"{',' + qs if qs else ''}{',bf16dots' if prec == 'bf16' else ''}"
@@ -972,7 +983,7 @@ def _aot_specs():
                     handoff = {"hs_ptr": half, "d_ptr": half, "a_ptr": half if per_channel else f32}
                 specs.append(AotSpec(f"delta_chunk_out[{kind},{dtype},{d}{tag}]",
                                      _out_kernel, {**out, **handoff}, {**flags, "PREC": prec,
-                                                        "BV": 128 if qs or per_channel else 64,
+                                                        "BV": 128,   # as _run launches them
                                                         "SPAN": "scan", "RAW_QK": "native",
                                                         "QS": qs, "CS": tile_cs,
                                                         "QG": qg},
