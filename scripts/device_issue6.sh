@@ -30,7 +30,8 @@
 #   bash scripts/device_issue6.sh s32b      # the launch rule s32a gave against the one before:
 #                                         # strict rows, GDN / KDA per kernel, fla at KDA 8 x 2k
 #   bash scripts/device_issue6.sh s32c      # Nsight Compute on both state kernels (ncu.tgz); GDN's
-#                                         # output stage on q's raw rows (rawq) and fla's spans
+#                                         # output stage on q's raw rows (rawq) and fla's spans;
+#                                         # the state step's decay loaded ahead (GDN, KDA)
 #   bash scripts/device_issue6.sh s31a      # (prepared) X in bf16 (X_16BIT), GDN's _wu_kernel on
 #                                         # the scaled X (GDN_WU_RAW), KDA's output stage on q e^c
 #                                         # (KDA_OUT_QG), turned on in the call's copy: strict, per
@@ -226,7 +227,8 @@ elif [ "$phase" = s28a ]; then
 elif [ "$phase" = s32c ]; then
   # Nsight Compute on both state kernels (ours at the defaults, fla's h kernel), GDN and KDA at
   # 1 x 16k, with L2 / DRAM throughput and the per-line stall samples (s32a's copies of those
-  # did not come back); then GDN per kernel with its output stage's candidate forms.
+  # did not come back); then GDN per kernel with its output stage's candidate forms, GDN and
+  # KDA with the state step's decay loaded a step ahead.
   nvidia-smi --query-gpu=name --format=csv,noheader | tee "$out/gpu.txt"
   ncu_state gdn kda
   # GDN's output stage on q's raw rows (GDN_OUT_RAW_Q: 229 registers against 255 + spills at
@@ -234,7 +236,11 @@ elif [ "$phase" = s32c ]; then
   D=hwinfer.kernels.triton.delta_chunk
   BENCH=bench_gdn per_kernel 150 --kinds gdn --shapes 1x16384,8x2048 --no-fla \
     --variant "rawq@$D:GDN_OUT_RAW_Q=True" --variant "rawq64@block_v_out=64;$D:GDN_OUT_RAW_Q=True" \
-    --variant "diff@$D:GDN_SPAN='diff'" --variant "rawqdiff@$D:GDN_OUT_RAW_Q=True;$D:GDN_SPAN='diff'"
+    --variant "diff@$D:GDN_SPAN='diff'" --variant "rawqdiff@$D:GDN_OUT_RAW_Q=True;$D:GDN_SPAN='diff'" \
+    --variant "ahead@$D:STATE_DECAY_AHEAD=True"
+  # the state step's decay loaded a step ahead (STATE_DECAY_AHEAD), KDA
+  BENCH=bench_kda per_kernel 120 --kinds kda --shapes 1x16384,8x2048 --no-fla \
+    --variant "ahead@$D:STATE_DECAY_AHEAD=True"
 elif [ "$phase" = s32b ]; then
   # The state kernel's launch rule from s32a (value block by the grid, no manual prefetch, 2 / 3
   # stages) against the launches before it (old16 / old32: GDN 1 x 16k took 16 channels, the

@@ -101,6 +101,19 @@ for g in (-0.02 * torch.rand(B, T, H, D), -torch.rand(B, T, H, D), -100 * torch.
     assert rel(subst[0], blocks[0]) < 1e-6 and rel(subst[1], blocks[1]) < 1e-6
     if g.min() > -50:   # (it ran; at g ~ -100 the blocks' off-diagonal entries vanish: X = I)
         assert not torch.equal(subst[0], blocks[0])
+# STATE_DECAY_AHEAD: the state step's chunk decay loaded a step ahead (masked past the last
+# chunk): the same loads in another order, bit-equal outputs and states, GDN and KDA, one
+# sequence and varlen with partial chunks (value blocks of 16: several programs a head).
+for f, gg in ((tc.gdn_chunked, g[..., 0]), (tc.kda_chunked, g)):
+    for args, kw in (((q, k, v, gg, beta, s0), {}),
+                     ((*(x[:, :T // 2] for x in (q, k, v, gg, beta)), s0.repeat(3, 1, 1, 1)),
+                      dict(cu_seqlens=cu_odd))):
+        res, default = {}, tc.STATE_DECAY_AHEAD
+        for on in (True, False):
+            tc.STATE_DECAY_AHEAD = on
+            res[on] = f(*args, block_v=16, **kw)
+        tc.STATE_DECAY_AHEAD = default
+        assert all(map(torch.equal, res[True], res[False])), (f.__name__, list(kw))
 # dots="bf16": the output stage's operands rounded to bf16 (emulated in fp32 here); the state
 # recurrence untouched, the output moved by bf16 rounding only.
 o1, s1 = tc.gdn_chunked(q, k, v, g[..., 0], beta, s0, dots="bf16")

@@ -133,6 +133,9 @@ STATE_VB_FIRST = True
 # of the time / no prefetch at the launch _run now picks): GDN 1 x 16k 367 / 359, KDA 1 x 16k
 # 477 / 427. False.
 STATE_PREFETCH: bool | None = False
+# The state step's chunk decay loaded a step ahead (see _state_kernel). Untimed: off until a card
+# times it (device_issue6.sh s32c, ahead).
+STATE_DECAY_AHEAD = False
 # How the output stage forms GDN's intra-chunk decay exponents (delta_chunk_wy._gdn_decay):
 # "scan" (exact sums of each span), "dot" (the same sums by 3xTF32 products), "diff" (fla's
 # differences of cumulative sums). A tuning constant to time on a card.
@@ -269,11 +272,21 @@ KDA_SPANS = "cumsum"
 
 
 @triton.jit
+def _chunk_log_decay(ge_ptr, chunk, i_h, Hv, DK: tl.constexpr, PER_CHANNEL: tl.constexpr, ok):
+    """G_end of one chunk and head: [DK] (KDA) or a scalar (GDN); 0 where not ``ok``."""
+    if PER_CHANNEL:
+        g = tl.load(ge_ptr + (chunk * Hv + i_h) * DK + tl.arange(0, DK), mask=ok, other=0.0)
+    else:
+        g = tl.load(ge_ptr + chunk * Hv + i_h, mask=ok, other=0.0)
+    return g
+
+
+@triton.jit
 def _state_kernel(kg_ptr, ge_ptr, w_ptr, u_ptr, h0_ptr, hs_ptr, d_ptr, ht_ptr, seq_ptr, slot_ptr,
                   ks_ptr, Hk, Hv, KR, DK: tl.constexpr, DV: tl.constexpr, BV: tl.constexpr,
                   PER_CHANNEL: tl.constexpr, HAS_H0: tl.constexpr, PREC: tl.constexpr,
                   PREFETCH: tl.constexpr, HAS_SLOTS: tl.constexpr, VB_FIRST: tl.constexpr = False,
-                  KS: tl.constexpr = False):
+                  KS: tl.constexpr = False, DECAY_AHEAD: tl.constexpr = False):
     # KS (GDN): kg_ptr holds the keys as stored (key head i_h // (Hv / Hk), token stride KR in
     # units of DK) and ks_ptr each row's scale |k|^-1 e^{G_end - G} ([tokens, Hv] fp32), which
     # the step applies to its deltas: k^T (s d) = (s k)^T d, one decay a row. Otherwise kg_ptr
@@ -322,7 +335,10 @@ def _state_kernel(kg_ptr, ge_ptr, w_ptr, u_ptr, h0_ptr, hs_ptr, d_ptr, ht_ptr, s
         kg = _raw_rows(kg_ptr, tok0, seq_len, i_hk, KR, 0, 64, DK)
         if KS:
             ks = tl.load(ks_ptr + (tok0 + rows) * Hv + i_h, mask=rows < seq_len, other=0.0)
-    for c in range(0, tl.cdiv(seq_len, 64)):
+    nch = tl.cdiv(seq_len, 64)
+    if DECAY_AHEAD:
+        g_next = _chunk_log_decay(ge_ptr, chunk0, i_h, Hv, DK, PER_CHANNEL, nch > 0)
+    for c in range(0, nch):
         t0 = tok0 + c * 64
         n = seq_len - c * 64
         if PREFETCH:
@@ -338,11 +354,16 @@ def _state_kernel(kg_ptr, ge_ptr, w_ptr, u_ptr, h0_ptr, hs_ptr, d_ptr, ht_ptr, s
                 ks = tl.load(ks_ptr + (t0 + rows) * Hv + i_h, mask=rows < n, other=0.0)
         # The chunk's decay, loaded before the products: issued after the first one (where
         # Triton put it when it was read just before its use) its latency sat between the two
-        # (H100, twenty-ninth session: KDA 1 x 16k 604 -> 497 us, GDN 414 -> 355).
-        if PER_CHANNEL:
-            decay = tl.exp(tl.load(ge_ptr + ((chunk0 + c) * Hv + i_h) * DK + tl.arange(0, DK)))
+        # (H100, twenty-ninth session: KDA 1 x 16k 604 -> 497 us, GDN 414 -> 355). Triton 3.6
+        # does not pipeline this load (it feeds the accumulator, not a product's operand; the
+        # TTGIR has it as the step's one plain global load), so DECAY_AHEAD loads the next
+        # chunk's a whole step before its use, as fla's pipelined g loads are.
+        if DECAY_AHEAD:
+            decay = tl.exp(g_next)
+            g_next = _chunk_log_decay(ge_ptr, chunk0 + c + 1, i_h, Hv, DK, PER_CHANNEL,
+                                      c + 1 < nch)
         else:
-            decay = tl.exp(tl.load(ge_ptr + (chunk0 + c) * Hv + i_h))
+            decay = tl.exp(_chunk_log_decay(ge_ptr, chunk0 + c, i_h, Hv, DK, PER_CHANNEL, True))
         tl.store(hs_ptr + ((chunk0 + c) * Hv + i_h) * DK * DV + offs_s,
                  _as_stored(h, hs_ptr))
         d = _head_rows(u_ptr, t0, n, i_h, Hv, c0, 0, 64, DV, BV)
@@ -763,7 +784,8 @@ def _run(op: str, q, k, v, g, beta, initial_state, scale, use_qk_l2norm, cu_seql
         state_slots if pool is not None else seqs, kg, Hk, Hv, key_stride,
         DK=Dk, DV=Dv, BV=bv_state, PER_CHANNEL=per_channel, HAS_H0=h0 is not None, PREC=prec_state,
         PREFETCH=prefetch, HAS_SLOTS=pool is not None, VB_FIRST=bool(STATE_VB_FIRST),
-        KS=key_scales, num_warps=num_warps or state_warps, **stages)
+        KS=key_scales, DECAY_AHEAD=bool(STATE_DECAY_AHEAD),
+        num_warps=num_warps or state_warps, **stages)
     if nc and block_k_out:
         _out_blocked_kernel[(nc, Hv, Dv // bv_out)](
             q, k, g, a, hs, d, o, gc, qg, chunks, Hk, Hv, qkr, scale, L2NORM_EPS,
@@ -937,7 +959,7 @@ def _aot_specs():
                   "DK": "constexpr", "DV": "constexpr", "BV": "constexpr",
                   "PER_CHANNEL": "constexpr", "HAS_H0": "constexpr", "PREC": "constexpr",
                   "PREFETCH": "constexpr", "HAS_SLOTS": "constexpr", "VB_FIRST": "constexpr",
-                  "KS": "constexpr"}
+                  "KS": "constexpr", "DECAY_AHEAD": "constexpr"}
             # (no prefetch, 4 warps) at the value blocks and stages _run picks (16 channels 3
             # deep, 64 2 deep; AMD: 32, Triton's stages), the manual prefetch at 8 warps. On
             # NVIDIA (bf16, the default STATE_DOTS, or split) the states and deltas are handed
@@ -945,19 +967,21 @@ def _aot_specs():
             nv = ("sm_90", "sm_100")
             # GDN on NVIDIA: the keys as stored with their row scales (GDN_STATE_RAW_K)
             ks = not per_channel and GDN_STATE_RAW_K
-            for prec, pf, bv, stages, targets in (
-                    ("ieee", False, 32, 2, None), ("bf16", False, 16, 3, nv),
-                    ("bf16", False, 64, 2, nv), ("bf16", True, 32, 2, nv),
-                    ("split", True, 32, 2, nv)):
+            # (and the decay loaded a step ahead, STATE_DECAY_AHEAD, at both value blocks)
+            for prec, pf, bv, stages, ahead, targets in (
+                    ("ieee", False, 32, 2, False, None), ("bf16", False, 16, 3, False, nv),
+                    ("bf16", False, 64, 2, False, nv), ("bf16", True, 32, 2, False, nv),
+                    ("split", True, 32, 2, False, nv), ("bf16", False, 16, 3, True, nv),
+                    ("bf16", False, 64, 2, True, nv)):
                 handoff = {"hs_ptr": half, "d_ptr": half} if prec != "ieee" else {}
                 raw = ks and prec != "ieee"
                 specs.append(AotSpec(
                     f"delta_chunk_state[{kind},{dtype},{d},{prec},bv{bv}s{stages}"
-                    f"{',prefetch' if pf else ''}{',ks' if raw else ''}]",
+                    f"{',prefetch' if pf else ''}{',ks' if raw else ''}{',ahead' if ahead else ''}]",
                     _state_kernel, {**st, **handoff, **({"kg_ptr": ptr} if raw else {})},
                     {"DK": d, "DV": d, "BV": min(bv, d), "PER_CHANNEL": per_channel,
                      "HAS_H0": True, "PREC": prec, "PREFETCH": pf, "HAS_SLOTS": True,
-                     "VB_FIRST": bool(STATE_VB_FIRST), "KS": raw},
+                     "VB_FIRST": bool(STATE_VB_FIRST), "KS": raw, "DECAY_AHEAD": ahead},
                     {"num_warps": 8 if pf else 4, "num_stages": stages}, targets))
             out = {"q_ptr": ptr, "k_ptr": ptr, "g_ptr": f32, "a_ptr": f32, "hs_ptr": f32,
                    "d_ptr": f32, "o_ptr": ptr, "c_ptr": f32, "qg_ptr": half,
