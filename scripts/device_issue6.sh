@@ -237,10 +237,11 @@ elif [ "$phase" = s32c ]; then
   BENCH=bench_gdn per_kernel 150 --kinds gdn --shapes 1x16384,8x2048 --no-fla \
     --variant "rawq@$D:GDN_OUT_RAW_Q=True" --variant "rawq64@block_v_out=64;$D:GDN_OUT_RAW_Q=True" \
     --variant "diff@$D:GDN_SPAN='diff'" --variant "rawqdiff@$D:GDN_OUT_RAW_Q=True;$D:GDN_SPAN='diff'" \
-    --variant "ahead@$D:STATE_DECAY_AHEAD=True"
+    --variant "ahead@$D:STATE_DECAY_AHEAD=True" \
+    --variant "ahead32@block_v=32;$D:STATE_DECAY_AHEAD=True"
   # the state step's decay loaded a step ahead (STATE_DECAY_AHEAD), KDA
   BENCH=bench_kda per_kernel 120 --kinds kda --shapes 1x16384,8x2048 --no-fla \
-    --variant "ahead@$D:STATE_DECAY_AHEAD=True"
+    --variant "ahead@$D:STATE_DECAY_AHEAD=True" --variant "ahead32@block_v=32;$D:STATE_DECAY_AHEAD=True"
 elif [ "$phase" = s32b ]; then
   # The state kernel's launch rule from s32a (value block by the grid, no manual prefetch, 2 / 3
   # stages) against the launches before it (old16 / old32: GDN 1 x 16k took 16 channels, the
