@@ -33,8 +33,10 @@ import sys
 import tempfile
 
 
-def set_constant(item: str):
-    """Set MODULE:ATTR=VALUE (a Python literal); returns (module, attr, previous value)."""
+def set_constant(item: str, rebuild: bool = True):
+    """Set MODULE:ATTR=VALUE (a Python literal); returns (module, attr, previous value).
+    ``rebuild``: rebuild the module's AOT specs and say what was set (False for a benchmark that
+    sets constants around every call: the rebuild is host time the GPU would wait for)."""
     where, value = item.split("=", 1)
     module, name = where.split(":")
     mod = importlib.import_module(module)
@@ -42,16 +44,17 @@ def set_constant(item: str):
         raise SystemExit(f"{item}: {module} has no {name}")
     old = getattr(mod, name)
     setattr(mod, name, ast.literal_eval(value))
-    if hasattr(mod, "_aot_specs"):   # specs built at import from the module's constants
-        mod.AOT_SPECS = mod._aot_specs()
-    print(f"# {module}.{name} = {getattr(mod, name)!r}", file=sys.stderr)
+    if rebuild:
+        if hasattr(mod, "_aot_specs"):   # specs built at import from the module's constants
+            mod.AOT_SPECS = mod._aot_specs()
+        print(f"# {module}.{name} = {getattr(mod, name)!r}", file=sys.stderr)
     return mod, name, old
 
 
 @contextlib.contextmanager
-def constants(items: list[str]):
+def constants(items: list[str], rebuild: bool = True):
     """Module constants set for the duration (MODULE:ATTR=VALUE each), then restored."""
-    undo = [set_constant(item) for item in items]
+    undo = [set_constant(item, rebuild) for item in items]
     try:
         yield
     finally:
