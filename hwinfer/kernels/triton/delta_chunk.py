@@ -663,7 +663,6 @@ def _run(op: str, q, k, v, g, beta, initial_state, scale, use_qk_l2norm, cu_seql
     # 4 warps for the state (but see prefetch below) and output kernels: on the H200 faster
     # than 8 at every shape timed (tenth session: GDN 1 x 16k / 8 x 2k: 14% / 13%, KDA 1 x 16k:
     # 4%); the whole-tile WY kernel of KDA (q, k, G tiles) keeps 8.
-    # The state kernel's loads pipelined 3 deep need 240 KB of shared memory (> 227 KB): 2 stages.
     warps_wy = num_warps or (8 if per_channel else 4)
     # The state kernel's loads pipelined 3 deep where its programs are few enough to run side
     # by side (one wave, or two of 16 / 32 channels, whose stages are smaller), else 2 deep, so
@@ -961,15 +960,16 @@ def _aot_specs():
                   "PREFETCH": "constexpr", "HAS_SLOTS": "constexpr", "VB_FIRST": "constexpr",
                   "KS": "constexpr", "DECAY_AHEAD": "constexpr"}
             # (no prefetch, 4 warps) at the value blocks and stages _run picks (16 channels 3
-            # deep, 64 2 deep; AMD: 32, Triton's stages), the manual prefetch at 8 warps. On
-            # NVIDIA (bf16, the default STATE_DOTS, or split) the states and deltas are handed
-            # over in bf16 (HANDOFF_16BIT).
+            # deep, 64 2 deep; AMD the same blocks at Triton's stages), the manual prefetch at 8
+            # warps. On NVIDIA (bf16, the default STATE_DOTS, or split) the states and deltas
+            # are handed over in bf16 (HANDOFF_16BIT).
             nv = ("sm_90", "sm_100")
             # GDN on NVIDIA: the keys as stored with their row scales (GDN_STATE_RAW_K)
             ks = not per_channel and GDN_STATE_RAW_K
             # (and the decay loaded a step ahead, STATE_DECAY_AHEAD, at both value blocks)
             for prec, pf, bv, stages, ahead, targets in (
-                    ("ieee", False, 32, 2, False, None), ("bf16", False, 16, 3, False, nv),
+                    ("ieee", False, 16, 2, False, None), ("ieee", False, 64, 2, False, None),
+                    ("bf16", False, 16, 3, False, nv),
                     ("bf16", False, 64, 2, False, nv), ("bf16", True, 32, 2, False, nv),
                     ("split", True, 32, 2, False, nv), ("bf16", False, 16, 3, True, nv),
                     ("bf16", False, 64, 2, True, nv)):
