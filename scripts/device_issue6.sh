@@ -29,9 +29,10 @@
 #                                         # beside fla per kernel; ncu of both state kernels
 #   bash scripts/device_issue6.sh s32b      # the launch rule s32a gave against the one before:
 #                                         # strict rows, GDN / KDA per kernel, fla at KDA 8 x 2k
-#   bash scripts/device_issue6.sh s32c      # Nsight Compute on both state kernels (ncu.tgz); GDN's
-#                                         # output stage on q's raw rows (rawq) and fla's spans;
-#                                         # the state step's decay loaded ahead (GDN, KDA)
+#   bash scripts/device_issue6.sh s32c      # (prepared) the state step's decay loaded ahead and
+#                                         # GDN's output stage on q's raw rows, both on in the
+#                                         # call's copy: strict, per kernel against each off;
+#                                         # Nsight Compute on both state kernels (ncu.tgz)
 #   bash scripts/device_issue6.sh s31a      # (prepared) X in bf16 (X_16BIT), GDN's _wu_kernel on
 #                                         # the scaled X (GDN_WU_RAW), KDA's output stage on q e^c
 #                                         # (KDA_OUT_QG), turned on in the call's copy: strict, per
@@ -225,23 +226,29 @@ elif [ "$phase" = s28a ]; then
     --variant "out128@block_v_out=128"
   kda_base_tree 100
 elif [ "$phase" = s32c ]; then
-  # Nsight Compute on both state kernels (ours at the defaults, fla's h kernel), GDN and KDA at
-  # 1 x 16k, with L2 / DRAM throughput and the per-line stall samples (s32a's copies of those
-  # did not come back); then GDN per kernel with its output stage's candidate forms, GDN and
-  # KDA with the state step's decay loaded a step ahead.
+  # Prepared after the thirty-second session's device time. The state step's decay loaded a
+  # step ahead (STATE_DECAY_AHEAD: Triton leaves it the step's one unpipelined load) and GDN's
+  # output stage on q's raw rows (GDN_OUT_RAW_Q), both turned on in the call's copy: strict
+  # gdn + kda rows; GDN (1 x 16k, 8 x 2k) per kernel against each off, the state step at 32
+  # channels, fla's span differences; KDA likewise for the decay; then Nsight Compute on both
+  # state kernels (ours as run, fla's h kernel), packed in ncu.tgz. (Cut from the end when the
+  # call runs out of time.)
   nvidia-smi --query-gpu=name --format=csv,noheader | tee "$out/gpu.txt"
-  ncu_state gdn kda
-  # GDN's output stage on q's raw rows (GDN_OUT_RAW_Q: 229 registers against 255 + spills at
-  # 128 channels, 168 against 236 at 64, sm_90) and with fla's decay differences (GDN_SPAN)
+  sed -i 's/^STATE_DECAY_AHEAD = False$/STATE_DECAY_AHEAD = True/;
+          s/^GDN_OUT_RAW_Q = False$/GDN_OUT_RAW_Q = True/' hwinfer/kernels/triton/delta_chunk.py
+  grep -E "^(STATE_DECAY_AHEAD|GDN_OUT_RAW_Q) = " hwinfer/kernels/triton/delta_chunk.py
   D=hwinfer.kernels.triton.delta_chunk
+  strict_rows "gdn_chunked or kda_chunked"
   BENCH=bench_gdn per_kernel 150 --kinds gdn --shapes 1x16384,8x2048 --no-fla \
-    --variant "rawq@$D:GDN_OUT_RAW_Q=True" --variant "rawq64@block_v_out=64;$D:GDN_OUT_RAW_Q=True" \
-    --variant "diff@$D:GDN_SPAN='diff'" --variant "rawqdiff@$D:GDN_OUT_RAW_Q=True;$D:GDN_SPAN='diff'" \
-    --variant "ahead@$D:STATE_DECAY_AHEAD=True" \
-    --variant "ahead32@block_v=32;$D:STATE_DECAY_AHEAD=True"
-  # the state step's decay loaded a step ahead (STATE_DECAY_AHEAD), KDA
-  BENCH=bench_kda per_kernel 120 --kinds kda --shapes 1x16384,8x2048 --no-fla \
-    --variant "ahead@$D:STATE_DECAY_AHEAD=True" --variant "ahead32@block_v=32;$D:STATE_DECAY_AHEAD=True"
+    --variant "noahead@$D:STATE_DECAY_AHEAD=False" --variant "norawq@$D:GDN_OUT_RAW_Q=False" \
+    --variant "rawq64@block_v_out=64" --variant "diff@$D:GDN_SPAN='diff'" \
+    --variant "bv32@block_v=32"
+  BENCH=bench_kda per_kernel 100 --kinds kda --shapes 1x16384,8x2048 --no-fla \
+    --variant "noahead@$D:STATE_DECAY_AHEAD=False" --variant "bv32@block_v=32"
+  # (the device tool returns only a few files: the benchmarks' in one archive)
+  tar -czf "$out/bench.tgz" -C "$out" bench_gdn.csv bench_gdn.err bench_kda.csv bench_kda.err \
+    conformance_default.txt && rm -f "$out"/bench_*.csv "$out"/bench_*.err "$out/conformance_default.txt"
+  ncu_state gdn kda
 elif [ "$phase" = s32b ]; then
   # The state kernel's launch rule from s32a (value block by the grid, no manual prefetch, 2 / 3
   # stages) against the launches before it (old16 / old32: GDN 1 x 16k took 16 channels, the
