@@ -134,7 +134,7 @@ STATE_VB_FIRST = True
 # 477 / 427. False.
 STATE_PREFETCH: bool | None = False
 # The state step's chunk decay loaded a step ahead (see _state_kernel). Untimed: off until a card
-# times it (device_issue6.sh s32c, ahead).
+# times it (device_issue6.sh s32c turns it on in its copy of the tree).
 STATE_DECAY_AHEAD = False
 # How the output stage forms GDN's intra-chunk decay exponents (delta_chunk_wy._gdn_decay):
 # "scan" (exact sums of each span), "dot" (the same sums by 3xTF32 products), "diff" (fla's
@@ -152,7 +152,7 @@ OUT_QS = "split"
 # loaded and the row scales go on its result, as fla scales its output rows, instead of q e^G
 # formed in fp32 and rounded to bf16 for the product ([64, 128] fp32 multiplied, converted and
 # held: the GDN output kernel is at 255 registers with 2 B spilled, sm_90). One rounding fewer
-# (q's rows are exact). Untimed: off until a card times it (device_issue6.sh s32c, rawq).
+# (q's rows are exact). Untimed: off until a card times it (device_issue6.sh s32c turns it on).
 GDN_OUT_RAW_Q = False
 # (num_warps, num_stages) of the state and output kernels on NVIDIA when a call names no
 # num_warps (the state kernel's stages None: _run's rule; the output kernel's None: Triton's
@@ -977,7 +977,8 @@ def _aot_specs():
                 raw = ks and prec != "ieee"
                 specs.append(AotSpec(
                     f"delta_chunk_state[{kind},{dtype},{d},{prec},bv{bv}s{stages}"
-                    f"{',prefetch' if pf else ''}{',ks' if raw else ''}{',ahead' if ahead else ''}]",
+                    f"{',prefetch' if pf else ''}{',ks' if raw else ''}"
+                    f"{',ahead' if ahead else ''}]",
                     _state_kernel, {**st, **handoff, **({"kg_ptr": ptr} if raw else {})},
                     {"DK": d, "DV": d, "BV": min(bv, d), "PER_CHANNEL": per_channel,
                      "HAS_H0": True, "PREC": prec, "PREFETCH": pf, "HAS_SLOTS": True,
