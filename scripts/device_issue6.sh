@@ -231,8 +231,8 @@ elif [ "$phase" = s32c ]; then
   # output stage on q's raw rows (GDN_OUT_RAW_Q), both turned on in the call's copy: strict
   # gdn + kda rows; GDN (1 x 16k, 8 x 2k) per kernel against each off, the state step at 32
   # channels, fla's span differences; KDA likewise for the decay; then Nsight Compute on both
-  # state kernels (ours as run, fla's h kernel), packed in ncu.tgz. (Cut from the end when the
-  # call runs out of time.)
+  # state kernels (ours as run, fla's h kernel), packed in ncu.tgz; on an H200 the sparse MLA
+  # decode timings, never taken there. (Cut from the end when the call runs out of time.)
   nvidia-smi --query-gpu=name --format=csv,noheader | tee "$out/gpu.txt"
   sed -i 's/^STATE_DECAY_AHEAD = False$/STATE_DECAY_AHEAD = True/;
           s/^GDN_OUT_RAW_Q = False$/GDN_OUT_RAW_Q = True/' hwinfer/kernels/triton/delta_chunk.py
@@ -249,6 +249,7 @@ elif [ "$phase" = s32c ]; then
   tar -czf "$out/bench.tgz" -C "$out" bench_gdn.csv bench_gdn.err bench_kda.csv bench_kda.err \
     conformance_default.txt && rm -f "$out"/bench_*.csv "$out"/bench_*.err "$out/conformance_default.txt"
   ncu_state gdn kda
+  sparse_mla_on_h200 90
 elif [ "$phase" = s32b ]; then
   # The state kernel's launch rule from s32a (value block by the grid, no manual prefetch, 2 / 3
   # stages) against the launches before it (old16 / old32: GDN 1 x 16k took 16 channels, the
