@@ -230,7 +230,8 @@ elif [ "$phase" = s32c ]; then
   # step ahead (STATE_DECAY_AHEAD: Triton leaves it the step's one unpipelined load) and GDN's
   # output stage on q's raw rows (GDN_OUT_RAW_Q), both turned on in the call's copy: strict
   # gdn + kda rows; GDN (1 x 16k, 8 x 2k) per kernel against each off, the state step at 32
-  # channels, fla's span differences; KDA likewise for the decay; then Nsight Compute on both
+  # channels, fla's span differences, _wu_kernel in 64-channel blocks (wu64: measured slower
+  # with X in fp32, twelfth session); KDA likewise for the decay and wu64; then Nsight Compute on both
   # state kernels (ours as run, fla's h kernel), packed in ncu.tgz; on an H200 the sparse MLA
   # decode timings, never taken there. (Cut from the end when the call runs out of time.)
   nvidia-smi --query-gpu=name --format=csv,noheader | tee "$out/gpu.txt"
@@ -242,9 +243,10 @@ elif [ "$phase" = s32c ]; then
   BENCH=bench_gdn per_kernel 150 --kinds gdn --shapes 1x16384,8x2048 --no-fla \
     --variant "noahead@$D:STATE_DECAY_AHEAD=False" --variant "norawq@$D:GDN_OUT_RAW_Q=False" \
     --variant "rawq64@block_v_out=64" --variant "diff@$D:GDN_SPAN='diff'" \
-    --variant "bv32@block_v=32"
+    --variant "bv32@block_v=32" --variant "wu64@$D:SPLIT_LAUNCH={'gdn': (2, 4, 64), 'kda': (2, 4, 64)}"
   BENCH=bench_kda per_kernel 100 --kinds kda --shapes 1x16384,8x2048 --no-fla \
-    --variant "noahead@$D:STATE_DECAY_AHEAD=False" --variant "bv32@block_v=32"
+    --variant "noahead@$D:STATE_DECAY_AHEAD=False" --variant "bv32@block_v=32" \
+    --variant "wu64@$D:SPLIT_LAUNCH={'gdn': (2, 4, 64), 'kda': (2, 4, 64)}"
   # (the device tool returns only a few files: the benchmarks' in one archive)
   tar -czf "$out/bench.tgz" -C "$out" bench_gdn.csv bench_gdn.err bench_kda.csv bench_kda.err \
     conformance_default.txt && rm -f "$out"/bench_*.csv "$out"/bench_*.err "$out/conformance_default.txt"
