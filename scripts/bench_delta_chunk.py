@@ -83,9 +83,7 @@ def variant(fn, items: list[str]):
           (i.split("=", 1) for i in items if i not in consts)}
 
     def call(*args, **kwargs):
-        # (no AOT spec rebuild: 0.1 s of host time a call on the 2-core CI host. Until the
-        # thirty-second session it ran inside every timed variant call, whose call times can
-        # exceed their kernel sums by up to 0.6 ms for that; the per-kernel times are unaffected)
+        # (no AOT spec rebuild: host time inside the timed call; docs/kernels.md, 32nd session)
         with constants(consts, rebuild=False):
             return fn(*args, **kwargs, **kw)
     return call

@@ -55,6 +55,8 @@
 # `git show c29c3a5:scripts/device_issue6.sh` (the last tree that had them all; `s22a`, which
 # `s23a` replaces, is at a5916f9; `s26a`, which timed the since removed quarters and stacked
 # forms, is at ee04e58).
+# s31a, s32a and s32b set delta_chunk.STATE_PREFETCH, removed after them with the manual prefetch
+# it chose (they ran at 6fab5ae, 06f2fb8 and 1805255).
 # Carry .whl (fla-core 0.6.0) for the fla comparisons. Results in $OUT.
 set -uo pipefail
 phase=${1:-check}

@@ -21,15 +21,15 @@ def main() -> None:
     nseq, seqlen = (int(x) for x in (sys.argv[2] if len(sys.argv) > 2 else "1x16384").split("x"))
     inputs, _, _ = make(kind, nseq, seqlen)
     ours = delta_chunk.gdn_chunked if kind == "gdn" else delta_chunk.kda_chunked
-    calls = [("hwinfer", lambda: ours(**inputs, use_qk_l2norm=True))]
+    calls = [lambda: ours(**inputs, use_qk_l2norm=True)]
     if FLA:
-        calls.append(("fla", lambda: fla_call(kind)(**inputs)))
-    for _, fn in calls:
+        calls.append(lambda: fla_call(kind)(**inputs))
+    for fn in calls:
         for _ in range(3):
             fn()
     torch.cuda.synchronize()
     torch.cuda.cudart().cudaProfilerStart()
-    for _, fn in calls:
+    for fn in calls:
         fn()
     torch.cuda.synchronize()
     torch.cuda.cudart().cudaProfilerStop()

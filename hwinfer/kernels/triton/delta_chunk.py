@@ -126,13 +126,11 @@ U_16BIT = True
 # state kernel at 8 x 2k 700 -> 408 us for KDA (the call 2,838 -> 2,540), 227 -> 197 for GDN;
 # one-wave grids (1 x 16k) unchanged.
 STATE_VB_FIRST = True
-# Whether the state stage loads the next chunk's w and decayed keys into registers while it
-# works on this one (None: where its grid is one wave at most; True / False force it). With the
-# bf16 products Triton pipelines those loads itself (cp.async, num_stages deep) and the manual
-# prefetch lost everywhere on an H100 (thirty-second session, s32a; state kernel, us, default
-# of the time / no prefetch at the launch _run now picks): GDN 1 x 16k 367 / 359, KDA 1 x 16k
-# 477 / 427. False.
-STATE_PREFETCH: bool | None = False
+# (The state stage's manual prefetch of the next chunk's w and keys into registers, on one-wave
+# grids since the thirteenth session, was removed in the thirty-second: with the bf16 products
+# Triton pipelines those loads itself (cp.async, num_stages deep), and the prefetch lost at
+# every launch timed on an H100 (s32a; state kernel, us, prefetch / none at the launch _run now
+# picks): GDN 1 x 16k 367 / 359, KDA 1 x 16k 477 / 427; it is in git history, e.g. 1805255.)
 # The state step's chunk decay loaded a step ahead (see _state_kernel). Untimed: off until a card
 # times it (device_issue6.sh s32c turns it on in its copy of the tree).
 STATE_DECAY_AHEAD = False
@@ -285,7 +283,7 @@ def _chunk_log_decay(ge_ptr, chunk, i_h, Hv, DK: tl.constexpr, PER_CHANNEL: tl.c
 def _state_kernel(kg_ptr, ge_ptr, w_ptr, u_ptr, h0_ptr, hs_ptr, d_ptr, ht_ptr, seq_ptr, slot_ptr,
                   ks_ptr, Hk, Hv, KR, DK: tl.constexpr, DV: tl.constexpr, BV: tl.constexpr,
                   PER_CHANNEL: tl.constexpr, HAS_H0: tl.constexpr, PREC: tl.constexpr,
-                  PREFETCH: tl.constexpr, HAS_SLOTS: tl.constexpr, VB_FIRST: tl.constexpr = False,
+                  HAS_SLOTS: tl.constexpr, VB_FIRST: tl.constexpr = False,
                   KS: tl.constexpr = False, DECAY_AHEAD: tl.constexpr = False):
     # KS (GDN): kg_ptr holds the keys as stored (key head i_h // (Hv / Hk), token stride KR in
     # units of DK) and ks_ptr each row's scale |k|^-1 e^{G_end - G} ([tokens, Hv] fp32), which
@@ -322,36 +320,19 @@ def _state_kernel(kg_ptr, ge_ptr, w_ptr, u_ptr, h0_ptr, hs_ptr, d_ptr, ht_ptr, s
         h = tl.zeros([DK, BV], dtype=tl.float32)
     # The loop does only what needs the state; w, k e^{G_end - G}, G_end come precomputed.
     # w and the decayed keys as stored (bf16 for 16-bit inputs; _mm_split takes them so).
-    # PREFETCH: the next chunk's are loaded at the top of each step, so their latency overlaps
-    # this chunk's products (all-masked past the sequence's end: no traffic). Without it,
-    # Triton 3.6 now pipelines every load of the loop for the bf16 forms (sm_90 SASS, thirty-first
-    # session, GDN BV 16 at 4 warps: 19 cp.async a step, 312 instructions a step, 120
-    # registers; with it, plain loads staged through shared memory, 448 and 205; KDA BV 32: 407
-    # and 148 without). Timed on an H100 (thirty-second session), the pipelined loads won at
-    # every launch tried (STATE_PREFETCH); the manual prefetch had won with tf32 products.
+    # Triton 3.6 pipelines these loads for the bf16 forms (cp.async, num_stages deep; sm_90
+    # SASS, GDN BV 16 at 4 warps: 19 cp.async a step, 120 registers).
     rows = tl.arange(0, 64)
-    if PREFETCH:
-        w = _raw_rows(w_ptr, tok0, seq_len, i_h, Hv, 0, 64, DK)
-        kg = _raw_rows(kg_ptr, tok0, seq_len, i_hk, KR, 0, 64, DK)
-        if KS:
-            ks = tl.load(ks_ptr + (tok0 + rows) * Hv + i_h, mask=rows < seq_len, other=0.0)
     nch = tl.cdiv(seq_len, 64)
     if DECAY_AHEAD:
         g_next = _chunk_log_decay(ge_ptr, chunk0, i_h, Hv, DK, PER_CHANNEL, nch > 0)
     for c in range(0, nch):
         t0 = tok0 + c * 64
         n = seq_len - c * 64
-        if PREFETCH:
-            w_next = _raw_rows(w_ptr, t0 + 64, n - 64, i_h, Hv, 0, 64, DK)
-            kg_next = _raw_rows(kg_ptr, t0 + 64, n - 64, i_hk, KR, 0, 64, DK)
-            if KS:   # (loaded in the step, its latency cost GDN 1 x 16k's state kernel 20%)
-                ks_next = tl.load(ks_ptr + (t0 + 64 + rows) * Hv + i_h, mask=rows < n - 64,
-                                  other=0.0)
-        else:
-            w = _raw_rows(w_ptr, t0, n, i_h, Hv, 0, 64, DK)
-            kg = _raw_rows(kg_ptr, t0, n, i_hk, KR, 0, 64, DK)
-            if KS:
-                ks = tl.load(ks_ptr + (t0 + rows) * Hv + i_h, mask=rows < n, other=0.0)
+        w = _raw_rows(w_ptr, t0, n, i_h, Hv, 0, 64, DK)
+        kg = _raw_rows(kg_ptr, t0, n, i_hk, KR, 0, 64, DK)
+        if KS:
+            ks = tl.load(ks_ptr + (t0 + rows) * Hv + i_h, mask=rows < n, other=0.0)
         # The chunk's decay, loaded before the products: issued after the first one (where
         # Triton put it when it was read just before its use) its latency sat between the two
         # (H100, twenty-ninth session: KDA 1 x 16k 604 -> 497 us, GDN 414 -> 355). Triton 3.6
@@ -377,10 +358,6 @@ def _state_kernel(kg_ptr, ge_ptr, w_ptr, u_ptr, h0_ptr, hs_ptr, d_ptr, ht_ptr, s
             h += _mm_split(tl.trans(kg), d * ks[:, None], PREC)
         else:
             h += _mm_split(tl.trans(kg), d, PREC)
-        if PREFETCH:
-            w, kg = w_next, kg_next
-            if KS:
-                ks = ks_next
     tl.store(ht_ptr + row * DK * DV + offs_s, h)
 
 
@@ -660,23 +637,19 @@ def _run(op: str, q, k, v, g, beta, initial_state, scale, use_qk_l2norm, cu_seql
     if block_k and not block_k_ok(block_k, Dk, Dv):
         raise ValueError(f"{op} (triton): block_k={block_k} must be a power of two >= 16 dividing "
                          f"Dk={Dk} and Dv={Dv}")
-    # 4 warps for the state (but see prefetch below) and output kernels: on the H200 faster
+    # 4 warps for the state and output kernels: on the H200 faster
     # than 8 at every shape timed (tenth session: GDN 1 x 16k / 8 x 2k: 14% / 13%, KDA 1 x 16k:
     # 4%); the whole-tile WY kernel of KDA (q, k, G tiles) keeps 8.
     warps_wy = num_warps or (8 if per_channel else 4)
     # The state kernel's loads pipelined 3 deep where its programs are few enough to run side
     # by side (one wave, or two of 16 / 32 channels, whose stages are smaller), else 2 deep, so
     # that more of them share an SM (the measurements above; 2 warps were 2-3x slower
-    # throughout). The thirteenth session (H200, tf32 products) found the manual prefetch
-    # faster on one-wave grids; see STATE_PREFETCH.
+    # throughout).
     state_warps, state_stages = STATE_LAUNCH
     state_programs = n * Hv * (Dv // bv_state)
     if state_stages is None:
         state_stages = 3 if state_programs <= sms * (2 if bv_state <= 32 else 1) else 2
     stages = {} if torch.version.hip else {"num_stages": state_stages}
-    prefetch = state_programs <= sms if STATE_PREFETCH is None else STATE_PREFETCH
-    if prefetch and bv_state >= 32:
-        state_warps = 8
     out_warps, out_stages = OUT_LAUNCH
     out_stages = {} if torch.version.hip or not out_stages else {"num_stages": out_stages}
     # tf32 matmuls for 16-bit inputs on NVIDIA (their own rounding is coarser); exact fp32
@@ -782,7 +755,7 @@ def _run(op: str, q, k, v, g, beta, initial_state, scale, use_qk_l2norm, cu_seql
         keys, ge, w, u, h0 if h0 is not None else ht, hs, d, ht, seqs,
         state_slots if pool is not None else seqs, kg, Hk, Hv, key_stride,
         DK=Dk, DV=Dv, BV=bv_state, PER_CHANNEL=per_channel, HAS_H0=h0 is not None, PREC=prec_state,
-        PREFETCH=prefetch, HAS_SLOTS=pool is not None, VB_FIRST=bool(STATE_VB_FIRST),
+        HAS_SLOTS=pool is not None, VB_FIRST=bool(STATE_VB_FIRST),
         KS=key_scales, DECAY_AHEAD=bool(STATE_DECAY_AHEAD),
         num_warps=num_warps or state_warps, **stages)
     if nc and block_k_out:
@@ -957,33 +930,30 @@ def _aot_specs():
                   "slot_ptr": "*i32", "ks_ptr": f32, "Hk": "i32", "Hv": "i32", "KR": "i32",
                   "DK": "constexpr", "DV": "constexpr", "BV": "constexpr",
                   "PER_CHANNEL": "constexpr", "HAS_H0": "constexpr", "PREC": "constexpr",
-                  "PREFETCH": "constexpr", "HAS_SLOTS": "constexpr", "VB_FIRST": "constexpr",
+                  "HAS_SLOTS": "constexpr", "VB_FIRST": "constexpr",
                   "KS": "constexpr", "DECAY_AHEAD": "constexpr"}
-            # (no prefetch, 4 warps) at the value blocks and stages _run picks (16 channels 3
-            # deep, 64 2 deep; AMD the same blocks at Triton's stages), the manual prefetch at 8
-            # warps. On NVIDIA (bf16, the default STATE_DOTS, or split) the states and deltas
-            # are handed over in bf16 (HANDOFF_16BIT).
+            # At the value blocks and stages _run picks (16 channels 3 deep, 64 2 deep; AMD the
+            # same blocks at Triton's stages), 4 warps. On NVIDIA (bf16, the default STATE_DOTS,
+            # or split) the states and deltas are handed over in bf16 (HANDOFF_16BIT).
             nv = ("sm_90", "sm_100")
             # GDN on NVIDIA: the keys as stored with their row scales (GDN_STATE_RAW_K)
             ks = not per_channel and GDN_STATE_RAW_K
             # (and the decay loaded a step ahead, STATE_DECAY_AHEAD, at both value blocks)
-            for prec, pf, bv, stages, ahead, targets in (
-                    ("ieee", False, 16, 2, False, None), ("ieee", False, 64, 2, False, None),
-                    ("bf16", False, 16, 3, False, nv),
-                    ("bf16", False, 64, 2, False, nv), ("bf16", True, 32, 2, False, nv),
-                    ("split", True, 32, 2, False, nv), ("bf16", False, 16, 3, True, nv),
-                    ("bf16", False, 64, 2, True, nv)):
+            for prec, bv, stages, ahead, targets in (
+                    ("ieee", 16, 2, False, None), ("ieee", 64, 2, False, None),
+                    ("bf16", 16, 3, False, nv), ("bf16", 64, 2, False, nv),
+                    ("split", 16, 3, False, nv), ("bf16", 16, 3, True, nv),
+                    ("bf16", 64, 2, True, nv)):
                 handoff = {"hs_ptr": half, "d_ptr": half} if prec != "ieee" else {}
                 raw = ks and prec != "ieee"
                 specs.append(AotSpec(
                     f"delta_chunk_state[{kind},{dtype},{d},{prec},bv{bv}s{stages}"
-                    f"{',prefetch' if pf else ''}{',ks' if raw else ''}"
-                    f"{',ahead' if ahead else ''}]",
+                    f"{',ks' if raw else ''}{',ahead' if ahead else ''}]",
                     _state_kernel, {**st, **handoff, **({"kg_ptr": ptr} if raw else {})},
                     {"DK": d, "DV": d, "BV": min(bv, d), "PER_CHANNEL": per_channel,
-                     "HAS_H0": True, "PREC": prec, "PREFETCH": pf, "HAS_SLOTS": True,
+                     "HAS_H0": True, "PREC": prec, "HAS_SLOTS": True,
                      "VB_FIRST": bool(STATE_VB_FIRST), "KS": raw, "DECAY_AHEAD": ahead},
-                    {"num_warps": 8 if pf else 4, "num_stages": stages}, targets))
+                    {"num_warps": 4, "num_stages": stages}, targets))
             out = {"q_ptr": ptr, "k_ptr": ptr, "g_ptr": f32, "a_ptr": f32, "hs_ptr": f32,
                    "d_ptr": f32, "o_ptr": ptr, "c_ptr": f32, "qg_ptr": half,
                    "tab_ptr": "*i32", "Hk": "i32",
