@@ -29,7 +29,9 @@
 #                                         # beside fla per kernel; ncu of both state kernels
 #   bash scripts/device_issue6.sh s32b      # the launch rule s32a gave against the one before:
 #                                         # strict rows, GDN / KDA per kernel, fla at KDA 8 x 2k
-#   bash scripts/device_issue6.sh s32c      # (prepared) the state step's decay loaded ahead and
+#   bash scripts/device_issue6.sh s33a      # s32c's forms as defaults: strict gdn + kda rows,
+#                                         # model tests, per kernel beside fla, Qwen3.5 whole
+#   bash scripts/device_issue6.sh s32c      # the state step's decay loaded ahead and
 #                                         # GDN's output stage on q's raw rows, both on in the
 #                                         # call's copy: strict, per kernel against each off;
 #                                         # Nsight Compute on both state kernels (ncu.tgz)
@@ -227,6 +229,27 @@ elif [ "$phase" = s28a ]; then
     --variant "wy4@$D:SPLIT_LAUNCH={'gdn':(2,4,32),'kda':(4,4,32)}" \
     --variant "out128@block_v_out=128"
   kda_base_tree 100
+elif [ "$phase" = s33a ]; then
+  # s32c's forms on by default (the decay loaded ahead, GDN's output stage on q's raw rows and
+  # fla's span differences, KDA's _wu_kernel in 64-channel blocks, the state rule's 7/8 fill):
+  # strict gdn + kda rows; the Qwen3.5 / Kimi model tests on the card; GDN and KDA per kernel
+  # beside fla (carry .whl) at 1 x 16k and 8 x 2k, with the forms they replaced as variants;
+  # Qwen3.5-0.8B whole (prefill / decode, b = 1, 32); on an H200 the sparse MLA decode timings.
+  nvidia-smi --query-gpu=name --format=csv,noheader | tee "$out/gpu.txt"
+  D=hwinfer.kernels.triton.delta_chunk
+  strict_rows "gdn_chunked or kda_chunked"
+  models_on_card "qwen or kimi"
+  BENCH=bench_gdn per_kernel 150 --kinds gdn --shapes 1x16384,8x2048 \
+    --variant "scan@$D:GDN_SPAN='scan'"
+  BENCH=bench_kda per_kernel 220 --kinds kda --shapes 1x16384,8x2048 \
+    --variant "bv16@block_v=16" --variant "wu32@$D:SPLIT_LAUNCH={'gdn': (2, 4, 32), 'kda': (2, 4, 32)}"
+  timeout 150 python3 scripts/bench_model.py --preset qwen3.5-0.8b --batch 1,32 --prompt 1024 \
+    --new 64 --no-hf --csv "$out/model_qwen.csv" > "$out/model_qwen.txt" 2>&1
+  echo "== Qwen3.5-0.8B rc=$?"; grep "^{\|Error\|tok/s" "$out/model_qwen.txt" | cut -c1-260 | tail -6
+  tar -czf "$out/bench.tgz" -C "$out" bench_gdn.csv bench_gdn.err bench_kda.csv bench_kda.err \
+    conformance_default.txt models.txt model_qwen.csv model_qwen.txt && \
+    rm -f "$out"/bench_*.csv "$out"/bench_*.err "$out"/conformance_default.txt "$out"/model*
+  sparse_mla_on_h200 90
 elif [ "$phase" = s32c ]; then
   # Prepared after the thirty-second session's device time. The state step's decay loaded a
   # step ahead (STATE_DECAY_AHEAD: Triton leaves it the step's one unpipelined load) and GDN's

@@ -131,13 +131,17 @@ STATE_VB_FIRST = True
 # Triton pipelines those loads itself (cp.async, num_stages deep), and the prefetch lost at
 # every launch timed on an H100 (s32a; state kernel, us, prefetch / none at the launch _run now
 # picks): GDN 1 x 16k 367 / 359, KDA 1 x 16k 477 / 427; it is in git history, e.g. 1805255.)
-# The state step's chunk decay loaded a step ahead (see _state_kernel). Untimed: off until a card
-# times it (device_issue6.sh s32c turns it on in its copy of the tree).
-STATE_DECAY_AHEAD = False
+# The state step's chunk decay loaded a step ahead (see _state_kernel). H100, thirty-third
+# session (device_issue6.sh s32c, state kernel, us, behind / ahead): GDN 1 x 16k 359 -> 235,
+# KDA 1 x 16k 432 -> 368; 8 x 2k level (GDN 150 -> 153, KDA 304 -> 303). Bit-equal outputs.
+STATE_DECAY_AHEAD = True
 # How the output stage forms GDN's intra-chunk decay exponents (delta_chunk_wy._gdn_decay):
 # "scan" (exact sums of each span), "dot" (the same sums by 3xTF32 products), "diff" (fla's
-# differences of cumulative sums). A tuning constant to time on a card.
-GDN_SPAN = "scan"
+# differences of cumulative sums, ~|G| * 6e-8 absolute in the exponent: far below bf16's
+# rounding of the products it feeds). H100, thirty-third session (s32c, GDN output kernel, us,
+# scan / diff): 1 x 16k 173 -> 160, 8 x 2k 179 -> 166; the error against the recurrent kernel
+# unchanged (3.7e-3).
+GDN_SPAN = "diff"
 # GDN's q k^T in the output stage from the raw 16-bit rows, norms applied to the scores after
 # (exact products, half the operand bytes); False keeps the normalised fp32 rows at ``PREC``.
 RAW_QK = True
@@ -150,8 +154,9 @@ OUT_QS = "split"
 # loaded and the row scales go on its result, as fla scales its output rows, instead of q e^G
 # formed in fp32 and rounded to bf16 for the product ([64, 128] fp32 multiplied, converted and
 # held: the GDN output kernel is at 255 registers with 2 B spilled, sm_90). One rounding fewer
-# (q's rows are exact). Untimed: off until a card times it (device_issue6.sh s32c turns it on).
-GDN_OUT_RAW_Q = False
+# (q's rows are exact). H100, thirty-third session (s32c, output kernel, us, off / on): 1 x 16k
+# 181 -> 173, 8 x 2k 185 -> 178 (at 64 channels a program it took 227: 128 kept).
+GDN_OUT_RAW_Q = True
 # (num_warps, num_stages) of the state and output kernels on NVIDIA when a call names no
 # num_warps (the state kernel's stages None: _run's rule; the output kernel's None: Triton's
 # default); see _run for what was measured.
@@ -234,7 +239,9 @@ KDA_OUT_QG = True
 # deltas by the state kernel; f6cb453) the WY kernel went back to 1,210 us: the decayed keys'
 # spans and stores are what spilled it.
 KDA_RAW_K = True
-SPLIT_LAUNCH = {"gdn": (2, 4, 32), "kda": (2, 4, 32)}
+# KDA's _wu_kernel in 64-channel blocks since the thirty-third session (H100, s32c, X in bf16:
+# 405 -> 381 us at 1 x 16k, 403 -> 379 at 8 x 2k); GDN's level (125 / 125 us), kept at 32.
+SPLIT_LAUNCH = {"gdn": (2, 4, 32), "kda": (2, 4, 64)}
 # KDA's WY kernel in its 16-bit NVIDIA form (tf32 products, KDA_SPANS "cumsum": no scan left in
 # its channel loop) at one warp, eight programs an SM (twenty-eighth session, H100, 1 x 16k /
 # 8 x 2k: 462 -> 393 / 474 -> 399 us). Its exact-product form (fp32 inputs, AMD) keeps
@@ -616,9 +623,12 @@ def _run(op: str, q, k, v, g, beta, initial_state, scale, use_qk_l2norm, cu_seql
     # chains side by side where there are few. H100, thirty-second session (s32a, state kernel,
     # us, no manual prefetch, 4 warps, 2 / 3 stages): GDN 1 x 16k (16 sequence-heads) BV 16:
     # 470 / 359, 32: 483 / 377, 64: 561 / 447; KDA 1 x 16k (32) BV 16: - / 427, 32: 562 / 474,
-    # 64: 624 / 490; GDN 8 x 2k (128) BV 16: - / 236, 32: 192 / 237, 64: 150 / 172.
+    # 64: 624 / 490; GDN 8 x 2k (128) BV 16: - / 236, 32: 192 / 237, 64: 150 / 172. With the
+    # decay loaded ahead (thirty-third session, s32c) KDA 1 x 16k took 332 us at BV 32 (128
+    # programs, 3 stages) against 368 at 16, GDN 1 x 16k 293 against 235 (64 programs): a
+    # grid within 1/8 of the SMs counts as filling them.
     sms = num_sms(v.device, 8)
-    wide = next((b for b in (64, 32) if n * Hv * triton.cdiv(Dv, b) >= sms), 16)
+    wide = next((b for b in (64, 32) if 8 * n * Hv * triton.cdiv(Dv, b) >= 7 * sms), 16)
     bv_state = min(block_v or (Dv if _INTERPRET else wide), Dv)
     # The output stage: 128 value channels a program for GDN's split q S0 (293 against 332 us
     # at 64 on the H200, GDN 1 x 16k; 294 / 334 at 8 x 2k) and for KDA, whose decays now come
@@ -932,18 +942,20 @@ def _aot_specs():
                   "PER_CHANNEL": "constexpr", "HAS_H0": "constexpr", "PREC": "constexpr",
                   "HAS_SLOTS": "constexpr", "VB_FIRST": "constexpr",
                   "KS": "constexpr", "DECAY_AHEAD": "constexpr"}
-            # At the value blocks and stages _run picks (16 channels 3 deep, 64 2 deep; AMD the
-            # same blocks at Triton's stages), 4 warps. On NVIDIA (bf16, the default STATE_DOTS,
+            # At the value blocks and stages _run picks (16 / 32 channels 3 deep, 64 2 deep; AMD
+            # the same blocks at Triton's stages), 4 warps. On NVIDIA (bf16, the default STATE_DOTS,
             # or split) the states and deltas are handed over in bf16 (HANDOFF_16BIT).
             nv = ("sm_90", "sm_100")
             # GDN on NVIDIA: the keys as stored with their row scales (GDN_STATE_RAW_K)
             ks = not per_channel and GDN_STATE_RAW_K
-            # (and the decay loaded a step ahead, STATE_DECAY_AHEAD, at both value blocks)
+            # (and the decay loaded a step ahead, STATE_DECAY_AHEAD, at the three value blocks
+            # the rule picks)
             for prec, bv, stages, ahead, targets in (
-                    ("ieee", 16, 2, False, None), ("ieee", 64, 2, False, None),
+                    ("ieee", 16, 2, True, None), ("ieee", 32, 2, True, None),
+                    ("ieee", 64, 2, True, None),
                     ("bf16", 16, 3, False, nv), ("bf16", 64, 2, False, nv),
                     ("split", 16, 3, False, nv), ("bf16", 16, 3, True, nv),
-                    ("bf16", 64, 2, True, nv)):
+                    ("bf16", 32, 3, True, nv), ("bf16", 64, 2, True, nv)):
                 handoff = {"hs_ptr": half, "d_ptr": half} if prec != "ieee" else {}
                 raw = ks and prec != "ieee"
                 specs.append(AotSpec(
@@ -979,7 +991,7 @@ def _aot_specs():
                 specs.append(AotSpec(f"delta_chunk_out[{kind},{dtype},{d}{tag}]",
                                      _out_kernel, {**out, **handoff}, {**flags, "PREC": prec,
                                                         "BV": 128,   # as _run launches them
-                                                        "SPAN": "scan", "RAW_QK": "native",
+                                                        "SPAN": GDN_SPAN, "RAW_QK": "native",
                                                         "QS": qs, "CS": tile_cs,
                                                         "QG": qg},
                                      {"num_warps": 4}, targets))
