@@ -17,28 +17,32 @@ g = torch.Generator().manual_seed(0)
 # K 32 / 96 / 80 (three distinct), each N >= the next K, N off the row tiles
 shapes = [(96, 32), (80, 96), (200, 80), (40, 32), (100, 32), (90, 80)]
 ws = [(torch.randn(n, k, generator=g) * k ** -0.5).to(torch.bfloat16) for n, k in shapes]
-chain = gc.GemvChain(ws)
-assert chain.programs == 1
-chain.act.fill_(float("nan"))   # poisoned: every output must be written
 x = torch.randn(1, 32, generator=g).to(torch.bfloat16)
-y = chain(x)
-assert y.shape == (1, 90) and y.dtype == torch.bfloat16, (y.shape, y.dtype)
-prev = x.reshape(-1).float()
-for j, w in enumerate(ws):
-    n, k = w.shape
-    at = chain.desc[j + 1, 3].item()
-    out = chain.act[at: at + n].float()
-    ref = w.float() @ prev[:k]
-    err = ((out - ref).norm() / ref.norm()).item()
-    assert err < 1e-2, (j, err)
-    prev = out
-assert torch.equal(y.reshape(-1).float(), prev)
-assert chain.counters.tolist() == [1] * len(ws) and chain.error.item() == 0
-# a barrier that cannot open (two programs, run one after the other): flagged, no hang
-gc.SPIN_MAX = 4
-two = gc.GemvChain(ws, programs=2)
-two(x)
-assert two.error.item() == 1, two.error
+for sync in ("counter", "data"):
+    chain = gc.GemvChain(ws, sync=sync)
+    assert chain.programs == 1
+    chain.act.fill_(float("nan"))   # poisoned: every output must be written
+    y = chain(x)
+    assert y.shape == (1, 90) and y.dtype == torch.bfloat16, (y.shape, y.dtype)
+    prev = x.reshape(-1).float()
+    for j, w in enumerate(ws):
+        n, k = w.shape
+        at = chain.desc[j + 1, 3].item()
+        out = chain.act[at: at + n].float()
+        ref = w.float() @ prev[:k]
+        err = ((out - ref).norm() / ref.norm()).item()
+        assert err < 1e-2, (sync, j, err)
+        prev = out
+    assert torch.equal(y.reshape(-1).float(), prev)
+    assert chain.error.item() == 0
+    assert chain.counters.tolist() == ([1] * len(ws) if sync == "counter" else [0] * len(ws))
+# a barrier that cannot open (two programs, run one after the other; tiles of a few rows, so
+# that program 1 owns part of every output): flagged, no hang
+gc.SPIN_MAX, gc.TILE_BYTES = 4, 256
+for sync in ("counter", "data"):
+    two = gc.GemvChain(ws, programs=2, sync=sync)
+    two(x)
+    assert two.error.item() == 1, (sync, two.error)
 # bad chains are refused with the reason
 for bad, why in (([ws[3], ws[1]], "gives only N=40"), ([], "no weights"),
                  ([ws[0], ws[1].float()], "must be 2-D")):
@@ -56,7 +60,8 @@ def test_gemv_chain_interpreted():
     run_interpreted(SCRIPT)
 
 
-def test_gemv_chain_on_cuda():
+@pytest.mark.parametrize("sync", ["counter", "data"])
+def test_gemv_chain_on_cuda(sync):
     """The whole grid on a CUDA device: eager and graph replays against the F.linear chain."""
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
@@ -67,7 +72,7 @@ def test_gemv_chain_on_cuda():
     gen = torch.Generator(device=dev).manual_seed(0)
     ws = [torch.randn(n, k, device=dev, generator=gen, dtype=torch.bfloat16) * k ** -0.5
           for n, k in ((4096, 1024), (1024, 2048), (7168, 1024), (1024, 3584))] * 4
-    chain = GemvChain(ws)
+    chain = GemvChain(ws, sync=sync)
     x0 = torch.randn(1, 1024, device=dev, generator=gen, dtype=torch.bfloat16)
 
     def ref():
@@ -80,7 +85,8 @@ def test_gemv_chain_on_cuda():
         torch.cuda.synchronize()
         r = ref()
         assert ((out.float() - r).norm() / r.norm()).item() < 3e-2, what
-        assert chain.error.item() == 0 and chain.counters.tolist() == [chain.programs] * len(ws), what
+        counts = [chain.programs] * len(ws) if sync == "counter" else [0] * len(ws)
+        assert chain.error.item() == 0 and chain.counters.tolist() == counts, what
 
     check(chain(x0), "eager")
     graph = torch.cuda.CUDAGraph()

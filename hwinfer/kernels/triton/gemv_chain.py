@@ -47,10 +47,20 @@ def _wait_for(cnt_ptr, target, spin_max, err_ptr):
 
 
 @triton.jit
+def _arrive(cnt_ptr):
+    """This program's arrival at a barrier, after every thread's stores (release)."""
+    tl.debug_barrier()
+    tl.atomic_add(cnt_ptr, 1, sem="release", scope="gpu")
+
+
+@triton.jit
 def _chain_product(w_ptr, x_ptr, y_ptr, N, pid, P, i, cnt_ptr, spin_max, err_ptr,
-                   K: tl.constexpr, KP: tl.constexpr, R: tl.constexpr):
+                   K: tl.constexpr, KP: tl.constexpr, R: tl.constexpr, SYNC: tl.constexpr):
     """Product i: y[rows] = W[rows, :K] . x[:K] over this program's row tiles (pid, pid + P, ...
-    of R whole rows), after product i - 1's P arrivals; then this program's arrival."""
+    of R whole rows), once x is complete. SYNC "counter": this program arrives for product
+    i - 1 (after issuing product i's first weights: the release waits for its stores) and waits
+    for all P arrivals, then reads x. "data": x (poisoned with NaN before the launch) is polled
+    until none of its K values is NaN: one L2 round trip where the counter takes two."""
     rows = tl.arange(0, R)
     rk = tl.arange(0, KP)
     kmask = rk < K
@@ -58,24 +68,32 @@ def _chain_product(w_ptr, x_ptr, y_ptr, N, pid, P, i, cnt_ptr, spin_max, err_ptr
     # the first tile's weights, issued before the barrier (they do not depend on the step)
     w = tl.load(w_ptr + rn.to(tl.int64)[:, None] * K + rk[None, :],
                 mask=(rn < N)[:, None] & kmask[None, :], other=0.0)
-    if i > 0:
-        _wait_for(cnt_ptr + i - 1, P, spin_max, err_ptr)
-    # x was written by other SMs during this launch: read it from L2 (.cg), not L1
-    x = tl.load(x_ptr + rk, mask=kmask, other=0.0, cache_modifier=".cg").to(tl.float32)
+    if SYNC == "counter":
+        if i > 0:
+            _arrive(cnt_ptr + i - 1)
+            _wait_for(cnt_ptr + i - 1, P, spin_max, err_ptr)
+        # x was written by other SMs during this launch: read it from L2 (.cg), not L1
+        x = tl.load(x_ptr + rk, mask=kmask, other=0.0, cache_modifier=".cg")
+    else:
+        x = tl.load(x_ptr + rk, mask=kmask, other=0.0, volatile=True).to(tl.float32)
+        n = 0
+        while (tl.max((x != x).to(tl.int32), axis=0) > 0) & (n < spin_max):
+            x = tl.load(x_ptr + rk, mask=kmask, other=0.0, volatile=True).to(tl.float32)
+            n += 1
+        if n >= spin_max:
+            tl.atomic_max(err_ptr, 1)
+    xf = x.to(tl.float32)
     t = pid
     ntiles = tl.cdiv(N, R)
     while t < ntiles:
         nxt = rn + P * R
         w_next = tl.load(w_ptr + nxt.to(tl.int64)[:, None] * K + rk[None, :],
                          mask=(nxt < N)[:, None] & kmask[None, :], other=0.0)
-        y = tl.sum(w.to(tl.float32) * x[None, :], axis=1)
+        y = tl.sum(w.to(tl.float32) * xf[None, :], axis=1)
         tl.store(y_ptr + rn, y.to(y_ptr.dtype.element_ty), mask=rn < N)
         w = w_next
         rn = nxt
         t += P
-    # every thread's stores before the one release arrival
-    tl.debug_barrier()
-    tl.atomic_add(cnt_ptr + i, 1, sem="release", scope="gpu")
 
 
 @triton.jit
@@ -83,7 +101,7 @@ def _chain_kernel(w_ptr, desc_ptr, act_ptr, cnt_ptr, err_ptr, NPROD, spin_max,
                   KA: tl.constexpr, KB: tl.constexpr, KC: tl.constexpr,
                   KPA: tl.constexpr, KPB: tl.constexpr, KPC: tl.constexpr,
                   RA: tl.constexpr, RB: tl.constexpr, RC: tl.constexpr,
-                  ALIGN: tl.constexpr):
+                  ALIGN: tl.constexpr, SYNC: tl.constexpr):
     # desc [NPROD + 1, 4] int64: weight offset (elements of w_ptr), N, which K (0 / 1 / 2: KA /
     # KB / KC), input offset in act_ptr; row NPROD's input offset is where the last output goes
     # (each product writes its output at the next row's input offset).
@@ -98,13 +116,15 @@ def _chain_kernel(w_ptr, desc_ptr, act_ptr, cnt_ptr, err_ptr, NPROD, spin_max,
         y_ptr = act_ptr + tl.multiple_of(tl.load(desc_ptr + 4 * i + 7), ALIGN)
         if which == 0:
             _chain_product(w_ptr + w_off, x_ptr, y_ptr, n, pid, P, i, cnt_ptr, spin_max, err_ptr,
-                           KA, KPA, RA)
+                           KA, KPA, RA, SYNC)
         elif which == 1:
             _chain_product(w_ptr + w_off, x_ptr, y_ptr, n, pid, P, i, cnt_ptr, spin_max, err_ptr,
-                           KB, KPB, RB)
+                           KB, KPB, RB, SYNC)
         else:
             _chain_product(w_ptr + w_off, x_ptr, y_ptr, n, pid, P, i, cnt_ptr, spin_max, err_ptr,
-                           KC, KPC, RC)
+                           KC, KPC, RC, SYNC)
+    if SYNC == "counter":
+        _arrive(cnt_ptr + NPROD - 1)   # (read back by the tests: every count is P)
 
 
 def _rows_per_tile(k: int) -> int:
@@ -116,12 +136,18 @@ class GemvChain:
     """The products W_0 ... W_{n-1} (each [N_i, K_i], one dtype, N_{i-1} >= K_i, at most three
     distinct K) packed into one weight buffer, run as one persistent launch by ``__call__``.
     ``programs``: the grid (default: as many as the compiled kernel keeps resident on every SM,
-    at most ``per_sm`` an SM; 1 under the interpreter). ``num_warps``: per program."""
+    at most ``per_sm`` an SM; 1 under the interpreter). ``num_warps``: per program. ``sync``:
+    how a product waits for its input, "counter" (arrival counters, read back in ``counters``)
+    or "data" (the input polled until no value is the NaN it was poisoned with; a product
+    whose true output holds a NaN would wait out SPIN_MAX and set ``error``)."""
 
     def __init__(self, weights: list[torch.Tensor], *, per_sm: int = 4, num_warps: int = 4,
-                 programs: int | None = None) -> None:
+                 programs: int | None = None, sync: str = "counter") -> None:
         if not weights:
             raise ValueError("GemvChain: no weights")
+        if sync not in ("counter", "data"):
+            raise ValueError(f"GemvChain: sync={sync!r} must be 'counter' or 'data'")
+        self.sync = sync
         dtype, dev = weights[0].dtype, weights[0].device
         ks = sorted({int(w.shape[1]) for w in weights})
         if len(ks) > 3:
@@ -159,17 +185,24 @@ class GemvChain:
         self.num_warps = num_warps
         self.programs = programs or (1 if INTERPRET else self._resident(per_sm))
 
+    def _reset(self) -> None:
+        """Before a launch: the barrier counters to 0, or ("data") the outputs to NaN."""
+        if self.sync == "counter":
+            self.counters.zero_()
+        else:
+            self.act[self.k0:].fill_(float("nan"))
+
     def _launch(self, programs: int):
         ra, rb, rc = (_rows_per_tile(k) for k in self.ks)
         pa, pb, pc = (triton.next_power_of_2(k) for k in self.ks)
         return _chain_kernel[(programs,)](
             self.weight, self.desc, self.act, self.counters, self.error, len(self.counters),
             SPIN_MAX, KA=self.ks[0], KB=self.ks[1], KC=self.ks[2], KPA=pa, KPB=pb, KPC=pc,
-            RA=ra, RB=rb, RC=rc, ALIGN=ALIGN, num_warps=self.num_warps)
+            RA=ra, RB=rb, RC=rc, ALIGN=ALIGN, SYNC=self.sync, num_warps=self.num_warps)
 
     def _resident(self, per_sm: int) -> int:
         """Programs that fit on the SMs at once: per_sm an SM, fewer if registers say so."""
-        self.counters.zero_()
+        self._reset()
         kernel = self._launch(1)   # compiles; one program runs the chain alone
         regs = max(int(kernel.n_regs), 1)
         per_sm_regs = 65536 // (((regs + 7) // 8 * 8) * 32 * self.num_warps)
@@ -185,8 +218,8 @@ class GemvChain:
         if x.numel() != self.k0 or x.dtype != self.act.dtype:
             raise ValueError(f"GemvChain: x of {self.k0} {self.act.dtype} expected, got "
                              f"{x.numel()} {x.dtype}")
+        self._reset()
         self.act[: self.k0].copy_(x)
-        self.counters.zero_()
         self._launch(self.programs)
         return self.act[self.out_off: self.out_off + self.n_out].view(1, -1)
 
@@ -200,12 +233,14 @@ def _aot_specs():
     sig = {"w_ptr": "*bf16", "desc_ptr": "*i64", "act_ptr": "*bf16", "cnt_ptr": "*i32",
            "err_ptr": "*i32", "NPROD": "i32", "spin_max": "i32",
            **{f"{p}{a}": "constexpr" for p in ("K", "KP", "R") for a in "ABC"},
-           "ALIGN": "constexpr"}
+           "ALIGN": "constexpr", "SYNC": "constexpr"}
     consts = {**{f"K{a}": k for a, k in zip("ABC", ks)},
               **{f"KP{a}": triton.next_power_of_2(k) for a, k in zip("ABC", ks)},
               **{f"R{a}": _rows_per_tile(k) for a, k in zip("ABC", ks)}, "ALIGN": ALIGN}
-    return [AotSpec("gemv_chain[bf16,1024/2048/3584]", _chain_kernel, sig, consts,
-                    {"num_warps": 4}, divisible=("w_ptr", "desc_ptr", "act_ptr"))]
+    return [AotSpec(f"gemv_chain[bf16,1024/2048/3584,{sync}]", _chain_kernel, sig,
+                    {**consts, "SYNC": sync}, {"num_warps": 4},
+                    divisible=("w_ptr", "desc_ptr", "act_ptr"))
+            for sync in ("counter", "data")]
 
 
 AOT_SPECS = _aot_specs()
