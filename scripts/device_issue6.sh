@@ -29,6 +29,8 @@
 #                                         # beside fla per kernel; ncu of both state kernels
 #   bash scripts/device_issue6.sh s32b      # the launch rule s32a gave against the one before:
 #                                         # strict rows, GDN / KDA per kernel, fla at KDA 8 x 2k
+#   bash scripts/device_issue6.sh s33d      # on an H200 sparse MLA and Qwen3.5 b=1; the GEMV
+#                                         # chain in one persistent launch vs the PDL chain
 #   bash scripts/device_issue6.sh s33a      # s32c's forms as defaults: strict gdn + kda rows,
 #                                         # model tests, per kernel beside fla, Qwen3.5 whole
 #   bash scripts/device_issue6.sh s32c      # the state step's decay loaded ahead and
@@ -229,6 +231,22 @@ elif [ "$phase" = s28a ]; then
     --variant "wy4@$D:SPLIT_LAUNCH={'gdn':(2,4,32),'kda':(4,4,32)}" \
     --variant "out128@block_v_out=128"
   kda_base_tree 100
+elif [ "$phase" = s33d ]; then
+  # The session's last device seconds: on an H200 first the two issue-6 figures never or long
+  # not taken there (sparse MLA decode; Qwen3.5-0.8B b=1 decode against the roofline), then on
+  # any card the GEMV chain in one persistent launch (counter / data sync) against the PDL chain.
+  nvidia-smi --query-gpu=name --format=csv,noheader | tee "$out/gpu.txt"
+  sparse_mla_on_h200 80
+  if grep -q H200 "$out/gpu.txt"; then
+    timeout 80 python3 scripts/bench_model.py --preset qwen3.5-0.8b --batch 1 --prompt 1024 \
+      --new 64 --no-hf > "$out/model_qwen.txt" 2>&1
+    echo "== Qwen3.5-0.8B rc=$?"; grep "^{\|Error\|roofline" "$out/model_qwen.txt" | cut -c1-300 | tail -4
+  fi
+  timeout 40 python3 -m pytest tests/kernels/test_gemv_chain.py -q -p no:cacheprovider \
+    > "$out/test_chain.txt" 2>&1
+  echo "== test_gemv_chain rc=$?"; tail -1 "$out/test_chain.txt"
+  timeout 90 python3 scripts/bench_decode_chain.py --quick --chain > "$out/chain.txt" 2>&1
+  echo "== bench_decode_chain --chain rc=$?"; grep -v "warn\|Warn" "$out/chain.txt" | tail -16
 elif [ "$phase" = s33a ]; then
   # s32c's forms on by default (the decay loaded ahead, GDN's output stage on q's raw rows and
   # fla's span differences, KDA's _wu_kernel in 64-channel blocks, the state rule's 7/8 fill):
