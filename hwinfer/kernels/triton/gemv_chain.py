@@ -73,23 +73,27 @@ def _chain_product(w_ptr, x_ptr, y_ptr, N, pid, P, i, cnt_ptr, spin_max, err_ptr
     # the first tile's weights, issued before the barrier (they do not depend on the step)
     w = tl.load(w_ptr + rn.to(tl.int64)[:, None] * K + rk[None, :],
                 mask=(rn < N)[:, None] & kmask[None, :], other=0.0)
+    ntiles = tl.cdiv(N, R)
+    # (a program with no rows of this product waits for nothing: x is not its concern, and it
+    # has no stores of product i - 1 left to publish after its arrival)
+    xf = tl.zeros([KP], dtype=tl.float32)
     if SYNC == "counter":
         if i > 0:
             _arrive(cnt_ptr + i - 1)
-            _wait_for(cnt_ptr + i - 1, P, spin_max, err_ptr)
-        # x was written by other SMs during this launch: read it from L2 (.cg), not L1
-        x = tl.load(x_ptr + rk, mask=kmask, other=0.0, cache_modifier=".cg")
-    else:
-        x = tl.load(x_ptr + rk, mask=kmask, other=0.0, volatile=True).to(tl.float32)
+            if pid < ntiles:
+                _wait_for(cnt_ptr + i - 1, P, spin_max, err_ptr)
+        if pid < ntiles:
+            # x was written by other SMs during this launch: read it from L2 (.cg), not L1
+            xf = tl.load(x_ptr + rk, mask=kmask, other=0.0, cache_modifier=".cg").to(tl.float32)
+    elif pid < ntiles:
+        xf = tl.load(x_ptr + rk, mask=kmask, other=0.0, volatile=True).to(tl.float32)
         n = 0
-        while (tl.max((x != x).to(tl.int32), axis=0) > 0) & (n < spin_max):
-            x = tl.load(x_ptr + rk, mask=kmask, other=0.0, volatile=True).to(tl.float32)
+        while (tl.max((xf != xf).to(tl.int32), axis=0) > 0) & (n < spin_max):
+            xf = tl.load(x_ptr + rk, mask=kmask, other=0.0, volatile=True).to(tl.float32)
             n += 1
         if n >= spin_max:
             tl.atomic_max(err_ptr, 1)
-    xf = x.to(tl.float32)
     t = pid
-    ntiles = tl.cdiv(N, R)
     while t < ntiles:
         nxt = rn + P * R
         w_next = tl.load(w_ptr + nxt.to(tl.int64)[:, None] * K + rk[None, :],
