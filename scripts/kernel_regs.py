@@ -156,6 +156,7 @@ def main() -> int:
     from triton.compiler import ASTSource
     import triton
 
+    from hwinfer.kernels.triton import programs_per_sm
     from hwinfer.kernels.triton.aot import TARGETS, all_specs
 
     options = {k: int(v) for k, v in (o.split("=", 1) for o in args.option)}
@@ -180,7 +181,7 @@ def main() -> int:
         compiled = triton.compile(src, target=GPUTarget(*TARGETS["sm_90"]), options=dict(spec.options))
         rep = ptxas_report(compiled.asm["ptx"])
         warps = spec.options.get("num_warps", 4)
-        per_sm = 65536 // max(1, rep["registers"] * 32 * warps)
+        per_sm = programs_per_sm(rep["registers"], warps)
         line = f"{spec.name:<44} {warps:>5} {rep['registers']:>5} {rep['spill_bytes']:>7} {per_sm:>11}"
         if args.sass:
             sass = sass_report(compiled.asm["ptx"])

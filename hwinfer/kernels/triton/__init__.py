@@ -23,6 +23,12 @@ def num_sms(device, default: int) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count
 
 
+def programs_per_sm(registers: int, num_warps: int) -> int:
+    """Programs of ``num_warps`` warps at ``registers`` a thread that an NVIDIA SM's 65,536
+    registers hold (allocated 8 a thread at a time; shared memory not counted)."""
+    return 65536 // (max(8, -(-registers // 8) * 8) * 32 * num_warps)
+
+
 @functools.lru_cache(maxsize=None)
 def nvidia_capability(device) -> tuple[int, int] | None:
     """(major, minor) of an NVIDIA CUDA ``device``; None for AMD (HIP), the CPU or the

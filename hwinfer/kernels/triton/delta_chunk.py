@@ -948,14 +948,12 @@ def _aot_specs():
             nv = ("sm_90", "sm_100")
             # GDN on NVIDIA: the keys as stored with their row scales (GDN_STATE_RAW_K)
             ks = not per_channel and GDN_STATE_RAW_K
-            # (and the decay loaded a step ahead, STATE_DECAY_AHEAD, at the three value blocks
-            # the rule picks)
-            for prec, bv, stages, ahead, targets in (
-                    ("ieee", 16, 2, True, None), ("ieee", 32, 2, True, None),
-                    ("ieee", 64, 2, True, None),
-                    ("bf16", 16, 3, False, nv), ("bf16", 64, 2, False, nv),
-                    ("split", 16, 3, False, nv), ("bf16", 16, 3, True, nv),
-                    ("bf16", 32, 3, True, nv), ("bf16", 64, 2, True, nv)):
+            # (the decay loaded a step ahead or not, as STATE_DECAY_AHEAD has it)
+            ahead = bool(STATE_DECAY_AHEAD)
+            for prec, bv, stages, targets in (
+                    ("ieee", 16, 2, None), ("ieee", 32, 2, None), ("ieee", 64, 2, None),
+                    ("bf16", 16, 3, nv), ("bf16", 32, 3, nv), ("bf16", 64, 2, nv),
+                    ("split", 16, 3, nv)):
                 handoff = {"hs_ptr": half, "d_ptr": half} if prec != "ieee" else {}
                 raw = ks and prec != "ieee"
                 specs.append(AotSpec(

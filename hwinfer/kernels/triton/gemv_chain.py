@@ -30,9 +30,10 @@ import torch
 import triton
 import triton.language as tl
 
-from hwinfer.kernels.triton import INTERPRET, num_sms
+from hwinfer.kernels.triton import INTERPRET, num_sms, programs_per_sm
+from hwinfer.kernels.triton.gemv import rows_block_n
 
-TILE_BYTES = 16 << 10   # weight bytes a program holds per tile (whole rows), as gemv_rows
+TILE_BYTES = 16 << 10   # weight bytes a program holds per tile (whole rows, gemv.rows_block_n)
 SPIN_MAX = 1 << 18      # polls of a barrier before giving up (error flag set, no hang)
 ALIGN = 64              # elements: where each weight and activation starts in its buffer
 
@@ -136,11 +137,6 @@ def _chain_kernel(w_ptr, desc_ptr, act_ptr, cnt_ptr, err_ptr, NPROD, spin_max,
         _arrive(cnt_ptr + NPROD - 1)   # (read back by the tests: every count is P)
 
 
-def _rows_per_tile(k: int) -> int:
-    """Whole rows of a TILE_BYTES bf16 tile ([R, next_pow2(K)]), a power of two >= 1."""
-    return max(1, TILE_BYTES // (2 * triton.next_power_of_2(k)))
-
-
 class GemvChain:
     """The products W_0 ... W_{n-1} (each [N_i, K_i], one dtype, N_{i-1} >= K_i, at most three
     distinct K) packed into one weight buffer, run as one persistent launch by ``__call__``.
@@ -202,7 +198,7 @@ class GemvChain:
             self.act[self.k0:].fill_(float("nan"))
 
     def _launch(self, programs: int):
-        ra, rb, rc = (_rows_per_tile(k) for k in self.ks)
+        ra, rb, rc = (rows_block_n(1 << 30, k, TILE_BYTES) for k in self.ks)
         pa, pb, pc = (triton.next_power_of_2(k) for k in self.ks)
         return _chain_kernel[(programs,)](
             self.weight, self.desc, self.act, self.counters, self.error, len(self.counters),
@@ -217,9 +213,8 @@ class GemvChain:
                                "programs= on AMD (not run on hardware)")
         self._reset()
         kernel = self._launch(1)   # compiles; one program runs the chain alone
-        regs = max(int(kernel.n_regs), 1)
-        per_sm_regs = 65536 // (((regs + 7) // 8 * 8) * 32 * self.num_warps)
-        fit = min(per_sm, per_sm_regs)
+        regs = int(kernel.n_regs)
+        fit = min(per_sm, programs_per_sm(regs, self.num_warps))
         if fit < 1:
             raise RuntimeError(f"GemvChain: {regs} registers a thread leave no room for a program")
         return fit * num_sms(self.weight.device, 1)
@@ -249,7 +244,8 @@ def _aot_specs():
            "ALIGN": "constexpr", "SYNC": "constexpr"}
     consts = {**{f"K{a}": k for a, k in zip("ABC", ks)},
               **{f"KP{a}": triton.next_power_of_2(k) for a, k in zip("ABC", ks)},
-              **{f"R{a}": _rows_per_tile(k) for a, k in zip("ABC", ks)}, "ALIGN": ALIGN}
+              **{f"R{a}": rows_block_n(1 << 30, k, TILE_BYTES) for a, k in zip("ABC", ks)},
+              "ALIGN": ALIGN}
     return [AotSpec(f"gemv_chain[bf16,1024/2048/3584,{sync}]", _chain_kernel, sig,
                     {**consts, "SYNC": sync}, {"num_warps": 4},
                     divisible=("w_ptr", "desc_ptr", "act_ptr"))
