@@ -31,6 +31,8 @@
 #                                         # strict rows, GDN / KDA per kernel, fla at KDA 8 x 2k
 #   bash scripts/device_issue6.sh s33d      # on an H200 sparse MLA and Qwen3.5 b=1; the GEMV
 #                                         # chain in one persistent launch vs the PDL chain
+#   bash scripts/device_issue6.sh s34a      # s33d, plus the decode graph's greedy argmax inside
+#                                         # vs outside: engine tests on the card, Qwen3.5 steps
 #   bash scripts/device_issue6.sh s33a      # s32c's forms as defaults: strict gdn + kda rows,
 #                                         # model tests, per kernel beside fla, Qwen3.5 whole
 #   bash scripts/device_issue6.sh s32c      # the state step's decay loaded ahead and
@@ -231,6 +233,25 @@ elif [ "$phase" = s28a ]; then
     --variant "wy4@$D:SPLIT_LAUNCH={'gdn':(2,4,32),'kda':(4,4,32)}" \
     --variant "out128@block_v_out=128"
   kda_base_tree 100
+elif [ "$phase" = s34a ]; then
+  # s33d's figures, plus the greedy argmax inside the decode graph (GREEDY_IN_GRAPH, new default)
+  # against it outside: the overlapped-graph engine tests on the card, then Qwen3.5-0.8B's step
+  # (compare step_ms: the replay itself grows by the argmax) in paired rounds.
+  nvidia-smi --query-gpu=name --format=csv,noheader | tee "$out/gpu.txt"
+  sparse_mla_on_h200 80
+  HWINFER_TEST_DEVICE=cuda timeout 90 python3 -m pytest tests/engine/test_graphs.py -q \
+    -p no:cacheprovider -k "overlap and (qwen or deepseek or kimi)" > "$out/test_graphs.txt" 2>&1
+  echo "== test_graphs (overlap) on the card rc=$?"; tail -1 "$out/test_graphs.txt"
+  timeout 170 python3 scripts/bench_ablation.py --preset qwen3.5-0.8b --batch 1,32 --prompt 1024 \
+    --new 32 --groups none --repeat 2 --variant "outside@hwinfer.engine.graphs:GREEDY_IN_GRAPH=False" \
+    > "$out/ablation.txt" 2> "$out/ablation.err"
+  echo "== bench_ablation greedy in / outside the graph rc=$?"; grep "^{" "$out/ablation.txt" | cut -c1-230
+  grep "rror" "$out/ablation.err" | tail -3
+  timeout 40 python3 -m pytest tests/kernels/test_gemv_chain.py -q -p no:cacheprovider \
+    > "$out/test_chain.txt" 2>&1
+  echo "== test_gemv_chain rc=$?"; tail -1 "$out/test_chain.txt"
+  timeout 90 python3 scripts/bench_decode_chain.py --quick --chain > "$out/chain.txt" 2>&1
+  echo "== bench_decode_chain --chain rc=$?"; grep -v "warn\|Warn" "$out/chain.txt" | tail -16
 elif [ "$phase" = s33d ]; then
   # The session's last device seconds: on an H200 first the two issue-6 figures never or long
   # not taken there (sparse MLA decode; Qwen3.5-0.8B b=1 decode against the roofline), then on

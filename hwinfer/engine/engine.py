@@ -219,8 +219,10 @@ class Engine:
         logits = self.graphs.run(reqs, prev[1] if prev is not None else None)
         if logits is None:
             return None
-        tokens = self._sample_device(logits, reqs)
-        host, event = self.graphs.publish(tokens)
+        if self.graphs.greedy and self._all_greedy(reqs):
+            host, event = self.graphs.publish(len(reqs))   # the graph's own argmax
+        else:
+            host, event = self.graphs.publish(self._sample_device(logits, reqs))
         for r in reqs:
             r.num_computed += 1
             r.inflight += 1
@@ -280,7 +282,7 @@ class Engine:
         def pick(value, default):
             return default if value is None else value
         temp = [float(pick(r.params.temperature, d.temperature)) for r in reqs]
-        if all(t <= 0 for t in temp):
+        if all(t <= 0 for t in temp):   # (as _all_greedy)
             # All greedy: the sampler's own rule (argmax, ties to the lowest id) without its
             # parameter uploads.
             return logits.argmax(dim=-1)
@@ -292,6 +294,12 @@ class Engine:
         ints = host_to_device([top_k, [r.seed for r in reqs], steps], device, torch.int64)
         return self.model.ops.sample(logits, floats[0], ints[0].to(torch.int32), floats[1], ints[1],
                                      ints[2]).long()
+
+    def _all_greedy(self, reqs: list[Request]) -> bool:
+        """Whether every request samples greedily (temperature <= 0, its own or the model's)."""
+        default = self.model.generation_defaults.temperature
+        return all(float(default if r.params.temperature is None else r.params.temperature) <= 0
+                   for r in reqs)
 
     @staticmethod
     def _logprobs(logits: torch.Tensor, reqs: list[Request], tokens: list[int]) -> list[TokenLogprob | None]:

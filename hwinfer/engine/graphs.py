@@ -40,6 +40,12 @@ from hwinfer.runtime.batch import ForwardBatch
 log = logging.getLogger("hwinfer.engine")
 DEFAULT_MAX_LEN = 32768
 _SAMPLED = 6   # the input buffer's device-written row (see DecodeGraphs.__init__)
+# Each captured step ends with the greedy argmax of its logits written to the sampled-token row:
+# an all-greedy overlapped step then launches nothing outside its graph but the copy of the
+# tokens to the host (the argmax kernel and the copy into the row ran between replays before,
+# where they delay the next replay). Steps that sample otherwise overwrite the row (``publish``);
+# they pay one argmax over their logits for it.
+GREEDY_IN_GRAPH = True
 
 
 def _where(err: BaseException) -> str:
@@ -158,6 +164,8 @@ class DecodeGraphs:
         self.graphs: dict[int, tuple[torch.cuda.CUDAGraph | None, torch.Tensor | None]] = {}  # None: eager
         self._mempool = None
         self.replays = 0  # steps served by this path
+        self.greedy = GREEDY_IN_GRAPH   # (read once: the captured graphs hold the choice)
+        self.greedy_steps = 0  # steps whose tokens were the graph's own argmax
 
     # --- which steps qualify ---------------------------------------------------------------
     def fits(self, scheduled: list[tuple[Request, int]]) -> bool:
@@ -217,12 +225,19 @@ class DecodeGraphs:
             # Holding the list object keeps its identity unique while we compare against it.
             self._synced[r.slot] = (r.blocks, len(r.blocks))
 
-    def publish(self, tokens: torch.Tensor) -> tuple[torch.Tensor, "torch.cuda.Event | None"]:
+    def publish(self, tokens: torch.Tensor | int) -> tuple[torch.Tensor, "torch.cuda.Event | None"]:
         """Keep a step's sampled ``tokens`` [n] (device) for the next step's inputs and start
         copying them to the host: returns (host tensor [n], the event that marks the copy done;
-        None off CUDA, where the copy is done already)."""
-        n = tokens.shape[0]
-        self.sampled[:n].copy_(tokens)
+        None off CUDA, where the copy is done already). ``tokens`` an int n: the step's own
+        greedy argmax of its n rows (``self.greedy``), already in place."""
+        if isinstance(tokens, int):
+            if not self.greedy:
+                raise RuntimeError("publish(n): these graphs do not take the greedy argmax")
+            n = tokens
+            self.greedy_steps += 1
+        else:
+            n = tokens.shape[0]
+            self.sampled[:n].copy_(tokens)
         host = self._readback.next()[:n]
         host.copy_(self.sampled[:n], non_blocking=self.capture)
         if not self.capture:
@@ -250,7 +265,10 @@ class DecodeGraphs:
         return batch
 
     def _forward(self, size: int) -> torch.Tensor:
-        return self.model.logits(self.model.forward_batch(self._batch(size)))
+        logits = self.model.logits(self.model.forward_batch(self._batch(size)))
+        if self.greedy:   # ties to the lowest id, as the sampler's greedy rows
+            torch.argmax(logits, dim=-1, out=self.sampled[:size])
+        return logits
 
     # --- capture -----------------------------------------------------------------------------
     def _capture(self, size: int) -> bool:
@@ -259,19 +277,26 @@ class DecodeGraphs:
         capture time, so nothing but the padding slot is touched. Off CUDA only the warm-up
         runs (it touches the same state), and the size then runs eagerly."""
         self._pad_rows(self.inputs, 0, size)
-        if not self.capture:
-            self._forward(size)
-            self.graphs[size] = (None, None)
-            return True
-        if self._mempool is None:
-            self._mempool = torch.cuda.graph_pool_handle()
+        # The warm-up forwards write their argmax into the sampled row, where a step still in
+        # flight keeps the tokens the next step gathers: keep the row and put it back after.
+        kept = self.sampled.clone() if self.greedy else None
         try:
-            self.graphs[size] = capture(lambda: self._forward(size), self._mempool, "decode forward")
-        except NotCapturable as err:
-            self.disabled = str(err)
-            log.warning("CUDA graphs off: %s", self.disabled)
-            return False
-        return True
+            if not self.capture:
+                self._forward(size)
+                self.graphs[size] = (None, None)
+                return True
+            if self._mempool is None:
+                self._mempool = torch.cuda.graph_pool_handle()
+            try:
+                self.graphs[size] = capture(lambda: self._forward(size), self._mempool, "decode forward")
+            except NotCapturable as err:
+                self.disabled = str(err)
+                log.warning("CUDA graphs off: %s", self.disabled)
+                return False
+            return True
+        finally:
+            if kept is not None:
+                self.sampled.copy_(kept)
 
     def capture_all(self) -> None:
         """Capture every size now, largest first (smaller graphs then reuse its memory)."""

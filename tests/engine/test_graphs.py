@@ -100,6 +100,10 @@ def test_overlapped_decode_equals_one_step_at_a_time(model, params):
     got, engine = _run(model, prompts, params, cuda_graphs=True)
     assert got == expected
     assert engine.overlapped_steps > 0
+    # Greedy steps take the graph's own argmax (none sampled on the side); sampled steps never.
+    # The captures that new sizes need while a step is in flight must keep its tokens: the
+    # requests' different prompt lengths make those happen here.
+    assert (engine.graphs.greedy_steps > 0) == (params is GREEDY)
 
 
 def test_overlap_with_uneven_lengths_aborts_and_logprobs(tmp_path):
