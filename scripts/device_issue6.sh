@@ -33,6 +33,8 @@
 #                                         # chain in one persistent launch vs the PDL chain
 #   bash scripts/device_issue6.sh s34a      # s33d, plus the decode graph's greedy argmax inside
 #                                         # vs outside: engine tests on the card, Qwen3.5 steps
+#   bash scripts/device_issue6.sh s34b      # chunked GDN / KDA only: strict rows, per kernel
+#                                         # beside fla at 1 x 16k and 8 x 2k (carry .whl)
 #   bash scripts/device_issue6.sh s33a      # s32c's forms as defaults: strict gdn + kda rows,
 #                                         # model tests, per kernel beside fla, Qwen3.5 whole
 #   bash scripts/device_issue6.sh s32c      # the state step's decay loaded ahead and
@@ -252,6 +254,15 @@ elif [ "$phase" = s34a ]; then
   echo "== test_gemv_chain rc=$?"; tail -1 "$out/test_chain.txt"
   timeout 90 python3 scripts/bench_decode_chain.py --quick --chain > "$out/chain.txt" 2>&1
   echo "== bench_decode_chain --chain rc=$?"; grep -v "warn\|Warn" "$out/chain.txt" | tail -16
+elif [ "$phase" = s34b ]; then
+  # s33a's chunked GDN / KDA part alone (it ran past 600 s with the model parts): strict gdn +
+  # kda rows, then each kind per kernel beside fla (carry .whl) at 1 x 16k and 8 x 2k.
+  nvidia-smi --query-gpu=name --format=csv,noheader | tee "$out/gpu.txt"
+  strict_rows "gdn_chunked or kda_chunked"
+  BENCH=bench_gdn per_kernel 180 --kinds gdn --shapes 1x16384,8x2048
+  BENCH=bench_kda per_kernel 240 --kinds kda --shapes 1x16384,8x2048
+  tar -czf "$out/bench.tgz" -C "$out" bench_gdn.csv bench_gdn.err bench_kda.csv bench_kda.err \
+    conformance_default.txt && rm -f "$out"/bench_*.csv "$out"/bench_*.err "$out"/conformance_default.txt
 elif [ "$phase" = s33d ]; then
   # The session's last device seconds: on an H200 first the two issue-6 figures never or long
   # not taken there (sparse MLA decode; Qwen3.5-0.8B b=1 decode against the roofline), then on
