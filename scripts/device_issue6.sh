@@ -31,8 +31,8 @@
 #                                         # strict rows, GDN / KDA per kernel, fla at KDA 8 x 2k
 #   bash scripts/device_issue6.sh s33d      # on an H200 sparse MLA and Qwen3.5 b=1; the GEMV
 #                                         # chain in one persistent launch vs the PDL chain
-#   bash scripts/device_issue6.sh s34a      # s33d, plus the decode graph's greedy argmax inside
-#                                         # vs outside: engine tests on the card, Qwen3.5 steps
+#   bash scripts/device_issue6.sh s34a      # s33d, plus the decode graph's greedy argmax and
+#                                         # Qwen3.5's fused decode attention, each vs before
 #   bash scripts/device_issue6.sh s34b      # chunked GDN / KDA only: strict rows, per kernel
 #                                         # beside fla at 1 x 16k and 8 x 2k (carry .whl)
 #   bash scripts/device_issue6.sh s33a      # s32c's forms as defaults: strict gdn + kda rows,
@@ -236,22 +236,24 @@ elif [ "$phase" = s28a ]; then
     --variant "out128@block_v_out=128"
   kda_base_tree 100
 elif [ "$phase" = s34a ]; then
-  # s33d's figures, plus the greedy argmax inside the decode graph (GREEDY_IN_GRAPH, new default)
-  # against it outside: the overlapped-graph engine tests on the card, then Qwen3.5-0.8B's step
-  # (compare step_ms: the replay itself grows by the argmax) in paired rounds.
+  # s33d's figures, plus two decode-step changes against their forms before: the greedy argmax
+  # inside the decode graph (GREEDY_IN_GRAPH) and Qwen3.5's attention from the raw rows in one
+  # split kernel (rms_norm_rope_paged_attention, FUSE_NEW_ROW). Strict conformance of the
+  # attention ops (rows for ci/results), the overlapped-graph engine tests and the Qwen3.5 model
+  # tests on the card, then Qwen3.5-0.8B's step in paired rounds (compare step_ms: the replay
+  # itself grows by the argmax), then the GEMV chain's syncs against the PDL chain.
   nvidia-smi --query-gpu=name --format=csv,noheader | tee "$out/gpu.txt"
   sparse_mla_on_h200 80
-  HWINFER_TEST_DEVICE=cuda timeout 90 python3 -m pytest tests/engine/test_graphs.py -q \
-    -p no:cacheprovider -k "overlap and (qwen or deepseek or kimi)" > "$out/test_graphs.txt" 2>&1
-  echo "== test_graphs (overlap) on the card rc=$?"; tail -1 "$out/test_graphs.txt"
-  timeout 170 python3 scripts/bench_ablation.py --preset qwen3.5-0.8b --batch 1,32 --prompt 1024 \
+  strict_rows "paged_attention or rms_norm_rope"
+  HWINFER_TEST_DEVICE=cuda timeout 100 python3 -m pytest tests/engine/test_graphs.py tests/models \
+    -q -p no:cacheprovider -k "qwen or (overlap and (deepseek or kimi))" > "$out/test_graphs.txt" 2>&1
+  echo "== engine overlap + qwen model tests on the card rc=$?"; grep -E "passed|failed|FAILED" "$out/test_graphs.txt" | tail -6
+  timeout 220 python3 scripts/bench_ablation.py --preset qwen3.5-0.8b --batch 1,32 --prompt 1024 \
     --new 32 --groups none --repeat 2 --variant "outside@hwinfer.engine.graphs:GREEDY_IN_GRAPH=False" \
+    --variant "unfused@hwinfer.kernels.triton.paged_attention:FUSE_NEW_ROW=False" \
     > "$out/ablation.txt" 2> "$out/ablation.err"
-  echo "== bench_ablation greedy in / outside the graph rc=$?"; grep "^{" "$out/ablation.txt" | cut -c1-230
+  echo "== bench_ablation rc=$?"; grep "^{" "$out/ablation.txt" | cut -c1-230
   grep "rror" "$out/ablation.err" | tail -3
-  timeout 40 python3 -m pytest tests/kernels/test_gemv_chain.py -q -p no:cacheprovider \
-    > "$out/test_chain.txt" 2>&1
-  echo "== test_gemv_chain rc=$?"; tail -1 "$out/test_chain.txt"
   timeout 90 python3 scripts/bench_decode_chain.py --quick --chain > "$out/chain.txt" 2>&1
   echo "== bench_decode_chain --chain rc=$?"; grep -v "warn\|Warn" "$out/chain.txt" | tail -16
 elif [ "$phase" = s34b ]; then
