@@ -33,6 +33,8 @@
 #                                         # chain in one persistent launch vs the PDL chain
 #   bash scripts/device_issue6.sh s34a      # s33d, plus the decode graph's greedy argmax and
 #                                         # Qwen3.5's fused decode attention, each vs before
+#   bash scripts/device_issue6.sh s34c      # the fused decode attention's second form vs the
+#                                         # two ops; the greedy argmax outside again
 #   bash scripts/device_issue6.sh s34b      # chunked GDN / KDA only: strict rows, per kernel
 #                                         # beside fla at 1 x 16k and 8 x 2k (carry .whl)
 #   bash scripts/device_issue6.sh s33a      # s32c's forms as defaults: strict gdn + kda rows,
@@ -256,6 +258,22 @@ elif [ "$phase" = s34a ]; then
   grep "rror" "$out/ablation.err" | tail -3
   timeout 90 python3 scripts/bench_decode_chain.py --quick --chain > "$out/chain.txt" 2>&1
   echo "== bench_decode_chain --chain rc=$?"; grep -v "warn\|Warn" "$out/chain.txt" | tail -16
+elif [ "$phase" = s34c ]; then
+  # The fused decode attention's second form (constants before the PDL wait, the new key
+  # attended from registers: no barrier, no read of a row written in the launch) against the
+  # two ops (s34a: the first form, with a barrier, was 7 / 14 us slower at b = 1 / 32 on an
+  # H100); the greedy argmax outside the graph again (s34a: +90 us at b = 32, unexplained).
+  nvidia-smi --query-gpu=name --format=csv,noheader | tee "$out/gpu.txt"
+  strict_rows "paged_attention or rms_norm_rope"
+  models_on_card "qwen"
+  timeout 300 python3 scripts/bench_ablation.py --preset qwen3.5-0.8b --batch 1,32 --prompt 1024 \
+    --new 32 --groups none --repeat 3 \
+    --variant "unfused@hwinfer.kernels.triton.paged_attention:FUSE_NEW_ROW=False" \
+    --variant "outside@hwinfer.engine.graphs:GREEDY_IN_GRAPH=False" \
+    > "$out/ablation.txt" 2> "$out/ablation.err"
+  echo "== bench_ablation rc=$?"; grep "^{" "$out/ablation.txt" | grep -v '"round"' | cut -c1-230
+  grep "rror" "$out/ablation.err" | tail -3
+  sparse_mla_on_h200 80
 elif [ "$phase" = s34b ]; then
   # s33a's chunked GDN / KDA part alone (it ran past 600 s with the model parts): strict gdn +
   # kda rows, then each kind per kernel beside fla (carry .whl) at 1 x 16k and 8 x 2k.

@@ -32,7 +32,7 @@ import triton
 import triton.language as tl
 
 from hwinfer.kernels.triton import num_sms
-from hwinfer.kernels.triton.norm_rope import _normed_rows
+from hwinfer.kernels.triton.norm_rope import _norm_rope_math, _rotary_layout
 from hwinfer.kernels.triton.pdl import launch_kwargs, pdl_enter, pdl_ok
 
 _LOG2E = 1.4426950408889634
@@ -217,20 +217,33 @@ def _paged_split_new_kernel(
         HAS_WINDOW: tl.constexpr, HAS_SINK: tl.constexpr, HAS_GATE: tl.constexpr,
         HAS_WEIGHT: tl.constexpr, INTERLEAVED: tl.constexpr, SINGLE: tl.constexpr,
         LOWP: tl.constexpr, PDL: tl.constexpr):
-    """``_paged_split_kernel`` at one new token per sequence, from the projections' raw rows:
-    each program norms and rotates its query heads itself, and the programs whose keys end at
-    the new token first write its normed, rotated K row and its V row to the caches (k_ptr,
-    v_ptr: the raw rows; kc_ptr, vc_ptr: the caches), then read them back with the rest. The
-    stores are made visible to the CTA's own loads by a barrier; every program that reads the
-    new row wrote it (several row blocks write the same bytes), so no program depends on
-    another's store."""
-    pdl_enter(PDL)  # the raw q / k / v rows come from the kernel just before
+    """``_paged_split_kernel`` at one new token per sequence, from the projections' raw rows
+    (k_ptr, v_ptr; the caches are kc_ptr, vc_ptr). Each program norms and rotates its query
+    heads itself. The program whose keys end at the new token also norms and rotates its key,
+    writes the K / V rows to the caches for later steps and attends to them from registers: its
+    walk over the cache stops one position short, so no program reads a row this launch
+    writes. The norm weights and the token's cos / sin rows (written by kernels further back
+    than the one this launch waits for) are loaded before the wait."""
     pid = tl.program_id(0)
     sp = tl.program_id(1)
     nsplit = tl.num_programs(1)
     mb = pid % N_MB
     hkv = (pid // N_MB) % HKV
     b = pid // (N_MB * HKV)
+    b64 = b.to(tl.int64)
+    cols = tl.arange(0, BDK)
+    cmask = cols < DK
+    in_rot, is_b, i, partner = _rotary_layout(cols, rot_start, HALF, INTERLEAVED)
+    qw = tl.full((BDK,), 1.0, tl.float32)
+    qwp, kw, kwp = qw, qw, qw
+    if HAS_WEIGHT:
+        qw = tl.load(qw_ptr + cols, mask=cmask, other=0.0).to(tl.float32) + offset
+        qwp = tl.load(qw_ptr + partner, mask=cmask & in_rot, other=0.0).to(tl.float32) + offset
+        kw = tl.load(kw_ptr + cols, mask=cmask, other=0.0).to(tl.float32) + offset
+        kwp = tl.load(kw_ptr + partner, mask=cmask & in_rot, other=0.0).to(tl.float32) + offset
+    c = tl.load(cos_ptr + b64 * HALF + i, mask=in_rot, other=1.0)
+    s = tl.load(sin_ptr + b64 * HALF + i, mask=in_rot, other=0.0)
+    pdl_enter(PDL)  # the raw q / k / v rows come from the kernel just before
     lo, L = _seq_bounds(seq_ptr, b, 1, W, HAS_WINDOW)
     span = _split_span(lo, L, SPLIT, nsplit, BLOCK_N)
     start = lo + sp * span
@@ -240,32 +253,40 @@ def _paged_split_new_kernel(
 
     rows = mb * BLOCK_M + tl.arange(0, BLOCK_M)
     row_ok = rows < G
-    head = hkv * G + rows
-    b64 = b.to(tl.int64)
-    token = b + rows * 0  # the cos / sin row of each query row
-    src = q_ptr + b64 * stride_qb + head.to(tl.int64) * stride_qh
-    q, _, _ = _normed_rows(src, qw_ptr, cos_ptr, sin_ptr, token, row_ok, DK, eps, offset,
-                           rot_start, HALF, HAS_WEIGHT, INTERLEAVED, BDK)
+    src = q_ptr + b64 * stride_qb + (hkv * G + rows).to(tl.int64) * stride_qh
+    m2 = row_ok[:, None] & cmask[None, :]
+    x = tl.load(src[:, None] + cols[None, :], mask=m2, other=0.0).to(tl.float32)
+    xp = tl.load(src[:, None] + partner[None, :], mask=m2 & in_rot[None, :], other=0.0).to(tl.float32)
+    q = _norm_rope_math(x, xp, qw[None, :], qwp[None, :], c[None, :], s[None, :],
+                        in_rot[None, :], is_b[None, :], DK, eps)
     q = q.to(q_ptr.dtype.element_ty).to(tl.float32)  # rounded where the composed ops store q
-    if LOWP:
-        q = q.to(kc_ptr.dtype.element_ty)
-    if end == L:  # this split's keys end at the new token: write its K / V rows first
-        one = tl.arange(0, 1)
-        ksrc = k_ptr + b64 * stride_kb + hkv * stride_kh + one * 0
-        kn, kmask, cols = _normed_rows(ksrc, kw_ptr, cos_ptr, sin_ptr, b + one * 0, one < 1, DK,
-                                       eps, offset, rot_start, HALF, HAS_WEIGHT, INTERLEAVED, BDK)
-        dest = tl.load(rows_ptr + b).to(tl.int64)
-        kdst = kc_ptr + dest * stride_ct + hkv * stride_ch + one[:, None] * 0 + cols[None, :]
-        tl.store(kdst, kn.to(kc_ptr.dtype.element_ty), mask=kmask)
+    qd = q.to(kc_ptr.dtype.element_ty) if LOWP else q
+    new = end == L  # this program's keys end at the new token, which it takes from registers
+    acc, m, l = _attend_span(qd, kc_ptr, vc_ptr, table_ptr, b64, hkv, start, end - new.to(tl.int32),
+                             L - 1 + rows * 0, DK, DV, BLOCK_SIZE, W, qk_scale, stride_cb,
+                             stride_ct, stride_ch, stride_wb, stride_wt, stride_wh, stride_tb,
+                             BLOCK_M, BLOCK_N, BDK, BDV, False, HAS_WINDOW, LOWP)
+    if new:
+        ksrc = k_ptr + b64 * stride_kb + hkv * stride_kh
+        xk = tl.load(ksrc + cols, mask=cmask, other=0.0).to(tl.float32)
+        xkp = tl.load(ksrc + partner, mask=cmask & in_rot, other=0.0).to(tl.float32)
+        kn = _norm_rope_math(xk[None, :], xkp[None, :], kw[None, :], kwp[None, :], c[None, :],
+                             s[None, :], in_rot[None, :], is_b[None, :], DK, eps)
+        kn = kn.to(kc_ptr.dtype.element_ty)  # [1, BDK], as stored and as later steps read it
         dv = tl.arange(0, BDV)
-        vrow = tl.load(v_ptr + b64 * stride_vb + hkv * stride_vh + dv, mask=dv < DV, other=0.0)
-        tl.store(vc_ptr + dest * stride_wt + hkv * stride_wh + dv,
-                 vrow.to(vc_ptr.dtype.element_ty), mask=dv < DV)
-        tl.debug_barrier()
-    acc, m, l = _attend_span(q, kc_ptr, vc_ptr, table_ptr, b64, hkv, start, end, L - 1 + rows * 0,
-                             DK, DV, BLOCK_SIZE, W, qk_scale, stride_cb, stride_ct, stride_ch,
-                             stride_wb, stride_wt, stride_wh, stride_tb, BLOCK_M, BLOCK_N, BDK,
-                             BDV, False, HAS_WINDOW, LOWP)
+        vn = tl.load(v_ptr + b64 * stride_vb + hkv * stride_vh + dv, mask=dv < DV,
+                     other=0.0).to(vc_ptr.dtype.element_ty)
+        dest = tl.load(rows_ptr + b).to(tl.int64)
+        tl.store(kc_ptr + dest * stride_ct + hkv * stride_ch + cols[None, :], kn, mask=cmask[None, :])
+        tl.store(vc_ptr + dest * stride_wt + hkv * stride_wh + dv, vn, mask=dv < DV)
+        # the new key's column of the online softmax (always visible: it is the query's own)
+        sn = tl.sum(q * kn.to(tl.float32), axis=1) * qk_scale
+        m_new = tl.maximum(m, sn)
+        alpha = tl.exp2(m - m_new)
+        pn = tl.exp2(sn - m_new)
+        l = l * alpha + pn
+        acc = acc * alpha[:, None] + pn[:, None] * vn.to(tl.float32)[None, :]
+        m = m_new
     _split_result(acc, m, l, pid, sp, nsplit, rows, row_ok, b, hkv, G, 1, DV, sink_ptr, gate_ptr,
                   out_ptr, pm_ptr, pl_ptr, pacc_ptr, stride_gb, 0, stride_gh, stride_ob, 0,
                   stride_oh, BLOCK_M, BDV, HAS_SINK, HAS_GATE, SINGLE)
