@@ -13,8 +13,7 @@ cannot show (with PDL a kernel's measured span includes the wait for the one bef
 Groups (each a list of ops; the stand-ins return an input of the output's shape):
   conv          causal_conv1d -> (x, state)
   delta_rule    gdn_gated_recurrent / kda_recurrent / gdn_recurrent -> (v, state)
-  attention     paged_attention, rms_norm_rope_kv_store, rms_norm_rope_paged_attention -> q
-                (needs Dk = Dv)
+  attention     paged_attention -> q (needs Dk = Dv), rms_norm_rope_kv_store -> q
   non_gemv      all of the above together: what is left is the projections, norms and glue
 ``--groups none`` times the full step only. ``--variant NAME@MODULE:ATTR=VALUE[;...]`` (repeatable)
 times the full step again with those constants set, then restores them; ``--repeat N`` runs N
@@ -56,8 +55,7 @@ def _first(q, *_, **__):
 STANDINS = {
     "conv": {"causal_conv1d": _conv},
     "delta_rule": {"gdn_gated_recurrent": _delta, "gdn_recurrent": _delta, "kda_recurrent": _delta},
-    "attention": {"paged_attention": _first, "rms_norm_rope_kv_store": _first,
-                  "rms_norm_rope_paged_attention": _first},
+    "attention": {"paged_attention": _first, "rms_norm_rope_kv_store": _first},
 }
 STANDINS["non_gemv"] = {k: v for group in STANDINS.values() for k, v in group.items()}
 

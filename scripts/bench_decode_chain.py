@@ -5,7 +5,7 @@ lm_head (248,320 x 1,024): 97 products over 1.50 GB of distinct bf16 weights, ea
 input a slice of the one before (so the chain is as dependent as a real step), captured in one
 CUDA graph and replayed.
 
-    python3 scripts/bench_decode_chain.py [--norms] [--persistent] [--fused] [--chain] [--quick]
+    python3 scripts/bench_decode_chain.py [--norms] [--persistent] [--fused] [--quick]
 
 One line per variant: us per step, GB/s over the weights, % of the card's measured copy bandwidth (hwinfer/ci/ceilings.py), and the last
 output's relative error against the F.linear chain. Variants: F.linear (cuBLAS), the measured
@@ -17,11 +17,10 @@ has), with PDL when the products use it. ``--persistent``: the whole-row GEMV's 
 the next tile's loads issued before the current one is reduced. ``--fused``: the
 same products as the model runs them (norms, gated activation, conv and gated norm inside the
 GEMVs, hwinfer/kernels/triton/gemv_norm.py), chained and per kind against the plain GEMV on the
-same weights, to price the fused prologues and epilogues. ``--chain``: all 97 products in one
-persistent launch with a grid barrier between products (hwinfer/kernels/triton/gemv_chain.py),
-at several programs an SM, warps and tile sizes; each checked against the whole-row chain, its
-barrier counters and error flag read back after the replays. ``--quick``: F.linear and the
-default whole-row GEMV only.
+same weights, to price the fused prologues and epilogues. ``--quick``: F.linear and the default
+whole-row GEMV only. (All 97 products in one persistent launch with grid barriers between them,
+``--chain``, was measured slower than the PDL chain and removed: docs/kernels.md, thirty-third
+and thirty-fourth sessions; the kernel is at 3e5fd6a, hwinfer/kernels/triton/gemv_chain.py.)
 """
 from __future__ import annotations
 
@@ -35,7 +34,6 @@ import triton.language as tl
 
 from hwinfer.ci.ceilings import copy_gbps, describe
 from hwinfer.kernels.triton import gemv as G
-from hwinfer.kernels.triton import gemv_chain as GC
 from hwinfer.kernels.triton import gemv_norm as GN
 from hwinfer.kernels.triton.pdl import pdl_enter
 
@@ -163,42 +161,11 @@ def time_graph(fn, reps: int = 10) -> float:
     return sorted(times)[len(times) // 2], out
 
 
-def chain_variants(ws: list[torch.Tensor], x0: torch.Tensor, ref_out: torch.Tensor,
-                   total: int) -> None:
-    """The 97 products in one persistent launch (GemvChain), per launch shape."""
-    default_tile = GC.TILE_BYTES
-    shapes = ((16, 4, 3), (16, 4, 2), (16, 8, 2), (8, 4, 4), (8, 2, 8), (32, 8, 1))
-    for sync, (tile_kb, warps, per_sm) in [(s, t) for s in ("counter", "data") for t in shapes]:
-        GC.TILE_BYTES = tile_kb << 10
-        name = f"chain {sync} {tile_kb}KB w{warps} {per_sm}/SM"
-        try:
-            chain = GC.GemvChain(ws, per_sm=per_sm, num_warps=warps, sync=sync)
-            us, out = time_graph(lambda: chain(x0))
-            out = out.float()
-            torch.cuda.synchronize()
-            counts = chain.counters.tolist()
-            want = chain.programs if sync == "counter" else 0
-            ok = all(c == want for c in counts) and chain.error.item() == 0
-            err = ((out - ref_out).norm() / ref_out.norm()).item()
-            gbs = total / (us * 1e-6) / 1e9
-            print(f"{name:<28} {us:8.1f} us/step {gbs:7.0f} GB/s {100 * gbs / copy_gbps():5.1f}%  "
-                  f"rel err {err:.1e}  programs {chain.programs}  barriers "
-                  f"{'ok' if ok else f'FAILED (error {chain.error.item()}, counts {sorted(set(counts))})'}",
-                  flush=True)
-            del chain
-        except Exception as exc:   # a launch shape that does not compile or fit: say so, go on
-            print(f"{name:<28} failed: {type(exc).__name__}: {str(exc)[:200]}", flush=True)
-        finally:
-            GC.TILE_BYTES = default_tile
-        torch.cuda.empty_cache()
-
-
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--norms", action="store_true")
     parser.add_argument("--persistent", action="store_true")
     parser.add_argument("--fused", action="store_true")
-    parser.add_argument("--chain", action="store_true")
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
     dev = torch.device("cuda")
@@ -244,8 +211,6 @@ def main() -> None:
         gbs = total / (us * 1e-6) / 1e9
         print(f"{name:<28} {us:8.1f} us/step {gbs:7.0f} GB/s {100 * gbs / copy_gbps():5.1f}%  rel err {err:.1e}",
               flush=True)
-    if args.chain:
-        chain_variants(ws, x0, ref_out, total)
     if args.fused:
         fused = FusedStep(ws, dev)
         us, _ = time_graph(lambda: fused(x0))

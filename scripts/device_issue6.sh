@@ -29,8 +29,6 @@
 #                                         # beside fla per kernel; ncu of both state kernels
 #   bash scripts/device_issue6.sh s32b      # the launch rule s32a gave against the one before:
 #                                         # strict rows, GDN / KDA per kernel, fla at KDA 8 x 2k
-#   bash scripts/device_issue6.sh s33d      # on an H200 sparse MLA and Qwen3.5 b=1; the GEMV
-#                                         # chain in one persistent launch vs the PDL chain
 #   bash scripts/device_issue6.sh s34a      # s33d, plus the decode graph's greedy argmax and
 #                                         # Qwen3.5's fused decode attention, each vs before
 #   bash scripts/device_issue6.sh s34c      # the fused decode attention's second form vs the
@@ -67,6 +65,9 @@
 # forms, is at ee04e58).
 # s31a, s32a and s32b set delta_chunk.STATE_PREFETCH, removed after them with the manual prefetch
 # it chose (they ran at 6fab5ae, 06f2fb8 and 1805255).
+# s34a and s34c timed the fused decode attention (rms_norm_rope_paged_attention, FUSE_NEW_ROW)
+# and s34a the GEMV chain in one launch (gemv_chain.py, bench_decode_chain.py --chain), all
+# removed after them: they ran at 547a5ee and 3e5fd6a (s33d, which s34a replaced, at 3e5fd6a).
 # Carry .whl (fla-core 0.6.0) for the fla comparisons. Results in $OUT.
 set -uo pipefail
 phase=${1:-check}
@@ -283,22 +284,6 @@ elif [ "$phase" = s34b ]; then
   BENCH=bench_kda per_kernel 240 --kinds kda --shapes 1x16384,8x2048
   tar -czf "$out/bench.tgz" -C "$out" bench_gdn.csv bench_gdn.err bench_kda.csv bench_kda.err \
     conformance_default.txt && rm -f "$out"/bench_*.csv "$out"/bench_*.err "$out"/conformance_default.txt
-elif [ "$phase" = s33d ]; then
-  # The session's last device seconds: on an H200 first the two issue-6 figures never or long
-  # not taken there (sparse MLA decode; Qwen3.5-0.8B b=1 decode against the roofline), then on
-  # any card the GEMV chain in one persistent launch (counter / data sync) against the PDL chain.
-  nvidia-smi --query-gpu=name --format=csv,noheader | tee "$out/gpu.txt"
-  sparse_mla_on_h200 80
-  if grep -q H200 "$out/gpu.txt"; then
-    timeout 80 python3 scripts/bench_model.py --preset qwen3.5-0.8b --batch 1 --prompt 1024 \
-      --new 64 --no-hf > "$out/model_qwen.txt" 2>&1
-    echo "== Qwen3.5-0.8B rc=$?"; grep "^{\|Error\|roofline" "$out/model_qwen.txt" | cut -c1-300 | tail -4
-  fi
-  timeout 40 python3 -m pytest tests/kernels/test_gemv_chain.py -q -p no:cacheprovider \
-    > "$out/test_chain.txt" 2>&1
-  echo "== test_gemv_chain rc=$?"; tail -1 "$out/test_chain.txt"
-  timeout 90 python3 scripts/bench_decode_chain.py --quick --chain > "$out/chain.txt" 2>&1
-  echo "== bench_decode_chain --chain rc=$?"; grep -v "warn\|Warn" "$out/chain.txt" | tail -16
 elif [ "$phase" = s33a ]; then
   # s32c's forms on by default (the decay loaded ahead, GDN's output stage on q's raw rows and
   # fla's span differences, KDA's _wu_kernel in 64-channel blocks, the state rule's 7/8 fill):

@@ -90,20 +90,19 @@ class GatedAttention(nn.Module):
         v = v.view(t, self.kv_heads, self.head_dim)
         cos, sin = batch.rope(self.ops, self.rotary_dim, self.theta)
         k = k.view(t, self.kv_heads, self.head_dim)
-        # Zero-centred q/k norm then partial rotate-half RoPE. In decode one op takes the raw
-        # rows to the attention output (norms, RoPE, the K / V cache writes and the paged
-        # attention: one kernel on GPUs); elsewhere a fused norm + RoPE op each for q and k.
+        # Zero-centred q/k norm then partial rotate-half RoPE; in decode one op also writes K and
+        # V into their cache rows (q, k, v in one kernel), elsewhere one fused op each.
         norm = dict(eps=self.q_norm.eps, weight_offset=self.q_norm.offset)
-        scale = self.head_dim ** -0.5
-        if cache is not None and batch.is_decode:
-            o = self.ops.rms_norm_rope_paged_attention(
-                q, k, v, self.q_norm.weight, self.k_norm.weight, cos, sin, cache["k"], cache["v"],
-                batch.token_rows(), batch.block_table, batch.seq_lens, scale=scale, gate=gate,
-                **norm)
-        else:
+        store = cache is None or not batch.is_decode
+        if store:
             q = self.ops.rms_norm_rope(q, self.q_norm.weight, cos, sin, **norm)
             k = self.ops.rms_norm_rope(k, self.k_norm.weight, cos, sin, **norm)
-            o = cached_attention(self.ops, batch, cache, q, k, v, scale=scale, gate=gate)
+        else:
+            q = self.ops.rms_norm_rope_kv_store(q, k, v, self.q_norm.weight, self.k_norm.weight,
+                                                cos, sin, cache["k"], cache["v"],
+                                                batch.token_rows(), **norm)
+        o = cached_attention(self.ops, batch, cache, q, k, v, scale=self.head_dim ** -0.5,
+                             gate=gate, store=store)
         return self.o_proj(o.reshape(t, -1))
 
 

@@ -10,7 +10,7 @@ import math
 import torch
 
 from hwinfer.ops.attention import DTYPES, TOL, _rank, attend, check_extras, check_heads
-from hwinfer.ops.contract import Case, Tol, define_op, randn
+from hwinfer.ops.contract import Case, define_op, randn
 
 
 def check_paged(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor | None,
@@ -178,109 +178,4 @@ PAGED_ATTENTION = define_op(
     ],
     tolerance=TOL,
     dtypes=DTYPES,
-)
-
-
-def rms_norm_rope_paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                                  q_weight: torch.Tensor | None, k_weight: torch.Tensor | None,
-                                  cos: torch.Tensor, sin: torch.Tensor, k_cache: torch.Tensor,
-                                  v_cache: torch.Tensor, rows: torch.Tensor,
-                                  block_table: torch.Tensor, seq_lens: torch.Tensor, *,
-                                  scale: float, eps: float = 1e-6, weight_offset: float = 0.0,
-                                  start: int = 0, interleaved: bool = False,
-                                  window: int | None = None, sinks: torch.Tensor | None = None,
-                                  gate: torch.Tensor | None = None) -> torch.Tensor:
-    """A decode step's attention from the projections' raw rows, one new token per sequence:
-    exactly :func:`hwinfer.ops.norm.rms_norm_rope_kv_store` (q's and k's per-head RMSNorm +
-    RoPE, k and v written to their cache rows ``rows``, in place) followed by
-    :func:`paged_attention` of the normed q at ``Sq = 1`` over the caches it has just written.
-    One op so that an implementation can do both in one launch (the store by the programs that
-    attend to the new token, which then read it back).
-
-    Shapes: q [B, Hq, D], k [B, Hkv, D], v [B, Hkv, Dv] (views with a contiguous last dim);
-    q_weight, k_weight [D] or None; cos, sin [B, R/2] fp32; k_cache [blocks, block_size, Hkv,
-    D], v_cache [blocks, block_size, Hkv, Dv]; rows [B]: the flattened cache row of each new
-    token, which must be position ``seq_lens[b] - 1`` of sequence ``b`` in ``block_table``;
-    window, sinks as :func:`paged_attention`; gate [B, Hq, Dv]. Returns [B, Hq, Dv] in q.dtype.
-
-    Uses: Qwen3.5's full-attention layers in decode.
-    """
-    from hwinfer.ops.norm import rms_norm_rope_kv_store
-
-    return compose_norm_rope_paged_attention(rms_norm_rope_kv_store, paged_attention, q, k, v,
-                                             q_weight, k_weight, cos, sin, k_cache, v_cache,
-                                             rows, block_table, seq_lens, scale=scale, eps=eps,
-                                             weight_offset=weight_offset, start=start,
-                                             interleaved=interleaved, window=window,
-                                             sinks=sinks, gate=gate)
-
-
-def compose_norm_rope_paged_attention(kv_store, paged, q, k, v, q_weight, k_weight, cos, sin,
-                                      k_cache, v_cache, rows, block_table, seq_lens, *, scale,
-                                      window=None, sinks=None, gate=None, **norm) -> torch.Tensor:
-    """``rms_norm_rope_paged_attention`` from implementations of ``rms_norm_rope_kv_store`` and
-    ``paged_attention`` (the reference's definition; impls use it for the calls they do not
-    fuse)."""
-    op = "rms_norm_rope_paged_attention"
-    _rank(q, 3, "q", "[B, Hq, D]", op)
-    b = q.shape[0]
-    if gate is not None and gate.dim() != 3:
-        raise ValueError(f"{op}: gate must be [B, Hq, Dv], got {tuple(gate.shape)}")
-    if block_table.dim() != 2 or block_table.shape[0] != b:
-        raise ValueError(f"{op}: block_table must be [B={b}, max_blocks], got {tuple(block_table.shape)}")
-    qn = kv_store(q, k, v, q_weight, k_weight, cos, sin, k_cache, v_cache, rows, **norm)
-    out = paged(qn[:, None], k_cache, v_cache, block_table, seq_lens, scale=scale, window=window,
-                sinks=sinks, gate=None if gate is None else gate[:, None])
-    return out[:, 0]
-
-
-def _norm_rope_paged_case(seq_lens: list[int], hq: int, hkv: int, d: int, rotary: int,
-                          block_size: int, *, window: int | None = None, gate: bool = False):
-    """:func:`_paged_case`'s caches (NaN past each sequence's end), NaN also in each sequence's
-    new row (the op writes it before any read of it may happen), raw q / k / v rows sliced from
-    one projection as the model does, zero-centred norm weights, Qwen3.5's rotate-half tables."""
-    paged = _paged_case(seq_lens, 1, hq, hkv, d, d, block_size, window=window, gate=gate)
-
-    def make(gen, dtype, device):
-        from hwinfer.ops.rope import rope_tables
-
-        base = paged(gen, dtype, device)
-        table, bs = base["block_table"].cpu(), block_size
-        rows = [int(table[i, (n - 1) // bs]) * bs + (n - 1) % bs for i, n in enumerate(seq_lens)]
-        for cache in (base["k_cache"], base["v_cache"]):
-            cache.flatten(0, 1)[torch.tensor(rows, device=device)] = float("nan")
-        b = len(seq_lens)
-        qkv = randn(gen, b, hq + 2 * hkv, d, dtype=dtype, device=device, scale=2.0)
-        cos, sin = rope_tables(torch.tensor([n - 1 for n in seq_lens], device=device),
-                               rotary_dim=rotary, base=1e7)
-        weight = randn(gen, d, dtype=torch.float32, device=device, scale=0.2)
-        inputs = {"q": qkv[:, :hq], "k": qkv[:, hq:hq + hkv], "v": qkv[:, hq + hkv:],
-                  "q_weight": weight, "k_weight": weight.flip(0), "cos": cos, "sin": sin,
-                  "k_cache": base["k_cache"], "v_cache": base["v_cache"],
-                  "rows": torch.tensor(rows, dtype=torch.int32, device=device),
-                  "block_table": base["block_table"], "seq_lens": base["seq_lens"],
-                  "scale": base["scale"], "eps": 1e-6, "weight_offset": 1.0, "window": window}
-        if gate:
-            inputs["gate"] = base["gate"][:, 0]
-        return inputs
-    return make
-
-
-RMS_NORM_ROPE_PAGED_ATTENTION = define_op(
-    rms_norm_rope_paged_attention,
-    family="attention",
-    cases=[
-        # Qwen3.5's shape scaled down (head dim 256 -> 64, RoPE on the first quarter), gated,
-        # ragged lengths incl. a sequence whose only token is the new one.
-        Case("qwen35_gated_gqa4", _norm_rope_paged_case([1, 17, 40, 33], 8, 2, 64, 16, 16,
-                                                        gate=True)),
-        # Qwen3.5's real head dim, longer sequences (several splits on a GPU).
-        Case("qwen35_d256", _norm_rope_paged_case([300, 129], 8, 2, 256, 64, 64, gate=True)),
-        Case("window24_mha", _norm_rope_paged_case([100, 5], 4, 4, 32, 32, 16, window=24)),
-    ],
-    # bf16: the reference rounds between norm and RoPE and an impl may not (one ulp of k's rows)
-    tolerance={**TOL, torch.bfloat16: Tol(atol=3.5e-2, rtol=2e-2),
-               torch.float16: Tol(atol=5e-3, rtol=3e-3)},
-    dtypes=DTYPES,
-    mutates=("k_cache", "v_cache"),
 )

@@ -71,12 +71,6 @@ IMPLS = [
          when=family("cdna3", "cdna4", "rdna3", "rdna4"), priority=10,
          check="hwinfer.kernels.triton.paged_attention:paged_attention_supported",
          requires=("triton",), interpretable=True),
-    # The decode attention with its q / k norms, RoPE and K / V store in the split kernel.
-    Impl("rms_norm_rope_paged_attention", "triton",
-         "hwinfer.kernels.triton.paged_attention:rms_norm_rope_paged_attention",
-         when=family("cdna3", "cdna4", "rdna3", "rdna4"), priority=10,
-         check="hwinfer.kernels.triton.paged_attention:rms_norm_rope_paged_attention_supported",
-         requires=("triton",), interpretable=True),
     Impl("causal_conv1d", "triton", "hwinfer.kernels.triton.conv:causal_conv1d",
          when=family("cdna3", "cdna4", "rdna3", "rdna4"), priority=10,
          check="hwinfer.kernels.triton.conv:causal_conv1d_supported",

@@ -10,7 +10,6 @@ _P = "hwinfer.kernels.torch"
 KERNELS: dict[str, tuple[str, str | None]] = {
     "attention": (f"{_P}.attention:attention", f"{_P}.attention:check_attention_impl"),
     "paged_attention": (f"{_P}.attention:paged_attention", None),
-    "rms_norm_rope_paged_attention": (f"{_P}.attention:rms_norm_rope_paged_attention", None),
     "sparse_mla_prefill": (f"{_P}.sparse_mla:sparse_mla_prefill", None),
     "sparse_mla_decode": (f"{_P}.sparse_mla:sparse_mla_decode", None),
     "block_sparse_indexer": (f"{_P}.block_sparse:block_sparse_indexer", None),

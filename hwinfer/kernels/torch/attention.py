@@ -11,7 +11,6 @@
   (:func:`check_attention_impl` refuses them elsewhere).
 * ``paged_attention``: one gather of every sequence's visible slots into a padded
   [Hkv, B, span, D] batch, then two batched GQA-grouped matmuls around an fp32 softmax.
-* ``rms_norm_rope_paged_attention``: the torch ``rms_norm_rope_kv_store``, then the above.
 """
 from __future__ import annotations
 
@@ -19,7 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from hwinfer.ops.attention import check_attention
-from hwinfer.ops.attention_paged import check_paged, compose_norm_rope_paged_attention
+from hwinfer.ops.attention_paged import check_paged
 
 _CPU_FLASH = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
 
@@ -171,11 +170,3 @@ def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
     if gate is not None:
         out = out * torch.sigmoid(gate.float())
     return out.to(q.dtype)
-
-
-def rms_norm_rope_paged_attention(*args, **kwargs) -> torch.Tensor:
-    """Contract: :func:`hwinfer.ops.attention_paged.rms_norm_rope_paged_attention`; the torch
-    ``rms_norm_rope_kv_store`` then :func:`paged_attention`."""
-    from hwinfer.kernels.torch.norm import rms_norm_rope_kv_store
-
-    return compose_norm_rope_paged_attention(rms_norm_rope_kv_store, paged_attention, *args, **kwargs)

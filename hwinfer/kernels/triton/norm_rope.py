@@ -23,8 +23,16 @@ KV_STORE_WARPS = 4
 
 
 @triton.jit
-def _rotary_layout(cols, start, HALF, INTERLEAVED: tl.constexpr):
-    """Per channel: (in the rotary slice, second of its pair, pair index, partner channel)."""
+def _normed_rows(src, w_ptr, cos_ptr, sin_ptr, t, rmask, D, eps, offset, start, HALF,
+                 HAS_WEIGHT: tl.constexpr, INTERLEAVED: tl.constexpr, BLOCK: tl.constexpr):
+    """RMSNorm + RoPE of the rows at ``src`` ([BLOCK_R] row pointers, token ``t`` each) in fp32:
+    ([BLOCK_R, BLOCK] result, its load mask, the channel offsets)."""
+    cols = tl.arange(0, BLOCK)
+    cmask = cols < D
+    m2 = rmask[:, None] & cmask[None, :]
+    x = tl.load(src[:, None] + cols[None, :], mask=m2, other=0.0).to(tl.float32)
+    inv = 1.0 / tl.sqrt(tl.sum(x * x, axis=1) / D + eps)
+    # Rotary slice: pair index i, partner channel and sign (a' = a c - b s, b' = b c + a s).
     rel = cols - start
     in_rot = (rel >= 0) & (rel < 2 * HALF)
     if INTERLEAVED:
@@ -35,43 +43,21 @@ def _rotary_layout(cols, start, HALF, INTERLEAVED: tl.constexpr):
         is_b = rel >= HALF
         i = tl.where(is_b, rel - HALF, rel)
         partner = tl.where(is_b, cols - HALF, cols + HALF)
-    return in_rot, is_b, i, tl.where(in_rot, partner, cols)
-
-
-@triton.jit
-def _norm_rope_math(x, xp, w, wp, c, s, in_rot, is_b, D, eps):
-    """RMSNorm + RoPE in fp32 of rows x [R, BLOCK] (xp: each channel's rotation partner), the
-    weights w / wp (offset included) and tables c / s broadcastable to x (a' = a c - b s,
-    b' = b c + a s)."""
-    inv = 1.0 / tl.sqrt(tl.sum(x * x, axis=1) / D + eps)
-    y = x * inv[:, None] * w
-    yp = xp * inv[:, None] * wp
-    return tl.where(in_rot, y * c + yp * tl.where(is_b, s, -s), y)
-
-
-@triton.jit
-def _normed_rows(src, w_ptr, cos_ptr, sin_ptr, t, rmask, D, eps, offset, start, HALF,
-                 HAS_WEIGHT: tl.constexpr, INTERLEAVED: tl.constexpr, BLOCK: tl.constexpr):
-    """RMSNorm + RoPE of the rows at ``src`` ([BLOCK_R] row pointers, token ``t`` each) in fp32:
-    ([BLOCK_R, BLOCK] result, its load mask, the channel offsets)."""
-    cols = tl.arange(0, BLOCK)
-    cmask = cols < D
-    m2 = rmask[:, None] & cmask[None, :]
-    x = tl.load(src[:, None] + cols[None, :], mask=m2, other=0.0).to(tl.float32)
-    in_rot, is_b, i, partner = _rotary_layout(cols, start, HALF, INTERLEAVED)
+    partner = tl.where(in_rot, partner, cols)
     xp = tl.load(src[:, None] + partner[None, :], mask=m2 & in_rot[None, :],
                  other=0.0).to(tl.float32)
-    w = tl.full((BLOCK,), 1.0, tl.float32)
-    wp = w
+    y = x * inv[:, None]
+    yp = xp * inv[:, None]
     if HAS_WEIGHT:
-        w = tl.load(w_ptr + cols, mask=cmask, other=0.0).to(tl.float32) + offset
-        wp = tl.load(w_ptr + partner, mask=cmask & in_rot, other=0.0).to(tl.float32) + offset
+        y = y * (tl.load(w_ptr + cols, mask=cmask, other=0.0).to(tl.float32) + offset)[None, :]
+        yp = yp * (tl.load(w_ptr + partner, mask=cmask & in_rot, other=0.0).to(tl.float32)
+                   + offset)[None, :]
     tab = t[:, None] * HALF + i[None, :]
     rm = rmask[:, None] & in_rot[None, :]
     c = tl.load(cos_ptr + tab, mask=rm, other=1.0)
     s = tl.load(sin_ptr + tab, mask=rm, other=0.0)
-    return _norm_rope_math(x, xp, w[None, :], wp[None, :], c, s, in_rot[None, :], is_b[None, :],
-                           D, eps), m2, cols
+    s = tl.where(is_b[None, :], s, -s)
+    return tl.where(in_rot[None, :], y * c + yp * s, y), m2, cols
 
 
 @triton.jit

@@ -32,7 +32,6 @@ import triton
 import triton.language as tl
 
 from hwinfer.kernels.triton import num_sms
-from hwinfer.kernels.triton.norm_rope import _norm_rope_math, _rotary_layout
 from hwinfer.kernels.triton.pdl import launch_kwargs, pdl_enter, pdl_ok
 
 _LOG2E = 1.4426950408889634
@@ -42,9 +41,6 @@ MAX_SPLITS = 32
 # (docs/kernels.md, eleventh session).
 SPLIT_WARPS: int | None = None
 COMBINE_WARPS = 4
-# rms_norm_rope_paged_attention in one split kernel (the q / k norms, RoPE and the new K / V
-# rows inside it: one launch less per attention layer in a decode step); False: the two ops.
-FUSE_NEW_ROW = True
 
 
 @triton.jit
@@ -93,15 +89,44 @@ def _finish(acc, m, l, rows, row_ok, cols, b, hkv, G, SQ, DV, sink_ptr, gate_ptr
 
 
 @triton.jit
-def _attend_span(q, k_ptr, v_ptr, table_ptr, b64, hkv, start, end, qpos, DK, DV, BLOCK_SIZE, W,
-                 qk_scale, stride_kb, stride_kt, stride_kh, stride_vb, stride_vt, stride_vh,
-                 stride_tb, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BDK: tl.constexpr,
-                 BDV: tl.constexpr, SHARED_KV: tl.constexpr, HAS_WINDOW: tl.constexpr,
-                 LOWP: tl.constexpr):
-    """Online softmax of the rows ``q`` [BLOCK_M, BDK] over key positions [start, end) of one
-    sequence's kv head ``hkv``: (acc [BLOCK_M, BDV] unnormalised, m, l), log2 domain."""
+def _paged_split_kernel(
+        q_ptr, k_ptr, v_ptr, table_ptr, seq_ptr, sink_ptr, gate_ptr, out_ptr,
+        pm_ptr, pl_ptr, pacc_ptr,
+        HKV, G, SQ, DK, DV, BLOCK_SIZE, W, SPLIT, N_MB, qk_scale,
+        stride_qb, stride_qq, stride_qh, stride_kb, stride_kt, stride_kh,
+        stride_vb, stride_vt, stride_vh, stride_tb,
+        stride_gb, stride_gq, stride_gh, stride_ob, stride_oq, stride_oh,
+        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BDK: tl.constexpr, BDV: tl.constexpr,
+        SHARED_KV: tl.constexpr, HAS_WINDOW: tl.constexpr, HAS_SINK: tl.constexpr,
+        HAS_GATE: tl.constexpr, SINGLE: tl.constexpr, LOWP: tl.constexpr, PDL: tl.constexpr):
+    pdl_enter(PDL)  # q and the new token's K/V come from the kernel just before
+    pid = tl.program_id(0)
+    sp = tl.program_id(1)
+    nsplit = tl.num_programs(1)
+    mb = pid % N_MB
+    hkv = (pid // N_MB) % HKV
+    b = pid // (N_MB * HKV)
+    lo, L = _seq_bounds(seq_ptr, b, SQ, W, HAS_WINDOW)
+    span = _split_span(lo, L, SPLIT, nsplit, BLOCK_N)
+    start = lo + sp * span
+    end = tl.minimum(L, start + span)
+    if start >= end:
+        return  # nothing visible here; the combine skips this split
+
+    rows = mb * BLOCK_M + tl.arange(0, BLOCK_M)
+    row_ok = rows < G * SQ
+    g = rows // SQ
+    j = rows % SQ
+    head = hkv * G + g
+    qpos = L - SQ + j  # absolute position of each row's query
     dk = tl.arange(0, BDK)
     dv = tl.arange(0, BDV)
+    b64 = b.to(tl.int64)
+    qp = q_ptr + b64 * stride_qb + j[:, None] * stride_qq + head[:, None] * stride_qh + dk[None, :]
+    q = tl.load(qp, mask=row_ok[:, None] & (dk < DK)[None, :], other=0.0).to(tl.float32)
+    if LOWP:
+        q = q.to(k_ptr.dtype.element_ty)
+
     m = tl.full((BLOCK_M,), -1.0e30, tl.float32)  # finite: exp2(m - m) = 1, never NaN
     l = tl.zeros((BLOCK_M,), tl.float32)
     acc = tl.zeros((BLOCK_M, BDV), tl.float32)
@@ -136,16 +161,7 @@ def _attend_span(q, k_ptr, v_ptr, table_ptr, b64, hkv, start, end, qpos, DK, DV,
             p = p.to(v_ptr.dtype.element_ty)
         acc = acc * alpha[:, None] + tl.dot(p, vt, input_precision="ieee")
         m = m_new
-    return acc, m, l
 
-
-@triton.jit
-def _split_result(acc, m, l, pid, sp, nsplit, rows, row_ok, b, hkv, G, SQ, DV, sink_ptr,
-                  gate_ptr, out_ptr, pm_ptr, pl_ptr, pacc_ptr, stride_gb, stride_gq, stride_gh,
-                  stride_ob, stride_oq, stride_oh, BLOCK_M: tl.constexpr, BDV: tl.constexpr,
-                  HAS_SINK: tl.constexpr, HAS_GATE: tl.constexpr, SINGLE: tl.constexpr):
-    """A split's result: the finished rows with one split, else its fp32 partials."""
-    dv = tl.arange(0, BDV)
     if SINGLE:
         _finish(acc, m, l, rows, row_ok, dv, b, hkv, G, SQ, DV, sink_ptr, gate_ptr, out_ptr,
                 stride_gb, stride_gq, stride_gh, stride_ob, stride_oq, stride_oh,
@@ -157,139 +173,6 @@ def _split_result(acc, m, l, pid, sp, nsplit, rows, row_ok, b, hkv, G, SQ, DV, s
         tl.store(pl_ptr + prow, l)
         tl.store(pacc_ptr + prow[:, None] * DV + dv[None, :], acc,
                  mask=row_ok[:, None] & (dv < DV)[None, :])  # padding rows: never read
-
-
-@triton.jit
-def _paged_split_kernel(
-        q_ptr, k_ptr, v_ptr, table_ptr, seq_ptr, sink_ptr, gate_ptr, out_ptr,
-        pm_ptr, pl_ptr, pacc_ptr,
-        HKV, G, SQ, DK, DV, BLOCK_SIZE, W, SPLIT, N_MB, qk_scale,
-        stride_qb, stride_qq, stride_qh, stride_kb, stride_kt, stride_kh,
-        stride_vb, stride_vt, stride_vh, stride_tb,
-        stride_gb, stride_gq, stride_gh, stride_ob, stride_oq, stride_oh,
-        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BDK: tl.constexpr, BDV: tl.constexpr,
-        SHARED_KV: tl.constexpr, HAS_WINDOW: tl.constexpr, HAS_SINK: tl.constexpr,
-        HAS_GATE: tl.constexpr, SINGLE: tl.constexpr, LOWP: tl.constexpr, PDL: tl.constexpr):
-    pdl_enter(PDL)  # q and the new token's K/V come from the kernel just before
-    pid = tl.program_id(0)
-    sp = tl.program_id(1)
-    nsplit = tl.num_programs(1)
-    mb = pid % N_MB
-    hkv = (pid // N_MB) % HKV
-    b = pid // (N_MB * HKV)
-    lo, L = _seq_bounds(seq_ptr, b, SQ, W, HAS_WINDOW)
-    span = _split_span(lo, L, SPLIT, nsplit, BLOCK_N)
-    start = lo + sp * span
-    end = tl.minimum(L, start + span)
-    if start >= end:
-        return  # nothing visible here; the combine skips this split
-
-    rows = mb * BLOCK_M + tl.arange(0, BLOCK_M)
-    row_ok = rows < G * SQ
-    g = rows // SQ
-    j = rows % SQ
-    head = hkv * G + g
-    qpos = L - SQ + j  # absolute position of each row's query
-    dk = tl.arange(0, BDK)
-    b64 = b.to(tl.int64)
-    qp = q_ptr + b64 * stride_qb + j[:, None] * stride_qq + head[:, None] * stride_qh + dk[None, :]
-    q = tl.load(qp, mask=row_ok[:, None] & (dk < DK)[None, :], other=0.0).to(tl.float32)
-    if LOWP:
-        q = q.to(k_ptr.dtype.element_ty)
-    acc, m, l = _attend_span(q, k_ptr, v_ptr, table_ptr, b64, hkv, start, end, qpos, DK, DV,
-                             BLOCK_SIZE, W, qk_scale, stride_kb, stride_kt, stride_kh, stride_vb,
-                             stride_vt, stride_vh, stride_tb, BLOCK_M, BLOCK_N, BDK, BDV,
-                             SHARED_KV, HAS_WINDOW, LOWP)
-    _split_result(acc, m, l, pid, sp, nsplit, rows, row_ok, b, hkv, G, SQ, DV, sink_ptr, gate_ptr,
-                  out_ptr, pm_ptr, pl_ptr, pacc_ptr, stride_gb, stride_gq, stride_gh, stride_ob,
-                  stride_oq, stride_oh, BLOCK_M, BDV, HAS_SINK, HAS_GATE, SINGLE)
-
-
-@triton.jit
-def _paged_split_new_kernel(
-        q_ptr, k_ptr, v_ptr, qw_ptr, kw_ptr, cos_ptr, sin_ptr, rows_ptr, kc_ptr, vc_ptr,
-        table_ptr, seq_ptr, sink_ptr, gate_ptr, out_ptr, pm_ptr, pl_ptr, pacc_ptr,
-        HKV, G, DK, DV, BLOCK_SIZE, W, SPLIT, N_MB, qk_scale, eps, offset, rot_start, HALF,
-        stride_qb, stride_qh, stride_kb, stride_kh, stride_vb, stride_vh,
-        stride_cb, stride_ct, stride_ch, stride_wb, stride_wt, stride_wh, stride_tb,
-        stride_gb, stride_gh, stride_ob, stride_oh,
-        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BDK: tl.constexpr, BDV: tl.constexpr,
-        HAS_WINDOW: tl.constexpr, HAS_SINK: tl.constexpr, HAS_GATE: tl.constexpr,
-        HAS_WEIGHT: tl.constexpr, INTERLEAVED: tl.constexpr, SINGLE: tl.constexpr,
-        LOWP: tl.constexpr, PDL: tl.constexpr):
-    """``_paged_split_kernel`` at one new token per sequence, from the projections' raw rows
-    (k_ptr, v_ptr; the caches are kc_ptr, vc_ptr). Each program norms and rotates its query
-    heads itself. The program whose keys end at the new token also norms and rotates its key,
-    writes the K / V rows to the caches for later steps and attends to them from registers: its
-    walk over the cache stops one position short, so no program reads a row this launch
-    writes. The norm weights and the token's cos / sin rows (written by kernels further back
-    than the one this launch waits for) are loaded before the wait."""
-    pid = tl.program_id(0)
-    sp = tl.program_id(1)
-    nsplit = tl.num_programs(1)
-    mb = pid % N_MB
-    hkv = (pid // N_MB) % HKV
-    b = pid // (N_MB * HKV)
-    b64 = b.to(tl.int64)
-    cols = tl.arange(0, BDK)
-    cmask = cols < DK
-    in_rot, is_b, i, partner = _rotary_layout(cols, rot_start, HALF, INTERLEAVED)
-    qw = tl.full((BDK,), 1.0, tl.float32)
-    qwp, kw, kwp = qw, qw, qw
-    if HAS_WEIGHT:
-        qw = tl.load(qw_ptr + cols, mask=cmask, other=0.0).to(tl.float32) + offset
-        qwp = tl.load(qw_ptr + partner, mask=cmask & in_rot, other=0.0).to(tl.float32) + offset
-        kw = tl.load(kw_ptr + cols, mask=cmask, other=0.0).to(tl.float32) + offset
-        kwp = tl.load(kw_ptr + partner, mask=cmask & in_rot, other=0.0).to(tl.float32) + offset
-    c = tl.load(cos_ptr + b64 * HALF + i, mask=in_rot, other=1.0)
-    s = tl.load(sin_ptr + b64 * HALF + i, mask=in_rot, other=0.0)
-    pdl_enter(PDL)  # the raw q / k / v rows come from the kernel just before
-    lo, L = _seq_bounds(seq_ptr, b, 1, W, HAS_WINDOW)
-    span = _split_span(lo, L, SPLIT, nsplit, BLOCK_N)
-    start = lo + sp * span
-    end = tl.minimum(L, start + span)
-    if start >= end:
-        return  # nothing visible here; the combine skips this split
-
-    rows = mb * BLOCK_M + tl.arange(0, BLOCK_M)
-    row_ok = rows < G
-    src = q_ptr + b64 * stride_qb + (hkv * G + rows).to(tl.int64) * stride_qh
-    m2 = row_ok[:, None] & cmask[None, :]
-    x = tl.load(src[:, None] + cols[None, :], mask=m2, other=0.0).to(tl.float32)
-    xp = tl.load(src[:, None] + partner[None, :], mask=m2 & in_rot[None, :], other=0.0).to(tl.float32)
-    q = _norm_rope_math(x, xp, qw[None, :], qwp[None, :], c[None, :], s[None, :],
-                        in_rot[None, :], is_b[None, :], DK, eps)
-    q = q.to(q_ptr.dtype.element_ty).to(tl.float32)  # rounded where the composed ops store q
-    qd = q.to(kc_ptr.dtype.element_ty) if LOWP else q
-    new = end == L  # this program's keys end at the new token, which it takes from registers
-    acc, m, l = _attend_span(qd, kc_ptr, vc_ptr, table_ptr, b64, hkv, start, end - new.to(tl.int32),
-                             L - 1 + rows * 0, DK, DV, BLOCK_SIZE, W, qk_scale, stride_cb,
-                             stride_ct, stride_ch, stride_wb, stride_wt, stride_wh, stride_tb,
-                             BLOCK_M, BLOCK_N, BDK, BDV, False, HAS_WINDOW, LOWP)
-    if new:
-        ksrc = k_ptr + b64 * stride_kb + hkv * stride_kh
-        xk = tl.load(ksrc + cols, mask=cmask, other=0.0).to(tl.float32)
-        xkp = tl.load(ksrc + partner, mask=cmask & in_rot, other=0.0).to(tl.float32)
-        kn = _norm_rope_math(xk[None, :], xkp[None, :], kw[None, :], kwp[None, :], c[None, :],
-                             s[None, :], in_rot[None, :], is_b[None, :], DK, eps)
-        kn = kn.to(kc_ptr.dtype.element_ty)  # [1, BDK], as stored and as later steps read it
-        dv = tl.arange(0, BDV)
-        vn = tl.load(v_ptr + b64 * stride_vb + hkv * stride_vh + dv, mask=dv < DV,
-                     other=0.0).to(vc_ptr.dtype.element_ty)
-        dest = tl.load(rows_ptr + b).to(tl.int64)
-        tl.store(kc_ptr + dest * stride_ct + hkv * stride_ch + cols[None, :], kn, mask=cmask[None, :])
-        tl.store(vc_ptr + dest * stride_wt + hkv * stride_wh + dv, vn, mask=dv < DV)
-        # the new key's column of the online softmax (always visible: it is the query's own)
-        sn = tl.sum(q * kn.to(tl.float32), axis=1) * qk_scale
-        m_new = tl.maximum(m, sn)
-        alpha = tl.exp2(m - m_new)
-        pn = tl.exp2(sn - m_new)
-        l = l * alpha + pn
-        acc = acc * alpha[:, None] + pn[:, None] * vn.to(tl.float32)[None, :]
-        m = m_new
-    _split_result(acc, m, l, pid, sp, nsplit, rows, row_ok, b, hkv, G, 1, DV, sink_ptr, gate_ptr,
-                  out_ptr, pm_ptr, pl_ptr, pacc_ptr, stride_gb, 0, stride_gh, stride_ob, 0,
-                  stride_oh, BLOCK_M, BDV, HAS_SINK, HAS_GATE, SINGLE)
 
 
 @triton.jit
@@ -397,8 +280,10 @@ def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
     table = block_table if block_table.stride(1) == 1 else block_table.contiguous()
     sink = sinks.contiguous() if sinks is not None else out
     gt = gate if gate is not None else out
+    f32 = dict(dtype=torch.float32, device=q.device)
     p0 = bsz * hkv * n_mb
-    pm, pl, pacc = _partials(p0, nsplit, bm, dv, out)
+    pm, pl, pacc = (torch.empty((p0, nsplit, bm), **f32), torch.empty((p0, nsplit, bm), **f32),
+                    torch.empty((p0, nsplit, bm, dv), **f32)) if nsplit > 1 else (out, out, out)
     w = int(window) if window is not None else 0
     _paged_split_kernel[(p0, nsplit)](
         q, k_cache, vc, table, seq_lens, sink, gt, out, pm, pl, pacc,
@@ -410,128 +295,14 @@ def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
         HAS_SINK=sinks is not None, HAS_GATE=gate is not None, SINGLE=nsplit == 1, LOWP=lowp,
         num_warps=warps, num_stages=num_stages, PDL=pdl_ok(q.device), **launch_kwargs(q.device))
     if nsplit > 1:
-        _combine(pm, pl, pacc, seq_lens, sink, gt, out, (hkv, group, sq, dv, w, split, n_mb, nsplit),
-                 (gt.stride(0), gt.stride(1), gt.stride(2)),
-                 (out.stride(0), out.stride(1), out.stride(2)), bm, bn, bdv, window is not None,
-                 sinks is not None, gate is not None)
+        bc = min(128, bdv)
+        _paged_combine_kernel[(p0, triton.cdiv(dv, bc))](
+            pm, pl, pacc, seq_lens, sink, gt, out, hkv, group, sq, dv, w, split, n_mb, nsplit,
+            gt.stride(0), gt.stride(1), gt.stride(2), out.stride(0), out.stride(1), out.stride(2),
+            BLOCK_M=bm, BLOCK_N=bn, BLOCK_C=bc, HAS_WINDOW=window is not None, HAS_SINK=sinks is not None,
+            HAS_GATE=gate is not None, num_warps=COMBINE_WARPS, PDL=pdl_ok(q.device),
+            **launch_kwargs(q.device))
     return out
-
-
-def rms_norm_rope_paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                                  q_weight: torch.Tensor | None, k_weight: torch.Tensor | None,
-                                  cos: torch.Tensor, sin: torch.Tensor, k_cache: torch.Tensor,
-                                  v_cache: torch.Tensor, rows: torch.Tensor,
-                                  block_table: torch.Tensor, seq_lens: torch.Tensor, *,
-                                  scale: float, eps: float = 1e-6, weight_offset: float = 0.0,
-                                  start: int = 0, interleaved: bool = False,
-                                  window: int | None = None, sinks: torch.Tensor | None = None,
-                                  gate: torch.Tensor | None = None) -> torch.Tensor:
-    """Triton ``rms_norm_rope_paged_attention`` (contract:
-    :func:`hwinfer.ops.attention_paged.rms_norm_rope_paged_attention`): q [B, Hq, D], k [B, Hkv,
-    D], v [B, Hkv, Dv] raw rows (views), caches [blocks, bs, Hkv, D / Dv], rows [B] -> [B, Hq,
-    Dv]. One split kernel (``_paged_split_new_kernel``: the q / k norms and RoPE and the K / V
-    store inside) plus the combine when there are several splits; with ``FUSE_NEW_ROW`` off, or
-    for calls it cannot take, the Triton ``rms_norm_rope_kv_store`` then ``paged_attention``."""
-    from hwinfer.kernels.triton.norm_rope import rms_norm_rope_kv_store
-    from hwinfer.ops.attention_paged import compose_norm_rope_paged_attention
-
-    bsz = q.shape[0] if q.dim() == 3 else -1
-    fused = (FUSE_NEW_ROW and q.dim() == 3 and k.dim() == 3 and v.dim() == 3
-             and k_cache.dim() == 4 and v_cache is not None and v_cache.dim() == 4
-             and (q_weight is None) == (k_weight is None)
-             and all(x.stride(-1) == 1 for x in (q, k, v, k_cache, v_cache))
-             and all(c.stride(0) == c.shape[1] * c.stride(1) for c in (k_cache, v_cache))
-             and k.shape[0] == bsz and v.shape[:2] == k.shape[:2] and k.shape[2] == q.shape[2]
-             and k_cache.shape[2:] == k.shape[1:] and v_cache.shape[2:] == v.shape[1:]
-             and v_cache.shape[:2] == k_cache.shape[:2] and q.shape[1] % max(k.shape[1], 1) == 0
-             and rows.shape == (bsz,) and block_table.dim() == 2 and block_table.shape[0] == bsz
-             and seq_lens.shape == (bsz,) and cos.dim() == 2 and cos.shape == sin.shape
-             and cos.shape[0] == bsz and 0 <= start and start + 2 * cos.shape[1] <= q.shape[2]
-             and (gate is None or (tuple(gate.shape) == (*q.shape[:2], v.shape[2])
-                                   and gate.stride(-1) == 1)))
-    norm = dict(eps=eps, weight_offset=weight_offset, start=start, interleaved=interleaved)
-    if not fused:
-        return compose_norm_rope_paged_attention(rms_norm_rope_kv_store, paged_attention, q, k, v,
-                                                 q_weight, k_weight, cos, sin, k_cache, v_cache,
-                                                 rows, block_table, seq_lens, scale=scale,
-                                                 window=window, sinks=sinks, gate=gate, **norm)
-    _, hq, dk = q.shape
-    block_size, hkv, dv = k_cache.shape[1], k.shape[1], v.shape[2]
-    out = torch.empty((bsz, hq, dv), dtype=q.dtype, device=q.device)
-    if bsz == 0 or block_table.shape[1] == 0:
-        return out.zero_()
-    group = hq // hkv
-    bdk, bdv = max(16, triton.next_power_of_2(dk)), max(16, triton.next_power_of_2(dv))
-    lowp = (q.device.type != "cpu" and q.dtype == k_cache.dtype == v_cache.dtype
-            and q.dtype in (torch.bfloat16, torch.float16))
-    capacity = block_table.shape[1] * block_size
-    bm, n_mb, bn, split, nsplit = _plan(bsz, hkv, group, bdk, bdv, capacity, q.device, lowp,
-                                        None, None, None)
-    warps = SPLIT_WARPS or (8 if max(bdk, bdv) >= 256 or bm * max(bdk, bdv) >= 8192 else 4)
-    table = block_table if block_table.stride(1) == 1 else block_table.contiguous()
-    sink = sinks.contiguous() if sinks is not None else out
-    gt = gate if gate is not None else out
-    p0 = bsz * hkv * n_mb
-    pm, pl, pacc = _partials(p0, nsplit, bm, dv, out)
-    w = int(window) if window is not None else 0
-    qw = q_weight.contiguous() if q_weight is not None else q
-    kw = k_weight.contiguous() if k_weight is not None else q
-    _paged_split_new_kernel[(p0, nsplit)](
-        q, k, v, qw, kw, cos.float().contiguous(), sin.float().contiguous(), rows, k_cache,
-        v_cache, table, seq_lens, sink, gt, out, pm, pl, pacc,
-        hkv, group, dk, dv, block_size, w, split, n_mb, scale * _LOG2E, eps, weight_offset,
-        start, cos.shape[1], q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0),
-        v.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), v_cache.stride(0),
-        v_cache.stride(1), v_cache.stride(2), table.stride(0), gt.stride(0), gt.stride(-2),
-        out.stride(0), out.stride(1),
-        BLOCK_M=bm, BLOCK_N=bn, BDK=bdk, BDV=bdv, HAS_WINDOW=window is not None,
-        HAS_SINK=sinks is not None, HAS_GATE=gate is not None, HAS_WEIGHT=q_weight is not None,
-        INTERLEAVED=interleaved, SINGLE=nsplit == 1, LOWP=lowp, num_warps=warps, num_stages=2,
-        PDL=pdl_ok(q.device), **launch_kwargs(q.device))
-    if nsplit > 1:
-        _combine(pm, pl, pacc, seq_lens, sink, gt, out, (hkv, group, 1, dv, w, split, n_mb, nsplit),
-                 (gt.stride(0), 0, gt.stride(-2)), (out.stride(0), 0, out.stride(1)), bm, bn, bdv,
-                 window is not None, sinks is not None, gate is not None)
-    return out
-
-
-def rms_norm_rope_paged_attention_supported(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                                            q_weight: torch.Tensor | None = None,
-                                            k_weight: torch.Tensor | None = None, k_cache=None,
-                                            v_cache=None, block_table=None, seq_lens=None,
-                                            window: int | None = None, sinks=None, gate=None,
-                                            **_: object) -> str | None:
-    """Per-call check: what ``rms_norm_rope_kv_store`` and ``paged_attention`` each take (the
-    calls the fused kernel does not take run them)."""
-    from hwinfer.kernels.triton.norm_rope import rms_norm_rope_kv_store_supported
-
-    reason = rms_norm_rope_kv_store_supported(q, k, v, q_weight, k_weight, k_cache, v_cache)
-    if reason is not None or q.dim() != 3:
-        return reason or "expects q [B, Hq, D]"
-    return paged_attention_supported(q[:, None], k_cache, v_cache, block_table, seq_lens,
-                                     window=window, sinks=sinks,
-                                     gate=None if gate is None or gate.dim() != 3 else gate[:, None])
-
-
-def _partials(p0: int, nsplit: int, bm: int, dv: int, out: torch.Tensor):
-    """The splits' fp32 partials (m, l, acc), or ``out`` thrice when one split finishes alone."""
-    if nsplit == 1:
-        return out, out, out
-    f32 = dict(dtype=torch.float32, device=out.device)
-    return (torch.empty((p0, nsplit, bm), **f32), torch.empty((p0, nsplit, bm), **f32),
-            torch.empty((p0, nsplit, bm, dv), **f32))
-
-
-def _combine(pm, pl, pacc, seq_lens, sink, gt, out, sizes, gate_strides, out_strides, bm, bn,
-             bdv, has_window, has_sink, has_gate) -> None:
-    """Launch the combine over the splits' partials; ``sizes`` = (Hkv, G, Sq, Dv, W, SPLIT,
-    N_MB, NSPLIT), strides as the kernel takes them (a size-1 dim's stride may be 0)."""
-    p0, bc = pm.shape[0], min(128, bdv)
-    _paged_combine_kernel[(p0, triton.cdiv(sizes[3], bc))](
-        pm, pl, pacc, seq_lens, sink, gt, out, *sizes, *gate_strides, *out_strides,
-        BLOCK_M=bm, BLOCK_N=bn, BLOCK_C=bc, HAS_WINDOW=has_window, HAS_SINK=has_sink,
-        HAS_GATE=has_gate, num_warps=COMBINE_WARPS, PDL=pdl_ok(out.device),
-        **launch_kwargs(out.device))
 
 
 def paged_attention_supported(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor | None,
@@ -598,20 +369,6 @@ def _aot_specs():
             specs.append(AotSpec("paged_split[qwen35,pdl]", _paged_split_kernel, sig,
                                  {**const, "PDL": True}, {"num_warps": 8, "num_stages": 2},
                                  ("sm_90", "sm_100")))
-    # Qwen3.5's decode attention from the raw rows (bf16, D 256, G 4, gate, weighted rotate-half
-    # norms), split and single, and with PDL as the decode step launches it on sm_90+.
-    sig = _sig(_paged_split_new_kernel, {**{n: "*bf16" for n in (
-        "q_ptr", "k_ptr", "v_ptr", "kc_ptr", "vc_ptr", "gate_ptr", "out_ptr")},
-        "rows_ptr": "*i64", "table_ptr": "*i32", "seq_ptr": "*i32"})
-    sig.update(eps="fp32", offset="fp32")
-    for single, pdl in ((False, False), (True, False), (False, True)):
-        const = {"BLOCK_M": 16, "BLOCK_N": 64, "BDK": 256, "BDV": 256, "HAS_WINDOW": False,
-                 "HAS_SINK": False, "HAS_GATE": True, "HAS_WEIGHT": True, "INTERLEAVED": False,
-                 "SINGLE": single, "LOWP": True, "PDL": pdl}
-        specs.append(AotSpec(f"paged_split_new[qwen35{',single' if single else ''}"
-                             f"{',pdl' if pdl else ''}]", _paged_split_new_kernel, sig, const,
-                             {"num_warps": 8, "num_stages": 2},
-                             *((("sm_90", "sm_100"),) if pdl else ())))
     specs.append(AotSpec("paged_combine[bf16,gate]", _paged_combine_kernel,
                          _sig(_paged_combine_kernel, {"out_ptr": "*bf16", "gate_ptr": "*bf16",
                                                       "seq_ptr": "*i32"}),
