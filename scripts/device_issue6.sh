@@ -33,6 +33,8 @@
 #                                         # Qwen3.5's fused decode attention, each vs before
 #   bash scripts/device_issue6.sh s34c      # the fused decode attention's second form vs the
 #                                         # two ops; the greedy argmax outside again
+#   bash scripts/device_issue6.sh s34d      # the b=32 replay's kernels, greedy argmax in / out;
+#                                         # on an H200 sparse MLA, Qwen3.5 whole, GDN / KDA vs fla
 #   bash scripts/device_issue6.sh s34b      # chunked GDN / KDA only: strict rows, per kernel
 #                                         # beside fla at 1 x 16k and 8 x 2k (carry .whl)
 #   bash scripts/device_issue6.sh s33a      # s32c's forms as defaults: strict gdn + kda rows,
@@ -275,6 +277,25 @@ elif [ "$phase" = s34c ]; then
   echo "== bench_ablation rc=$?"; grep "^{" "$out/ablation.txt" | grep -v '"round"' | cut -c1-230
   grep "rror" "$out/ablation.err" | tail -3
   sparse_mla_on_h200 80
+elif [ "$phase" = s34d ]; then
+  # On an H200 (none came in the thirty-third / -fourth sessions until now): sparse MLA decode
+  # (never timed there), Qwen3.5-0.8B whole against the roofline, GDN / KDA 1 x 16k per kernel
+  # beside fla (carry .whl). On any card: the b=32 decode graph's kernels with the greedy argmax
+  # inside / outside (s34a / s34c: the replay without it is 90 us longer, unexplained).
+  nvidia-smi --query-gpu=name --format=csv,noheader | tee "$out/gpu.txt"
+  timeout 150 python3 scripts/profile_replay.py --batch 32 \
+    --variant "outside@hwinfer.engine.graphs:GREEDY_IN_GRAPH=False" > "$out/replay.jsonl" 2> "$out/replay.err"
+  echo "== profile_replay rc=$?"; grep "^#" "$out/replay.err" | cut -c1-150
+  if grep -q H200 "$out/gpu.txt"; then
+    sparse_mla_on_h200 80
+    timeout 100 python3 scripts/bench_model.py --preset qwen3.5-0.8b --batch 1,32 --prompt 1024 \
+      --new 64 --no-hf --csv "$out/model_qwen.csv" > "$out/model_qwen.txt" 2>&1
+    echo "== Qwen3.5-0.8B rc=$?"; grep "^{\|Error\|roofline" "$out/model_qwen.txt" | cut -c1-300 | tail -6
+    BENCH=bench_gdn per_kernel 100 --kinds gdn --shapes 1x16384
+    BENCH=bench_kda per_kernel 130 --kinds kda --shapes 1x16384
+    tar -czf "$out/bench.tgz" -C "$out" bench_gdn.csv bench_gdn.err bench_kda.csv bench_kda.err \
+      && rm -f "$out"/bench_*.csv "$out"/bench_*.err
+  fi
 elif [ "$phase" = s34b ]; then
   # s33a's chunked GDN / KDA part alone (it ran past 600 s with the model parts): strict gdn +
   # kda rows, then each kind per kernel beside fla (carry .whl) at 1 x 16k and 8 x 2k.
