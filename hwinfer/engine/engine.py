@@ -279,13 +279,13 @@ class Engine:
         d, device = self.model.generation_defaults, logits.device
         steps = [len(r.output_ids) + r.inflight for r in reqs] if steps is None else steps
 
+        if self._all_greedy(reqs):
+            # The sampler's own rule (argmax, ties to the lowest id) without its parameter uploads.
+            return logits.argmax(dim=-1)
+
         def pick(value, default):
             return default if value is None else value
         temp = [float(pick(r.params.temperature, d.temperature)) for r in reqs]
-        if all(t <= 0 for t in temp):   # (as _all_greedy)
-            # All greedy: the sampler's own rule (argmax, ties to the lowest id) without its
-            # parameter uploads.
-            return logits.argmax(dim=-1)
         top_k = [int(pick(r.params.top_k, d.top_k)) for r in reqs]
         top_p = [float(pick(r.params.top_p, d.top_p)) for r in reqs]
         # Two uploads instead of five: float rows (temperature, top_p), integer rows (top_k, seed, step).
