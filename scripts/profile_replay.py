@@ -15,22 +15,21 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections import defaultdict
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_model import _prompts, shrunk_config  # noqa: E402
+from bench_model import _print_profile, _prompts, shrunk_config  # noqa: E402
 from kernel_regs import constants  # noqa: E402
 
 from hwinfer.api import random_model  # noqa: E402
 from hwinfer.engine import Engine, SamplingParams  # noqa: E402
 
 
-def replay_kernels(model, batch: int, prompt: int, replays: int) -> tuple[dict[str, list[float]], float]:
-    """({kernel name: [us, count] per replay}, wall us per replay) of the batch's decode graph."""
+def replay_kernels(model, batch: int, prompt: int, replays: int):
+    """(torch profile of ``replays`` replays of the batch's decode graph, wall us per replay)."""
     from torch.profiler import ProfilerActivity, profile
 
     bs = model.cache_block_size()
@@ -56,12 +55,7 @@ def replay_kernels(model, batch: int, prompt: int, replays: int) -> tuple[dict[s
         for _ in range(replays):
             graph.replay()
         torch.cuda.synchronize()
-    per: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
-    for e in prof.key_averages():
-        if e.device_type.name == "CUDA" and e.self_device_time_total > 0:
-            per[e.key][0] += e.self_device_time_total / replays
-            per[e.key][1] += e.count / replays
-    return dict(per), wall
+    return prof, wall
 
 
 def main() -> None:
@@ -78,17 +72,14 @@ def main() -> None:
     runs = [("default", [])] + [(v.split("@", 1)[0], v.split("@", 1)[1].split(";")) for v in args.variant]
     for name, items in runs:
         with constants(items):
-            per, wall = replay_kernels(model, args.batch, args.prompt, args.replays)
-        total = sum(us for us, _ in per.values())
-        count = sum(n for _, n in per.values())
-        print(f"# {name}: replay {wall:.1f} us wall, {total:.1f} us of kernels, {count:.0f} kernels",
-              file=sys.stderr)
-        for key, (us, n) in sorted(per.items(), key=lambda kv: -kv[1][0])[:args.top]:
-            print(f"#   {us:8.1f} us  x{n:5.1f}  {key[:100]}", file=sys.stderr)
-        for key, (us, n) in per.items():
-            print(json.dumps({"variant": name, "kernel": key[:200], "us": round(us, 2),
-                              "count": n, "replay_wall_us": round(wall, 1)}))
-
+            prof, wall = replay_kernels(model, args.batch, args.prompt, args.replays)
+        print(f"# {name}: replay {wall:.1f} us wall", file=sys.stderr)
+        _print_profile(prof, name, args.replays, args.top)
+        for e in prof.key_averages():
+            if e.device_type.name == "CUDA" and e.self_device_time_total > 0:
+                print(json.dumps({"variant": name, "kernel": e.key[:200],
+                                  "us": round(e.self_device_time_total / args.replays, 2),
+                                  "count": e.count / args.replays, "replay_wall_us": round(wall, 1)}))
 
 if __name__ == "__main__":
     main()

@@ -220,7 +220,7 @@ class Engine:
         if logits is None:
             return None
         if self.graphs.greedy and self._all_greedy(reqs):
-            host, event = self.graphs.publish(len(reqs))   # the graph's own argmax
+            host, event = self.graphs.publish_argmax(len(reqs))
         else:
             host, event = self.graphs.publish(self._sample_device(logits, reqs))
         for r in reqs:

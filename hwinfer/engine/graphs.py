@@ -225,19 +225,22 @@ class DecodeGraphs:
             # Holding the list object keeps its identity unique while we compare against it.
             self._synced[r.slot] = (r.blocks, len(r.blocks))
 
-    def publish(self, tokens: torch.Tensor | int) -> tuple[torch.Tensor, "torch.cuda.Event | None"]:
+    def publish(self, tokens: torch.Tensor) -> tuple[torch.Tensor, "torch.cuda.Event | None"]:
         """Keep a step's sampled ``tokens`` [n] (device) for the next step's inputs and start
         copying them to the host: returns (host tensor [n], the event that marks the copy done;
-        None off CUDA, where the copy is done already). ``tokens`` an int n: the step's own
-        greedy argmax of its n rows (``self.greedy``), already in place."""
-        if isinstance(tokens, int):
-            if not self.greedy:
-                raise RuntimeError("publish(n): these graphs do not take the greedy argmax")
-            n = tokens
-            self.greedy_steps += 1
-        else:
-            n = tokens.shape[0]
-            self.sampled[:n].copy_(tokens)
+        None off CUDA, where the copy is done already)."""
+        self.sampled[:tokens.shape[0]].copy_(tokens)
+        return self._read_back(tokens.shape[0])
+
+    def publish_argmax(self, n: int) -> tuple[torch.Tensor, "torch.cuda.Event | None"]:
+        """As :meth:`publish` for a step whose tokens are its own greedy argmax of its n rows,
+        already in the sampled row (``self.greedy``)."""
+        if not self.greedy:
+            raise RuntimeError("publish_argmax: these graphs do not take the greedy argmax")
+        self.greedy_steps += 1
+        return self._read_back(n)
+
+    def _read_back(self, n: int) -> tuple[torch.Tensor, "torch.cuda.Event | None"]:
         host = self._readback.next()[:n]
         host.copy_(self.sampled[:n], non_blocking=self.capture)
         if not self.capture:
@@ -277,26 +280,30 @@ class DecodeGraphs:
         capture time, so nothing but the padding slot is touched. Off CUDA only the warm-up
         runs (it touches the same state), and the size then runs eagerly."""
         self._pad_rows(self.inputs, 0, size)
+        if not self.greedy:
+            return self._warm_and_capture(size)
         # The warm-up forwards write their argmax into the sampled row, where a step still in
         # flight keeps the tokens the next step gathers: keep the row and put it back after.
-        kept = self.sampled.clone() if self.greedy else None
+        kept = self.sampled.clone()
         try:
-            if not self.capture:
-                self._forward(size)
-                self.graphs[size] = (None, None)
-                return True
-            if self._mempool is None:
-                self._mempool = torch.cuda.graph_pool_handle()
-            try:
-                self.graphs[size] = capture(lambda: self._forward(size), self._mempool, "decode forward")
-            except NotCapturable as err:
-                self.disabled = str(err)
-                log.warning("CUDA graphs off: %s", self.disabled)
-                return False
-            return True
+            return self._warm_and_capture(size)
         finally:
-            if kept is not None:
-                self.sampled.copy_(kept)
+            self.sampled.copy_(kept)
+
+    def _warm_and_capture(self, size: int) -> bool:
+        if not self.capture:
+            self._forward(size)
+            self.graphs[size] = (None, None)
+            return True
+        if self._mempool is None:
+            self._mempool = torch.cuda.graph_pool_handle()
+        try:
+            self.graphs[size] = capture(lambda: self._forward(size), self._mempool, "decode forward")
+        except NotCapturable as err:
+            self.disabled = str(err)
+            log.warning("CUDA graphs off: %s", self.disabled)
+            return False
+        return True
 
     def capture_all(self) -> None:
         """Capture every size now, largest first (smaller graphs then reuse its memory)."""
