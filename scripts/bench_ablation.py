@@ -16,15 +16,18 @@ Groups (each a list of ops; the stand-ins return an input of the output's shape)
   attention     paged_attention -> q (needs Dk = Dv), rms_norm_rope_kv_store -> q
   non_gemv      all of the above together: what is left is the projections, norms and glue
 ``--groups none`` times the full step only. ``--variant NAME@MODULE:ATTR=VALUE[;...]`` (repeatable)
-times the full step again with those constants set, then restores them; ``--repeat N`` runs N
-rounds of (default, every variant) and ends with each variant's median saving over its round's
-default (a step drifts by ~20 us over a run: single differences of that size are noise).
+times the full step again with those constants set, then restores them (an item
+``op:OPNAME=reference`` runs that op's plain-PyTorch reference instead of its chosen impl);
+``--repeat N`` runs N rounds of (default, every variant) and ends with each variant's median
+saving over its round's default (a step drifts by ~20 us over a run: single differences of that
+size are noise).
 stdout: one JSON row per (batch, group or variant): graph replay ms and its difference to the
 full step.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import sys
@@ -36,6 +39,7 @@ from bench_model import bench_hwinfer, shrunk_config  # noqa: E402
 from kernel_regs import constants, live_registers, set_constant  # noqa: E402
 
 from hwinfer.api import random_model  # noqa: E402
+from hwinfer.ops.contract import get_op  # noqa: E402
 
 
 def _conv(x, weight, bias=None, state=None, **_):
@@ -58,6 +62,23 @@ STANDINS = {
     "attention": {"paged_attention": _first, "rms_norm_rope_kv_store": _first},
 }
 STANDINS["non_gemv"] = {k: v for group in STANDINS.values() for k, v in group.items()}
+
+
+@contextlib.contextmanager
+def references(ops, items: list[str]):
+    """``op:NAME=reference`` items: those ops run their references for the duration."""
+    saved = {}
+    try:
+        for item in items:
+            name, _, impl = item[len("op:"):].partition("=")
+            if impl != "reference":
+                raise ValueError(f"{item!r}: only op:NAME=reference is supported")
+            saved[name] = getattr(ops, name)
+            setattr(ops, name, get_op(name).reference)
+        yield
+    finally:
+        for name, fn in saved.items():
+            setattr(ops, name, fn)
 
 
 def _row(base: dict, row: dict, **fields) -> str:
@@ -106,7 +127,8 @@ def main() -> None:
                                   "replay_ms": base.get("graph_replay_ms"),
                                   "step_ms": base["ms_per_step"]}), flush=True)
             for vname, items in variants:
-                with constants(items):
+                with constants([i for i in items if not i.startswith("op:")]), \
+                        references(ops, [i for i in items if i.startswith("op:")]):
                     row = bench_hwinfer(model, batch, args.prompt, args.new, graphs=True)
                 line = _row(base, row, batch=batch, variant=vname, set=items, round=rnd)
                 paired[vname].append(json.loads(line)["saved_ms"])

@@ -1,11 +1,12 @@
 """Time the small-op Triton kernels on the GPU: reference vs portable torch vs Triton.
 
-    python3 scripts/bench_small_ops.py [--quick]
+    python3 scripts/bench_small_ops.py [--quick] [--only greedy,sample]
 
 Ops: mhc_pre / mhc_post (DeepSeek-V4-Flash, hidden 4096 x 4 streams, T in {1, 32, 4096}),
 mhc_head, ihc_pre, ihc_post, kv_compress_step (CSA D 512 m 4, HCA D 512 m 128), rms_norm_rope
 (Qwen3.5 q and DeepSeek-V4 q), sample (vocab 248,320, B in {1, 32, 256}; greedy, temperature,
-top-k 50 + top-p 0.9). All are bandwidth bound: the bytes are those an ideal kernel moves once
+top-k 50 + top-p 0.9), greedy_tokens (fp32 logits as the models give them, vocab 248,320, B in {1,
+32}; timed as CUDA-graph replays, as the decode graphs run it). All are bandwidth bound: the bytes are those an ideal kernel moves once
 (inputs read, outputs written), reported as GB/s against the card's copy bandwidth. sample's bytes
 are one read of the logits (the kernel makes several passes over each row, L2-hot at best).
 
@@ -28,7 +29,7 @@ from hwinfer.ops.rope import rope_tables
 DEV = "cuda"
 
 
-def _bench(op, shape, nbytes, impls, args, kwargs, check=True):
+def _bench(op, shape, nbytes, impls, args, kwargs, check=True, graph=False):
     """Time each impl; the first one's outputs are the baseline of the max|diff| column
     (for integer outputs: the number of differing entries)."""
     ref = None
@@ -43,7 +44,10 @@ def _bench(op, shape, nbytes, impls, args, kwargs, check=True):
                 diff = max(((a.float() - b.float()).abs().max().item() if a.is_floating_point()
                             else float((a != b).sum().item())) for a, b in zip(ref, out))
                 note = f"max|diff| {diff:.2e}"
-        ms = triton.testing.do_bench(lambda: fn(*args, **kwargs), warmup=25, rep=100)
+        if graph:
+            ms = triton.testing.do_bench_cudagraph(lambda: fn(*args, **kwargs), rep=100)
+        else:
+            ms = triton.testing.do_bench(lambda: fn(*args, **kwargs), warmup=25, rep=100)
         us, gbps = ms * 1e3, nbytes / ms / 1e6
         print(f"{op},{name},{shape},{us:.2f},{gbps:.1f},GB/s,{100 * gbps / copy_gbps():.1f}")
         print(f"{op:<17} {shape:<28} {name:<10} {us:9.1f} us {gbps:8.0f} GB/s "
@@ -133,16 +137,35 @@ def bench_sample(batches):
                    (("reference", rs.sample), ("triton", ks.sample)), args, {})
 
 
+def bench_greedy(batches):
+    v = 248320
+    for b in batches:
+        logits = _rand(b, v, dtype=torch.float32, scale=3.0)
+        out = torch.empty(b, dtype=torch.int64, device=DEV)
+        _bench("greedy_tokens", f"B{b} V{v} fp32", logits.numel() * 4,
+               (("reference", rs.greedy_tokens), ("triton", ks.greedy_tokens)), (logits, out), {},
+               graph=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true", help="a few shapes, < 60 s")
-    quick = parser.parse_args().quick
+    groups = ("hc", "compress", "norm_rope", "sample", "greedy")
+    parser.add_argument("--only", default=",".join(groups), help=f"some of {','.join(groups)}")
+    args = parser.parse_args()
+    quick, only = args.quick, args.only.split(",")
     print("op,impl,shape,us,gbps_or_tflops,unit,pct_of_peak")
     print(f"device: {torch.cuda.get_device_name()}", file=sys.stderr)
-    bench_hc((1, 4096) if quick else (1, 32, 4096))
-    bench_compress((32,) if quick else (1, 32, 256))
-    bench_norm_rope((32,) if quick else (1, 32, 4096))
-    bench_sample((1, 256) if quick else (1, 32, 256))
+    if "hc" in only:
+        bench_hc((1, 4096) if quick else (1, 32, 4096))
+    if "compress" in only:
+        bench_compress((32,) if quick else (1, 32, 256))
+    if "norm_rope" in only:
+        bench_norm_rope((32,) if quick else (1, 32, 4096))
+    if "sample" in only:
+        bench_sample((1, 256) if quick else (1, 32, 256))
+    if "greedy" in only:
+        bench_greedy((1, 32))
 
 
 if __name__ == "__main__":

@@ -281,7 +281,8 @@ class Engine:
 
         if self._all_greedy(reqs):
             # The sampler's own rule (argmax, ties to the lowest id) without its parameter uploads.
-            return logits.argmax(dim=-1)
+            return self.model.ops.greedy_tokens(
+                logits, torch.empty(logits.shape[0], dtype=torch.int64, device=device))
 
         def pick(value, default):
             return default if value is None else value

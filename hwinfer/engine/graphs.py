@@ -40,9 +40,9 @@ from hwinfer.runtime.batch import ForwardBatch
 log = logging.getLogger("hwinfer.engine")
 DEFAULT_MAX_LEN = 32768
 _SAMPLED = 6   # the input buffer's device-written row (see DecodeGraphs.__init__)
-# Each captured step ends with the greedy argmax of its logits written to the sampled-token row:
-# an all-greedy overlapped step then launches nothing outside its graph but the copy of the
-# tokens to the host (the argmax kernel and the copy into the row ran between replays before,
+# Each captured step ends with the greedy argmax of its logits (the ``greedy_tokens`` op) written
+# to the sampled-token row: an all-greedy overlapped step then launches nothing outside its
+# graph but the copy of the tokens to the host (the argmax kernel and the copy into the row ran between replays before,
 # where they delay the next replay). Steps that sample otherwise overwrite the row (``publish``);
 # they pay one argmax over their logits for it.
 GREEDY_IN_GRAPH = True
@@ -270,7 +270,7 @@ class DecodeGraphs:
     def _forward(self, size: int) -> torch.Tensor:
         logits = self.model.logits(self.model.forward_batch(self._batch(size)))
         if self.greedy:   # ties to the lowest id, as the sampler's greedy rows
-            torch.argmax(logits, dim=-1, out=self.sampled[:size])
+            self.model.ops.greedy_tokens(logits, self.sampled[:size])
         return logits
 
     # --- capture -----------------------------------------------------------------------------

@@ -103,6 +103,50 @@ def sample(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor,
     return torch.where(temperature > 0, drawn, greedy).to(torch.int32)
 
 
+def greedy_tokens(logits: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """Greedy token of each row, written in place: ``out[b] = argmax_i logits[b, i]``.
+
+    logits [B, V] fp32 / bf16 / fp16; out [B] int64, overwritten and returned. Ties go to the
+    lowest id (the sampler's greedy rule); -0.0 equals +0.0; NaN counts as larger than every
+    number, so a row holding NaN gets its first NaN's id, as ``torch.argmax`` gives. An
+    implementation must not allocate per call in a way a CUDA graph cannot replay: the decode
+    graphs end with this op, writing the tokens the next step reads.
+    """
+    return torch.argmax(logits, dim=-1, out=out)
+
+
+def _greedy_case(batch: int, vocab: int, spots: str):
+    def make(gen, dtype, device):
+        logits = randn(gen, batch, vocab, dtype=dtype, device=device, scale=3.0)
+        if spots == "ties":
+            # Few distinct values (exact in every dtype): each row's maximum occurs many times.
+            logits = torch.randint(-8, 8, (batch, vocab), generator=gen).to(dtype).to(device)
+        elif spots == "specials":
+            logits[0, vocab // 3] = float("nan")          # NaN wins, first NaN's id
+            logits[0, vocab // 2] = float("nan")
+            logits[1] = float("-inf")                     # all -inf: id 0
+            logits[2, 7], logits[2, vocab - 1] = float("inf"), float("inf")
+            logits[3] = 0.0                               # -0.0 == +0.0: id 0
+            logits[3, 0] = -0.0
+        out = torch.full((batch,), -1, dtype=torch.int64, device=device)
+        return {"logits": logits, "out": out}
+    return make
+
+
+GREEDY_TOKENS = define_op(
+    greedy_tokens,
+    cases=[
+        Case("one_row_vocab_248k", _greedy_case(1, 248_320, "random")),
+        Case("rows_8_ties", _greedy_case(8, 5000, "ties")),
+        Case("specials", _greedy_case(4, 3001, "specials")),
+        Case("rows_33_odd_vocab", _greedy_case(33, 1031, "random")),
+    ],
+    tolerance={torch.float32: EXACT, torch.bfloat16: EXACT, torch.float16: EXACT},
+    dtypes=(torch.float32, torch.bfloat16, torch.float16),
+    mutates=("out",),
+)
+
+
 def _case(batch: int, vocab: int, mode: str):
     def make(gen, dtype, device):
         logits = randn(gen, batch, vocab, dtype=dtype, device=device, scale=3.0)

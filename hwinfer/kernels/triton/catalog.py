@@ -67,6 +67,8 @@ PORTABLE_TRITON_KERNELS: tuple[tuple[str, str, str | None], ...] = (
     ("rope_tables", "hwinfer.kernels.triton.rope:rope_tables", None),
     ("sample", "hwinfer.kernels.triton.sampling:sample",
      "hwinfer.kernels.triton.sampling:sample_supported"),
+    ("greedy_tokens", "hwinfer.kernels.triton.sampling:greedy_tokens",
+     "hwinfer.kernels.triton.sampling:greedy_tokens_supported"),
     ("gdn_chunked", "hwinfer.kernels.triton.delta_chunk:gdn_chunked",
      "hwinfer.kernels.triton.delta_chunk:delta_chunk_supported"),
     ("kda_chunked", "hwinfer.kernels.triton.delta_chunk:kda_chunked",

@@ -16,6 +16,14 @@
    hash evaluated in uint32 (products wrap modulo 2**32, the same bits as the int64 reference).
 
 Scaling uses a correctly rounded division (``div_rn``), as torch does, so the kept sets agree.
+
+``_greedy_kernel`` (contract: :func:`hwinfer.ops.sampling.greedy_tokens`) is the greedy row alone,
+split over the vocabulary: one program per (row, BLOCK chunk), so a batch-1 decode step's argmax
+over ~250k logits runs on every SM instead of one. Each program folds its chunk's winner into a
+per-row int64 with one ``atomic_max`` (key of the value in the high half, ``2**32 - 1 - id`` in
+the low half, so the larger value and then the lower id wins) and takes a ticket; the program
+with the last ticket reads the winner, writes the token and puts both per-row words back to
+their start values. So the kernel needs no per-call initialisation and replays in a CUDA graph.
 """
 from __future__ import annotations
 
@@ -23,9 +31,12 @@ import torch
 import triton
 import triton.language as tl
 
+from hwinfer.kernels.triton.pdl import launch_kwargs, pdl_enter, pdl_ok
+
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32)
 _INT32_MIN = tl.constexpr(-2147483648)
 _INT32_MAX = tl.constexpr(2147483647)
+_INT64_MIN = tl.constexpr(-9223372036854775808)
 
 
 @triton.jit
@@ -215,6 +226,78 @@ def sample_supported(logits: torch.Tensor, top_k: torch.Tensor, seeds: torch.Ten
     return None
 
 
+@triton.jit
+def _greedy_kernel(logits_ptr, out_ptr, best_ptr, ticket_ptr, V, stride, BLOCK: tl.constexpr,
+                   PDL: tl.constexpr):
+    pdl_enter(PDL)
+    row = tl.program_id(0)
+    offs = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(logits_ptr + row.to(tl.int64) * stride + offs, mask=offs < V, other=0.0)
+    key = tl.where(x != x, _INT32_MAX, _key(x.to(tl.float32)))   # NaN above +inf, as torch
+    key = tl.where(offs < V, key, _INT32_MIN)                     # below every real key
+    top = tl.max(key, axis=0)
+    first = tl.min(tl.where(key == top, offs, _INT32_MAX), axis=0)
+    packed = top.to(tl.int64) * 4294967296 + (4294967295 - first.to(tl.int64))
+    # acq_rel (the default): the last ticket's holder sees every program's atomic_max.
+    tl.atomic_max(best_ptr + row, packed)
+    if tl.atomic_add(ticket_ptr + row, 1) == tl.num_programs(1) - 1:
+        won = tl.atomic_xchg(best_ptr + row, _INT64_MIN)
+        tl.store(out_ptr + row, 4294967295 - (won & 4294967295))
+        tl.atomic_xchg(ticket_ptr + row, 0)
+
+
+# Per device: the per-row (winner, ticket) words of _greedy_kernel, at rest between calls (the
+# start values, restored by each row's last program). Grown by replacement; replaced pairs are
+# kept alive, because captured graphs hold their addresses. Calls on one device must not run
+# concurrently (one stream, as the engine runs): they share these words.
+_GREEDY_WORDS: dict[torch.device, list[tuple[torch.Tensor, torch.Tensor]]] = {}
+
+
+def _greedy_words(rows: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    held = _GREEDY_WORDS.setdefault(device, [])
+    if held and held[-1][0].numel() >= rows:
+        return held[-1]
+    if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+        raise RuntimeError(f"greedy_tokens: {rows} rows first seen during CUDA graph capture; "
+                           "run the same size once before capturing it")
+    size = max(256, triton.next_power_of_2(rows))
+    held.append((torch.full((size,), -2**63, dtype=torch.int64, device=device),
+                 torch.zeros(size, dtype=torch.int32, device=device)))
+    return held[-1]
+
+
+def greedy_tokens(logits: torch.Tensor, out: torch.Tensor, block: int = 2048,
+                  num_warps: int = 4) -> torch.Tensor:
+    """logits [B, V] float; out [B] int64, written in place -> out."""
+    if logits.dim() != 2 or out.shape != (logits.shape[0],) or out.dtype != torch.int64:
+        raise ValueError(f"greedy_tokens: want logits [B, V] and out [B] int64, got "
+                         f"{tuple(logits.shape)} and {tuple(out.shape)} {out.dtype}")
+    b, v = logits.shape
+    if b == 0:
+        return out
+    if v == 0:
+        raise ValueError("greedy_tokens: empty vocabulary")
+    if logits.stride(-1) != 1:
+        logits = logits.contiguous()
+    best, ticket = _greedy_words(b, logits.device)
+    target = out if out.is_contiguous() else torch.empty_like(out)
+    _greedy_kernel[(b, triton.cdiv(v, block))](logits, target, best, ticket, v, logits.stride(0),
+                                               BLOCK=block, PDL=pdl_ok(logits.device),
+                                               num_warps=num_warps, **launch_kwargs(logits.device))
+    if target is not out:
+        out.copy_(target)
+    return out
+
+
+def greedy_tokens_supported(logits: torch.Tensor, **_: object) -> str | None:
+    """Per-call check: float logits [B, V], V < 2**31 - 4096 (int32 offsets)."""
+    if logits.dim() != 2 or logits.dtype not in _FLOATS:
+        return "logits must be float [B, V]"
+    if logits.shape[1] >= 2**31 - 4096:
+        return "vocab too large for int32 ids"
+    return None
+
+
 def _aot_specs():
     from hwinfer.kernels.triton.aot import AotSpec
 
@@ -225,6 +308,11 @@ def _aot_specs():
                "V": "i32", "stride": "i32", "BLOCK": "constexpr"}
         specs.append(AotSpec(f"sample[{dtype}]", _sample_kernel, sig, {"BLOCK": 4096},
                              {"num_warps": 8}))
+        sig = {"logits_ptr": f"*{dtype}", "out_ptr": "*i64", "best_ptr": "*i64",
+               "ticket_ptr": "*i32", "V": "i32", "stride": "i32", "BLOCK": "constexpr",
+               "PDL": "constexpr"}
+        specs.append(AotSpec(f"greedy_tokens[{dtype}]", _greedy_kernel, sig,
+                             {"BLOCK": 2048, "PDL": False}, {"num_warps": 4}))
     return specs
 
 
