@@ -62,4 +62,5 @@ REFERENCE_IS_BEST: dict[str, str] = {
     "kv_store_fp8_ds_mla": "the pack arithmetic and one scatter",
     "paged_rows": "a few index ops, once per forward",
     "sample": "one sort per row; deterministic counter-based noise",
+    "greedy_tokens": "one argmax kernel written into the output",
 }
