@@ -35,6 +35,8 @@
 #                                         # two ops; the greedy argmax outside again
 #   bash scripts/device_issue6.sh s35a      # the greedy_tokens op: strict, graph / model tests,
 #                                         # alone vs torch, b=32 replay profile, steps vs torch
+#   bash scripts/device_issue6.sh s35b      # s34d's H200 part: sparse MLA, Qwen3.5 whole, GDN /
+#                                         # KDA 1 x 16k beside fla (carry .whl)
 #   bash scripts/device_issue6.sh s34d      # the b=32 replay's kernels, greedy argmax in / out;
 #                                         # on an H200 sparse MLA, Qwen3.5 whole, GDN / KDA vs fla
 #   bash scripts/device_issue6.sh s34b      # chunked GDN / KDA only: strict rows, per kernel
@@ -305,6 +307,21 @@ elif [ "$phase" = s35a ]; then
   tar -czf "$out/logs.tgz" -C "$out" conformance_default.txt test_graphs.txt greedy.err replay.err \
     ablation.err && rm -f "$out"/conformance_default.txt "$out"/test_graphs.txt "$out"/greedy.err \
     "$out"/replay.err "$out"/ablation.err
+elif [ "$phase" = s35b ]; then
+  # s34d's H200 part alone (s35a has its replay profile): sparse MLA decode (never timed on an
+  # H200), Qwen3.5-0.8B whole against the roofline, GDN / KDA 1 x 16k per kernel beside fla
+  # (carry .whl). On an H100 only the Qwen3.5 figures.
+  nvidia-smi --query-gpu=name --format=csv,noheader | tee "$out/gpu.txt"
+  sparse_mla_on_h200 80
+  timeout 100 python3 scripts/bench_model.py --preset qwen3.5-0.8b --batch 1,32 --prompt 1024 \
+    --new 64 --no-hf --csv "$out/model_qwen.csv" > "$out/model_qwen.txt" 2>&1
+  echo "== Qwen3.5-0.8B rc=$?"; grep "^{\|Error\|roofline" "$out/model_qwen.txt" | cut -c1-300 | tail -6
+  if grep -q H200 "$out/gpu.txt"; then
+    BENCH=bench_gdn per_kernel 100 --kinds gdn --shapes 1x16384
+    BENCH=bench_kda per_kernel 130 --kinds kda --shapes 1x16384
+    tar -czf "$out/bench.tgz" -C "$out" bench_gdn.csv bench_gdn.err bench_kda.csv bench_kda.err \
+      && rm -f "$out"/bench_*.csv "$out"/bench_*.err
+  fi
 elif [ "$phase" = s34d ]; then
   # On an H200 (none came in the thirty-third / -fourth sessions until now): sparse MLA decode
   # (never timed there), Qwen3.5-0.8B whole against the roofline, GDN / KDA 1 x 16k per kernel
