@@ -285,13 +285,17 @@ elif [ "$phase" = s35a ]; then
   # The greedy argmax as its own op (greedy_tokens: split over the vocabulary, one atomic_max
   # per program, the last ticket writes the token) in place of torch's argmax. In order of need
   # (the device budget may cut it short): strict rows of greedy_tokens; the op alone as graph
-  # replays beside torch (b = 1, 32); the b=32 replay's kernels with the argmax inside / outside
-  # (s34a / s34c: 90 us longer without it, unexplained); Qwen3.5-0.8B's step in paired rounds
-  # against torch's argmax and the argmax outside; the greedy overlapped-graph engine tests.
+  # replays beside torch (b = 1, 32); the greedy overlapped-graph engine tests; the b=32
+  # replay's kernels with the argmax inside / outside (s34a / s34c: 90 us longer without it,
+  # unexplained); Qwen3.5-0.8B's step in paired rounds against torch's argmax and the argmax
+  # outside. Each part leaves its files in $OUT as it ends.
   nvidia-smi --query-gpu=name --format=csv,noheader | tee "$out/gpu.txt"
   strict_rows "greedy_tokens"
   timeout 40 python3 scripts/bench_small_ops.py --only greedy > "$out/greedy.csv" 2> "$out/greedy.err"
   echo "== bench_small_ops --only greedy rc=$?"; grep -v "warn\|Warn" "$out/greedy.err" | tail -6
+  HWINFER_TEST_DEVICE=cuda timeout 60 python3 -m pytest tests/engine/test_graphs.py -q \
+    -p no:cacheprovider -k "overlap and greedy and (qwen or kimi or deepseek)" > "$out/test_graphs.txt" 2>&1
+  echo "== greedy overlapped-graph engine tests on the card rc=$?"; grep -E "passed|failed|FAILED" "$out/test_graphs.txt" | tail -6
   timeout 100 python3 scripts/profile_replay.py --batch 32 \
     --variant "outside@hwinfer.engine.graphs:GREEDY_IN_GRAPH=False" > "$out/replay.jsonl" 2> "$out/replay.err"
   echo "== profile_replay rc=$?"; grep "^#" "$out/replay.err" | cut -c1-150
@@ -301,9 +305,6 @@ elif [ "$phase" = s35a ]; then
     > "$out/ablation.txt" 2> "$out/ablation.err"
   echo "== bench_ablation rc=$?"; grep "^{" "$out/ablation.txt" | cut -c1-230
   grep "rror" "$out/ablation.err" | tail -3
-  HWINFER_TEST_DEVICE=cuda timeout 60 python3 -m pytest tests/engine/test_graphs.py -q \
-    -p no:cacheprovider -k "overlap and greedy and (qwen or kimi or deepseek)" > "$out/test_graphs.txt" 2>&1
-  echo "== greedy overlapped-graph engine tests on the card rc=$?"; grep -E "passed|failed|FAILED" "$out/test_graphs.txt" | tail -6
   tar -czf "$out/logs.tgz" -C "$out" conformance_default.txt test_graphs.txt greedy.err replay.err \
     ablation.err && rm -f "$out"/conformance_default.txt "$out"/test_graphs.txt "$out"/greedy.err \
     "$out"/replay.err "$out"/ablation.err
