@@ -42,9 +42,9 @@ DEFAULT_MAX_LEN = 32768
 _SAMPLED = 6   # the input buffer's device-written row (see DecodeGraphs.__init__)
 # Each captured step ends with the greedy argmax of its logits (the ``greedy_tokens`` op) written
 # to the sampled-token row: an all-greedy overlapped step then launches nothing outside its
-# graph but the copy of the tokens to the host (the argmax kernel and the copy into the row ran between replays before,
-# where they delay the next replay). Steps that sample otherwise overwrite the row (``publish``);
-# they pay one argmax over their logits for it.
+# graph but the copy of the tokens to the host (the argmax kernel and the copy into the row ran
+# between replays before, where they delay the next replay). Steps that sample otherwise
+# overwrite the row (``publish``); they pay one argmax over their logits for it.
 GREEDY_IN_GRAPH = True
 
 

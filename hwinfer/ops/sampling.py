@@ -108,9 +108,10 @@ def greedy_tokens(logits: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
 
     logits [B, V] fp32 / bf16 / fp16; out [B] int64, overwritten and returned. Ties go to the
     lowest id (the sampler's greedy rule); -0.0 equals +0.0; NaN counts as larger than every
-    number, so a row holding NaN gets its first NaN's id, as ``torch.argmax`` gives. An
-    implementation must not allocate per call in a way a CUDA graph cannot replay: the decode
-    graphs end with this op, writing the tokens the next step reads.
+    number, so a row holding NaN gets its first NaN's id, as ``torch.argmax`` gives.
+    Implementations must be capturable in a CUDA graph (no host sync, nothing that needs
+    redoing per replay): the decode graphs end with this op, writing the tokens the next step
+    reads.
     """
     return torch.argmax(logits, dim=-1, out=out)
 
