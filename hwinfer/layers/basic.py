@@ -29,8 +29,14 @@ class Linear(nn.Module):
         # like ``matmul``, the one entry a tensor-parallel wrap reduces around.
         self.gated_norm_matmul = rms_norm_gated_linear
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.matmul(x, self.weight, self.bias)
+    def forward(self, x: torch.Tensor, out_dtype: torch.dtype | None = None) -> torch.Tensor:
+        """x [..., in] -> [..., out] rounded to x.dtype, returned in ``out_dtype`` (default
+        x.dtype; the ``linear`` op stores it there directly, e.g. the lm_head's fp32 logits)."""
+        if out_dtype is None or out_dtype == x.dtype:
+            return self.matmul(x, self.weight, self.bias)
+        if self.matmul is F.linear:   # before bind_dense_ops
+            return F.linear(x, self.weight, self.bias).to(out_dtype)
+        return self.matmul(x, self.weight, self.bias, out_dtype=out_dtype)
 
     def gated_norm(self, x: torch.Tensor, gate: torch.Tensor, norm_weight: torch.Tensor | None, *,
                    eps: float, activation: str) -> torch.Tensor:

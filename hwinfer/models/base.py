@@ -119,7 +119,9 @@ class CausalLM(nn.Module, metaclass=abc.ABCMeta):
         return next(self.parameters()).device
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        return self.lm_head(hidden).float()
+        """hidden [T, H] -> fp32 logits [T, V], rounded to the model dtype first (as the
+        checkpoints' own code computes them); the product stores them in fp32 directly."""
+        return self.lm_head(hidden, out_dtype=torch.float32)
 
     @torch.no_grad()
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:

@@ -134,7 +134,7 @@ class Gemma4ForCausalLM(CausalLM):
         return [layer.self_attn.cache_specs(self.dtype) for layer in self.layers]
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        logits = self.lm_head(hidden).float()
+        logits = self.lm_head(hidden, out_dtype=torch.float32)
         if self.softcap:
             logits = torch.tanh(logits / self.softcap) * self.softcap
         return logits

@@ -27,26 +27,32 @@ def check_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | Non
         raise ValueError(f"linear: bias must be [{weight.shape[0]}], got {tuple(bias.shape)}")
 
 
-def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, *,
+           out_dtype: torch.dtype | None = None) -> torch.Tensor:
     """``y = x W^T (+ b)``: every ``Linear`` layer (projections, MLPs, lm_head).
 
     Shapes: x [..., K] any float dtype; weight [N, K] (the checkpoint's ``*.weight``, dequantized
-    at load); bias [N] or None. Products accumulate in fp32; y [..., N] in x.dtype. (torch's
+    at load); bias [N] or None. Products accumulate in fp32; y [..., N] rounded to x.dtype. (torch's
     F.linear in bf16 does the same on GPUs; its CPU kernel may round differently, inside the
-    tolerance.)
+    tolerance.) ``out_dtype`` (default x.dtype): the dtype y is returned in, converted from its
+    x.dtype rounding: the lm_head's fp32 logits equal the bf16 ones the checkpoints' own code
+    computes and casts, without a separate cast kernel where the implementation stores fp32.
     """
     check_linear(x, weight, bias)
     y = F.linear(x.float(), weight.float(), None if bias is None else bias.float())
-    return y.to(x.dtype)
+    return y.to(x.dtype).to(out_dtype or x.dtype)
 
 
-def _case(m: int, k: int, n: int, bias: bool, lead: tuple[int, ...] = ()):
+def _case(m: int, k: int, n: int, bias: bool, lead: tuple[int, ...] = (),
+          out_dtype: torch.dtype | None = None):
     def make(gen, dtype, device):
         shape = (*lead, m) if lead else (m,)
         inputs = {"x": randn(gen, *shape, k, dtype=dtype, device=device),
                   "weight": randn(gen, n, k, dtype=dtype, device=device, scale=k ** -0.5)}
         if bias:
             inputs["bias"] = randn(gen, n, dtype=dtype, device=device)
+        if out_dtype is not None:
+            inputs["out_dtype"] = out_dtype
         return inputs
     return make
 
@@ -60,6 +66,9 @@ LINEAR = define_op(
         Case("prefill_m96", _case(96, 128, 160, True)),
         Case("leading_dims", _case(5, 64, 48, False, lead=(2,))),
         Case("empty", _case(0, 64, 32, False)),
+        # The lm_head's fp32 logits (a decode row and a batch past the GEMV's rows).
+        Case("logits_fp32_m1", _case(1, 192, 1000, False, out_dtype=torch.float32)),
+        Case("logits_fp32_m8_bias", _case(8, 64, 130, True, out_dtype=torch.float32)),
     ],
     # fp32: products summed in a different order (split K) differ by ~K ulp; bf16: one rounding.
     tolerance={torch.float32: Tol(atol=1e-5, rtol=1e-5), torch.bfloat16: Tol(atol=2e-2, rtol=2e-2)},

@@ -1,6 +1,7 @@
 """The decode GEMVs (hwinfer/kernels/triton/gemv.py) under the Triton interpreter, against F.linear
 in fp32 on the same bf16 values: every split count (including a last split shorter than the
-others), N and K off the tile sizes, 1-4 rows, bias, strided x; the whole-row kernel likewise.
+others), N and K off the tile sizes, 1-4 rows, bias, strided x; the whole-row kernel likewise;
+fp32 outputs (out_dtype) equal to the bf16 ones converted.
 On a CUDA device, the whole-row kernel with programmatic dependent launch in a dependent chain
 (each product's input written by the kernel just before it), eager and in a CUDA graph."""
 from __future__ import annotations
@@ -55,6 +56,17 @@ x = torch.randn(2, 128, generator=g).to(torch.bfloat16); w = torch.randn(40, 128
 assert torch.allclose(linear(x, w).float(), F.linear(x.float(), w.float()), atol=0.1, rtol=2e-2)
 xf = torch.randn(9, 128, generator=g)
 assert torch.equal(linear(xf, w.float()), F.linear(xf, w.float()))
+# out_dtype (the lm_head's fp32 logits): stored in fp32 from the bf16 rounding, by each kernel
+# (whole, split + reduce, whole rows) and by the F.linear path, equal to the bf16 result cast.
+x = torch.randn(3, 384, generator=g).to(torch.bfloat16)
+w = (torch.randn(70, 384, generator=g) * 384 ** -0.5).to(torch.bfloat16)
+b = torch.randn(70, generator=g).to(torch.bfloat16)
+for run in (lambda **o: gemv(x, w, b, split=1, **o), lambda **o: gemv(x, w, b, block_k=128, split=3, **o),
+            lambda **o: gemv_rows(x, w, b, **o), lambda **o: linear(x, w, b, **o)):
+    y16, y32 = run(), run(out_dtype=torch.float32)
+    assert y32.dtype == torch.float32 and torch.equal(y32, y16.float()), (y32 - y16.float()).abs().max()
+x9 = torch.randn(9, 384, generator=g).to(torch.bfloat16)
+assert torch.equal(linear(x9, w, b, out_dtype=torch.float32), F.linear(x9, w, b).float())
 print("ok")
 """
 

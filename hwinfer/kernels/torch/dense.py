@@ -7,11 +7,13 @@ import torch
 import torch.nn.functional as F
 
 
-def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """x [..., K], weight [N, K], bias [N] or None -> [..., N] in x.dtype."""
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, *,
+           out_dtype: torch.dtype | None = None) -> torch.Tensor:
+    """x [..., K], weight [N, K], bias [N] or None -> [..., N] in x.dtype, then ``out_dtype``."""
     if weight.dtype != x.dtype:
         weight = weight.to(x.dtype)
-    return F.linear(x, weight, None if bias is None else bias.to(x.dtype))
+    y = F.linear(x, weight, None if bias is None else bias.to(x.dtype))
+    return y if out_dtype in (None, x.dtype) else y.to(out_dtype)
 
 
 

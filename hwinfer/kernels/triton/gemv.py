@@ -76,8 +76,8 @@ def _gemv_kernel(x_ptr, w_ptr, b_ptr, y_ptr, ws_ptr, M, N, K, stride_xm, stride_
     if not PARTIAL:
         if HAS_BIAS:
             acc += tl.load(b_ptr + rn, mask=nmask, other=0.0).to(tl.float32)[:, None]
-        tl.store(y_ptr + rm[None, :] * stride_ym + rn[:, None], acc.to(y_ptr.dtype.element_ty),
-                 mask=nmask[:, None] & mmask[None, :])
+        y = acc.to(x_ptr.dtype.element_ty).to(y_ptr.dtype.element_ty)   # x.dtype's rounding
+        tl.store(y_ptr + rm[None, :] * stride_ym + rn[:, None], y, mask=nmask[:, None] & mmask[None, :])
     else:
         # partial sums ws[pid_k, m, n] (fp32), added by _gemv_reduce_kernel
         tl.store(ws_ptr + (pid_k * M + rm[None, :]) * N + rn[:, None], acc,
@@ -85,8 +85,9 @@ def _gemv_kernel(x_ptr, w_ptr, b_ptr, y_ptr, ws_ptr, M, N, K, stride_xm, stride_
 
 
 @triton.jit
-def _gemv_reduce_kernel(ws_ptr, b_ptr, y_ptr, M, N, stride_ym, SPLIT,
+def _gemv_reduce_kernel(ws_ptr, b_ptr, y_ptr, x_ptr, M, N, stride_ym, SPLIT,
                         BLOCK: tl.constexpr, HAS_BIAS: tl.constexpr):
+    # x_ptr is read for its dtype only: y is rounded to x.dtype before it is stored in its own.
     m = tl.program_id(1)
     rn = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = rn < N
@@ -95,7 +96,8 @@ def _gemv_reduce_kernel(ws_ptr, b_ptr, y_ptr, M, N, stride_ym, SPLIT,
         acc += tl.load(ws_ptr + (s * M + m) * N + rn, mask=mask, other=0.0)
     if HAS_BIAS:
         acc += tl.load(b_ptr + rn, mask=mask, other=0.0).to(tl.float32)
-    tl.store(y_ptr + m * stride_ym + rn, acc.to(y_ptr.dtype.element_ty), mask=mask)
+    tl.store(y_ptr + m * stride_ym + rn, acc.to(x_ptr.dtype.element_ty).to(y_ptr.dtype.element_ty),
+             mask=mask)
 
 
 @triton.jit
@@ -112,7 +114,8 @@ def _rows_dot_store(w, x_ptr, b_ptr, y_ptr, rn, rk, M, N, K, stride_xm, stride_y
             y = tl.sum(w.to(tl.float32) * x[None, :], axis=1)
             if HAS_BIAS:
                 y += bias
-            tl.store(y_ptr + m * stride_ym + rn, y.to(y_ptr.dtype.element_ty), mask=nmask)
+            y = y.to(x_ptr.dtype.element_ty).to(y_ptr.dtype.element_ty)   # x.dtype's rounding
+            tl.store(y_ptr + m * stride_ym + rn, y, mask=nmask)
 
 
 @triton.jit
@@ -146,10 +149,11 @@ def _gemv_rows_kernel(x_ptr, w_ptr, b_ptr, y_ptr, M, N, K, stride_xm, stride_wn,
                         MAX_M, HAS_BIAS)
 
 
-def _rows_and_output(name: str, x: torch.Tensor, weight: torch.Tensor,
-                     max_rows: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """x [..., K] as rows [M, K] with unit column stride, and the output [M, N] to fill (x.dtype),
-    after checking M <= max_rows and weight [N, K] with unit column stride."""
+def _rows_and_output(name: str, x: torch.Tensor, weight: torch.Tensor, max_rows: int,
+                     out_dtype: torch.dtype | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """x [..., K] as rows [M, K] with unit column stride, and the output [M, N] to fill
+    (``out_dtype``, default x.dtype), after checking M <= max_rows and weight [N, K] with unit
+    column stride."""
     k = x.shape[-1]
     x2 = x.reshape(-1, k)
     if x2.shape[0] > max_rows or weight.dim() != 2 or weight.shape[1] != k or weight.stride(1) != 1:
@@ -158,7 +162,8 @@ def _rows_and_output(name: str, x: torch.Tensor, weight: torch.Tensor,
                          f"stride {weight.stride()}")
     if x2.stride(-1) != 1:
         x2 = x2.contiguous()
-    return x2, torch.empty((x2.shape[0], weight.shape[0]), dtype=x.dtype, device=x.device)
+    return x2, torch.empty((x2.shape[0], weight.shape[0]), dtype=out_dtype or x.dtype,
+                           device=x.device)
 
 
 def rows_block_n(n: int, k: int, tile_bytes: int = 16 << 10) -> int:
@@ -171,14 +176,15 @@ def rows_block_n(n: int, k: int, tile_bytes: int = 16 << 10) -> int:
 
 def gemv_rows(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, *,
               block_n: int | None = None, num_warps: int = 8, pdl: bool = False,
-              per_sm: int | None = None) -> torch.Tensor:
-    """x [..., K] (at most 4 rows), weight [N, K] with unit column stride, bias [N] -> [..., N] in
-    x.dtype, one program per ``block_n`` whole rows of W (no split K, no second kernel).
+              per_sm: int | None = None, out_dtype: torch.dtype | None = None) -> torch.Tensor:
+    """x [..., K] (at most 4 rows), weight [N, K] with unit column stride, bias [N] -> [..., N]
+    rounded to x.dtype, stored in ``out_dtype`` (default x.dtype), one program per ``block_n``
+    whole rows of W (no split K, no second kernel).
     ``pdl``: a programmatic dependent launch (:mod:`.pdl`; ignored where not available), W's
     loads issued before waiting on the previous kernel, which therefore must not write W.
     ``per_sm`` (default ``PERSIST_PER_SM``): when > 0, at most that many programs an SM walk the
     row tiles (one wave, the next tile's loads in flight), else one program a tile."""
-    x2, y = _rows_and_output("gemv_rows", x, weight, MAX_ROWS)
+    x2, y = _rows_and_output("gemv_rows", x, weight, MAX_ROWS, out_dtype)
     (m, k), n = x2.shape, weight.shape[0]
     if m == 0 or n == 0:
         return y.reshape(*x.shape[:-1], n)
@@ -205,15 +211,16 @@ def _split_for(n: int, k: int, block_n: int, block_k: int, device: torch.device)
 
 def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, *,
          block_n: int = 32, block_k: int = 256, split: int | None = None, num_stages: int = 3,
-         num_warps: int = 4) -> torch.Tensor:
+         num_warps: int = 4, out_dtype: torch.dtype | None = None) -> torch.Tensor:
     """x [..., K] (at most 16 rows, bf16/fp16/fp32), weight [N, K] with unit column stride, bias
-    [N] -> [..., N] in x.dtype."""
-    x2, y = _rows_and_output("gemv", x, weight, 16)
+    [N] -> [..., N] rounded to x.dtype, stored in ``out_dtype`` (default x.dtype)."""
+    x2, y = _rows_and_output("gemv", x, weight, 16, out_dtype)
     (m, k), n = x2.shape, weight.shape[0]
     if m == 0 or n == 0:
         return y.reshape(*x.shape[:-1], n)
     if k == 0:
-        return y.zero_().add_(bias if bias is not None else 0).reshape(*x.shape[:-1], n)
+        y.zero_().add_(bias.to(x.dtype) if bias is not None else 0)
+        return y.reshape(*x.shape[:-1], n)
     split = split or _split_for(n, k, block_n, block_k, x.device)
     # Whole BLOCK_K steps per split, so no two splits read the same columns.
     k_split = triton.cdiv(triton.cdiv(k, split), block_k) * block_k
@@ -226,7 +233,7 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
         UPCAST=INTERPRET, num_warps=num_warps, num_stages=num_stages)
     if split > 1:
         _gemv_reduce_kernel[(triton.cdiv(n, 1024), m)](
-            ws, b, y, m, n, y.stride(0), split, BLOCK=1024, HAS_BIAS=bias is not None,
+            ws, b, y, x2, m, n, y.stride(0), split, BLOCK=1024, HAS_BIAS=bias is not None,
             num_warps=4)
     return y.reshape(*x.shape[:-1], n)
 
@@ -312,38 +319,41 @@ def settled(weight: torch.Tensor) -> bool:
     return seen is not None and seen[0]() is weight and seen[1] == key
 
 
-def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, *,
+           out_dtype: torch.dtype | None = None) -> torch.Tensor:
     """``linear`` for any shape: decode-sized bf16/fp16 calls through the whole-row GEMV with PDL
     on sm_90+, through the measured choice of GEMV or F.linear elsewhere on a GPU; everything
-    else F.linear (see the module docstring)."""
+    else F.linear (see the module docstring). ``out_dtype``: the GEMVs store y (rounded to
+    x.dtype) in it directly (the lm_head's fp32 logits: no cast kernel); F.linear's y is cast."""
     if weight.dtype != x.dtype:
         weight = weight.to(x.dtype)
     if bias is not None and bias.dtype != x.dtype:
         bias = bias.to(x.dtype)
+    out_dtype = out_dtype or x.dtype
     k = x.shape[-1]
     m = x.numel() // max(1, k)
     mode = _MODE
     if (mode == "never" or m > MAX_ROWS or m == 0 or x.dtype not in (torch.bfloat16, torch.float16)
             or weight.stride(1) != 1 or weight.dim() != 2):
-        return F.linear(x, weight, bias)
+        return F.linear(x, weight, bias).to(out_dtype)
     if INTERPRET or mode == "always" or x.device.type != "cuda":
-        return gemv(x, weight, bias)
+        return gemv(x, weight, bias, out_dtype=out_dtype)
     if pdl_ok(x.device):
         # On the H200 the whole-row GEMV with PDL beat cuBLAS and the split-K GEMV on every
         # projection of a Qwen3.5-0.8B step (the chain: 500 us against 887 / 736).
-        return gemv_rows(x, weight, bias, pdl=settled(weight))
+        return gemv_rows(x, weight, bias, pdl=settled(weight), out_dtype=out_dtype)
     key = (weight.shape[0], k, m, x.dtype, x.device, bias is not None)
     if key not in _CHOICE:
         if torch.cuda.is_current_stream_capturing():
-            return F.linear(x, weight, bias)  # no timing inside a capture
+            return F.linear(x, weight, bias).to(out_dtype)  # no timing inside a capture
         _CHOICE[key] = _choose(x.reshape(-1, k), weight, bias)
     choice = _CHOICE[key]
     if choice is None:
-        return F.linear(x, weight, bias)
+        return F.linear(x, weight, bias).to(out_dtype)
     if choice[0] == "rows":
-        return gemv_rows(x, weight, bias, block_n=choice[1])
+        return gemv_rows(x, weight, bias, block_n=choice[1], out_dtype=out_dtype)
     _, block_n, block_k, split = choice
-    return gemv(x, weight, bias, block_n=block_n, block_k=block_k, split=split)
+    return gemv(x, weight, bias, block_n=block_n, block_k=block_k, split=split, out_dtype=out_dtype)
 
 
 def chosen() -> dict[tuple, tuple | None]:
@@ -378,10 +388,18 @@ def _aot_specs():
                                  {"BLOCK_N": rows_block_n(1 << 20, k), "KP": k, "MAX_M": MAX_ROWS,
                                   "HAS_BIAS": False, "PDL": pdl, "PERSIST": persist},
                                  {"num_warps": 8}, ("sm_90", "sm_100") if pdl else None))
-        sig = {"ws_ptr": "*fp32", "b_ptr": f"*{dtype}", "y_ptr": f"*{dtype}", "M": "i32", "N": "i32",
-               "stride_ym": "i32", "SPLIT": "i32", "BLOCK": "constexpr", "HAS_BIAS": "constexpr"}
-        specs.append(AotSpec(f"gemv_reduce[{dtype}]", _gemv_reduce_kernel, sig,
-                             {"BLOCK": 1024, "HAS_BIAS": False}, {"num_warps": 4}))
+        # The lm_head's fp32 logits (out_dtype): the whole-row GEMV as the decode graphs run it.
+        specs.append(AotSpec(f"gemv_rows[{dtype},K1024,pdl,fp32 out]", _gemv_rows_kernel,
+                             {**rows, "y_ptr": "*fp32"},
+                             {"BLOCK_N": rows_block_n(1 << 20, 1024), "KP": 1024, "MAX_M": MAX_ROWS,
+                              "HAS_BIAS": False, "PDL": True, "PERSIST": False},
+                             {"num_warps": 8}, ("sm_90", "sm_100")))
+        for out in (dtype, "fp32"):
+            sig = {"ws_ptr": "*fp32", "b_ptr": f"*{dtype}", "y_ptr": f"*{out}", "x_ptr": f"*{dtype}",
+                   "M": "i32", "N": "i32", "stride_ym": "i32", "SPLIT": "i32", "BLOCK": "constexpr",
+                   "HAS_BIAS": "constexpr"}
+            specs.append(AotSpec(f"gemv_reduce[{dtype},{out} out]", _gemv_reduce_kernel, sig,
+                                 {"BLOCK": 1024, "HAS_BIAS": False}, {"num_warps": 4}))
     return specs
 
 
