@@ -33,8 +33,10 @@
 #                                         # Qwen3.5's fused decode attention, each vs before
 #   bash scripts/device_issue6.sh s34c      # the fused decode attention's second form vs the
 #                                         # two ops; the greedy argmax outside again
-#   bash scripts/device_issue6.sh s35a      # the greedy_tokens op: strict, graph / model tests,
-#                                         # alone vs torch, b=32 replay profile, steps vs torch
+#   bash scripts/device_issue6.sh s36a      # greedy_tokens, the lm_head's fp32 logits, paged
+#                                         # attention's merge in the split kernel: strict (the
+#                                         # merge on too), alone vs torch, graph tests, b=32
+#                                         # replay profile, steps vs torch / merge / splits
 #   bash scripts/device_issue6.sh s35b      # s34d's H200 part: sparse MLA, Qwen3.5 whole, GDN /
 #                                         # KDA 1 x 16k beside fla (carry .whl)
 #   bash scripts/device_issue6.sh s34d      # the b=32 replay's kernels, greedy argmax in / out;
@@ -281,35 +283,48 @@ elif [ "$phase" = s34c ]; then
   echo "== bench_ablation rc=$?"; grep "^{" "$out/ablation.txt" | grep -v '"round"' | cut -c1-230
   grep "rror" "$out/ablation.err" | tail -3
   sparse_mla_on_h200 80
-elif [ "$phase" = s35a ]; then
-  # The greedy argmax as its own op (greedy_tokens: split over the vocabulary, one atomic_max
-  # per program, the last ticket writes the token) in place of torch's argmax. In order of need
-  # (the device budget may cut it short): strict rows of greedy_tokens; the op alone as graph
-  # replays beside torch (b = 1, 32); the greedy overlapped-graph engine tests; the b=32
-  # replay's kernels with the argmax inside / outside (s34a / s34c: 90 us longer without it,
-  # unexplained); Qwen3.5-0.8B's step in paired rounds against torch's argmax and the argmax
-  # outside. Each part leaves its files in $OUT as it ends.
+elif [ "$phase" = s36a ]; then
+  # The work of the thirty-fifth and thirty-sixth sessions, neither of which had a card (s35a,
+  # prepared then, never ran): the greedy argmax as its own op (greedy_tokens: split over the
+  # vocabulary, the last ticket writes the token); the lm_head storing fp32 logits itself
+  # (linear's out_dtype, no cast kernel); paged attention's merge done by each row block's last
+  # split (COMBINE_IN_SPLIT, off by default until this). In order of need, each part leaving its
+  # files in $OUT as it ends: strict rows of the changed ops (defaults); strict paged attention
+  # with COMBINE_IN_SPLIT on (this copy's constant flipped, then put back); the op alone as graph
+  # replays beside torch (b = 1, 32); the greedy overlapped-graph engine tests; the b=32 replay's
+  # kernels with the argmax inside / outside (s34: 90 us longer without it, unexplained);
+  # Qwen3.5-0.8B's step in paired rounds against torch's argmax, the argmax outside, the merge in
+  # the split kernel and 8 / 16 splits at most.
   nvidia-smi --query-gpu=name --format=csv,noheader | tee "$out/gpu.txt"
-  strict_rows "greedy_tokens"
+  strict_rows "greedy_tokens or paged_attention or linear-"
+  pa=hwinfer/kernels/triton/paged_attention.py
+  cp $pa /tmp/pa.py && sed -i 's/^COMBINE_IN_SPLIT = False/COMBINE_IN_SPLIT = True/' $pa
+  grep -q "^COMBINE_IN_SPLIT = True" $pa && strict 100 "paged_attention" && \
+    mv "$out/conformance.txt" "$out/conformance_combine.txt"
+  cp /tmp/pa.py $pa
   timeout 40 python3 scripts/bench_small_ops.py --only greedy > "$out/greedy.csv" 2> "$out/greedy.err"
   echo "== bench_small_ops --only greedy rc=$?"; grep -v "warn\|Warn" "$out/greedy.err" | tail -6
   HWINFER_TEST_DEVICE=cuda timeout 60 python3 -m pytest tests/engine/test_graphs.py -q \
     -p no:cacheprovider -k "overlap and greedy and (qwen or kimi or deepseek)" > "$out/test_graphs.txt" 2>&1
   echo "== greedy overlapped-graph engine tests on the card rc=$?"; grep -E "passed|failed|FAILED" "$out/test_graphs.txt" | tail -6
-  timeout 100 python3 scripts/profile_replay.py --batch 32 \
+  timeout 90 python3 scripts/profile_replay.py --batch 32 \
     --variant "outside@hwinfer.engine.graphs:GREEDY_IN_GRAPH=False" > "$out/replay.jsonl" 2> "$out/replay.err"
   echo "== profile_replay rc=$?"; grep "^#" "$out/replay.err" | cut -c1-150
-  timeout 150 python3 scripts/bench_ablation.py --preset qwen3.5-0.8b --batch 1,32 --prompt 1024 \
+  timeout 240 python3 scripts/bench_ablation.py --preset qwen3.5-0.8b --batch 1,32 --prompt 1024 \
     --new 32 --groups none --repeat 2 --variant "torch@op:greedy_tokens=reference" \
     --variant "outside@hwinfer.engine.graphs:GREEDY_IN_GRAPH=False" \
+    --variant "combine@hwinfer.kernels.triton.paged_attention:COMBINE_IN_SPLIT=True" \
+    --variant "splits8@hwinfer.kernels.triton.paged_attention:MAX_SPLITS=8" \
+    --variant "splits16@hwinfer.kernels.triton.paged_attention:MAX_SPLITS=16" \
     > "$out/ablation.txt" 2> "$out/ablation.err"
   echo "== bench_ablation rc=$?"; grep "^{" "$out/ablation.txt" | cut -c1-230
   grep "rror" "$out/ablation.err" | tail -3
-  tar -czf "$out/logs.tgz" -C "$out" conformance_default.txt test_graphs.txt greedy.err replay.err \
-    ablation.err && rm -f "$out"/conformance_default.txt "$out"/test_graphs.txt "$out"/greedy.err \
-    "$out"/replay.err "$out"/ablation.err
+  tar -czf "$out/logs.tgz" -C "$out" conformance_default.txt conformance_combine.txt \
+    test_graphs.txt greedy.err replay.err ablation.err && rm -f "$out"/conformance_default.txt \
+    "$out"/conformance_combine.txt "$out"/test_graphs.txt "$out"/greedy.err "$out"/replay.err \
+    "$out"/ablation.err
 elif [ "$phase" = s35b ]; then
-  # s34d's H200 part alone (s35a has its replay profile): sparse MLA decode (never timed on an
+  # s34d's H200 part alone (s36a has its replay profile): sparse MLA decode (never timed on an
   # H200), Qwen3.5-0.8B whole against the roofline, GDN / KDA 1 x 16k per kernel beside fla
   # (carry .whl). On an H100 only the Qwen3.5 figures.
   nvidia-smi --query-gpu=name --format=csv,noheader | tee "$out/gpu.txt"

@@ -14,6 +14,7 @@ pytest.importorskip("numpy")  # the interpreter needs it
 SCRIPT = r"""
 import torch
 from hwinfer.kernels.triton import sampling as ks
+from hwinfer.kernels.triton.resting import held_words
 torch.manual_seed(0)
 dev = torch.device("cpu")
 first = torch.randn(3, 5000) + 100.0          # a high maximum in every row
@@ -21,13 +22,13 @@ second = torch.randn(3, 5000)                 # lower everywhere: stale winners 
 for logits in (first, second, first[:, :4097]):
     out = torch.full((3,), -1, dtype=torch.int64)
     assert torch.equal(ks.greedy_tokens(logits, out, block=512), logits.argmax(-1))
-best, ticket = ks._GREEDY_WORDS[dev][-1]
+best, ticket = held_words("greedy_tokens", dev)[-1]
 assert (best == -2**63).all() and (ticket == 0).all()
 big = torch.randn(300, 700)
 cols = torch.full((300, 2), -1, dtype=torch.int64)
 ks.greedy_tokens(big, cols[:, 1], block=256)   # strided out
 assert torch.equal(cols[:, 1], big.argmax(-1)) and (cols[:, 0] == -1).all()
-held = ks._GREEDY_WORDS[dev]
+held = held_words("greedy_tokens", dev)
 assert len(held) == 2 and held[0][0] is best and held[1][0].numel() >= 300
 for bad in (torch.empty(3, dtype=torch.int32), torch.empty(4, dtype=torch.int64)):
     try:

@@ -5,7 +5,7 @@ paged_attention: Sq = 8 with several row blocks per kv head, many splits (those 
 window or past the end exit, table entries there are -1), one split (no combine), an odd block
 size (5), Dk != Dv, q fp32 over an fp16 cache, NaN in unwritten slots, window + sinks + gate;
 the default splits, which share each sequence's visible keys on the device (with and without a
-window).
+window); the merge done by each row block's last split (``COMBINE_IN_SPLIT``).
 causal_conv1d: an empty packed sequence, chunks shorter than K-1 (state read across chunks),
 K = 1 and 2, an fp32 state with fp16 inputs.
 """
@@ -39,6 +39,38 @@ for lens, sq, hq, hkv, dk, dv, bs, extra, kw in (
     inputs["q"] = inputs["q"].float()  # q in another dtype than the cache
     got = pa.paged_attention(**inputs, **kw)
     assert got.dtype == torch.float32 and rel(got, ref_pa.paged_attention(**inputs)) < 2e-3
+# COMBINE_IN_SPLIT: the last live split of each row block merges the partials (a ticket each),
+# equal bit for bit to the combine kernel's merge, tickets back at rest after every call; a
+# sequence with no visible key (length 0) still gets its rows written (zeros, as the combine).
+from hwinfer.kernels.triton.resting import held_words
+empty_alloc = torch.empty
+def poisoned_empty(*args, **kwargs):   # outputs and partials NaN until written
+    t = empty_alloc(*args, **kwargs)
+    return t.fill_(float("nan")) if t.is_floating_point() else t
+torch.empty = poisoned_empty
+for lens, sq, hq, hkv, dk, dv, bs, extra, kw in (
+        ([40, 8, 77], 8, 8, 2, 32, 32, 16, dict(window=20, sinks=True, gate=True), dict(block_m=16, split=16)),
+        ([90, 30], 1, 4, 2, 32, None, 8, dict(window=24, sinks=True), {}),
+        ([33, 9], 2, 4, 1, 32, 64, 5, dict(gate=True), dict(split=8))):
+    inputs = ref_pa._paged_case(lens, sq, hq, hkv, dk, dv, bs, **extra)(gen, torch.float16, "cpu")
+    for empty in (False, True):
+        if empty:
+            inputs["seq_lens"][1] = 0
+        pa.COMBINE_IN_SPLIT = False
+        two = pa.paged_attention(**inputs, **kw)
+        pa.COMBINE_IN_SPLIT = True
+        one = torch.full_like(two, float("nan"))
+        for _ in range(2):   # twice: the tickets must be at rest for the second call
+            one = pa.paged_attention(**inputs, **kw)
+            assert not one.isnan().any() and torch.equal(one, two), (lens, kw, empty)
+        assert all((w[0] == 0).all() for w in held_words("paged_attention", "cpu")), lens
+        if not empty:
+            assert rel(one, ref_pa.paged_attention(**inputs)) < 2e-3, (lens, kw)
+        else:
+            assert (one[1] == 0).all(), lens
+pa.COMBINE_IN_SPLIT = False
+torch.empty = empty_alloc
+assert held_words("paged_attention", "cpu"), "the fused form never ran"
 for K, kw in ((4, dict(chunk=2, cu=[0, 3, 3, 9, 10])), (2, dict(cu=[0, 0, 5])), (1, dict()),
               (3, dict(chunk=1, state32=True))):
     C = 40

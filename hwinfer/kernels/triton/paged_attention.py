@@ -15,6 +15,8 @@ Flash decoding without host syncs (the decode step is captured in a CUDA graph):
   sigmoid gate, cast); otherwise it writes fp32 partials (max, sum, unnormalised acc).
 * ``_paged_combine_kernel``, grid (B * Hkv * row blocks, Dv column blocks): merges the splits
   that the sequence's own length makes live (recomputed from seq_lens), then sinks, gate, cast.
+  With ``COMBINE_IN_SPLIT`` the split kernel does this itself: each live split takes a ticket
+  after storing its partials, and the last one merges them (no second launch).
 
 The number of splits depends on shapes only (block_table.shape[1] * block_size is the longest
 possible sequence), so one graph capture serves every length; each sequence's visible keys are
@@ -33,6 +35,7 @@ import triton.language as tl
 
 from hwinfer.kernels.triton import num_sms
 from hwinfer.kernels.triton.pdl import launch_kwargs, pdl_enter, pdl_ok
+from hwinfer.kernels.triton.resting import resting_words
 
 _LOG2E = 1.4426950408889634
 MAX_SPLITS = 32
@@ -41,6 +44,10 @@ MAX_SPLITS = 32
 # (docs/kernels.md, eleventh session).
 SPLIT_WARPS: int | None = None
 COMBINE_WARPS = 4
+# Whether the split kernel's last live split of each row block merges the partials itself (a
+# ticket per row block, .resting) in place of the combine kernel: one launch fewer per call.
+# Off until timed on a card (scripts/device_issue6.sh s36a).
+COMBINE_IN_SPLIT = False
 
 
 @triton.jit
@@ -89,16 +96,40 @@ def _finish(acc, m, l, rows, row_ok, cols, b, hkv, G, SQ, DV, sink_ptr, gate_ptr
 
 
 @triton.jit
+def _merge_splits(pm_ptr, pl_ptr, pacc_ptr, pid, NSPLIT, live, row_ok, cols, DV,
+                  BLOCK_M: tl.constexpr, BLOCK_C: tl.constexpr):
+    """(acc [BLOCK_M, BLOCK_C], max, sum) of row block ``pid`` merged over its first ``live``
+    splits' partials (columns ``cols``), in split order."""
+    big = tl.full((BLOCK_M,), -1.0e30, tl.float32)
+    l = tl.zeros((BLOCK_M,), tl.float32)
+    acc = tl.zeros((BLOCK_M, BLOCK_C), tl.float32)
+    for sp in range(0, live):
+        prow = (pid.to(tl.int64) * NSPLIT + sp) * BLOCK_M + tl.arange(0, BLOCK_M)
+        mi = tl.load(pm_ptr + prow)
+        li = tl.load(pl_ptr + prow)
+        ai = tl.load(pacc_ptr + prow[:, None] * DV + cols[None, :],
+                     mask=row_ok[:, None] & (cols < DV)[None, :], other=0.0)
+        new = tl.maximum(big, mi)
+        a = tl.exp2(big - new)
+        c = tl.exp2(mi - new)
+        l = l * a + li * c
+        acc = acc * a[:, None] + ai * c[:, None]
+        big = new
+    return acc, big, l
+
+
+@triton.jit
 def _paged_split_kernel(
         q_ptr, k_ptr, v_ptr, table_ptr, seq_ptr, sink_ptr, gate_ptr, out_ptr,
-        pm_ptr, pl_ptr, pacc_ptr,
+        pm_ptr, pl_ptr, pacc_ptr, ticket_ptr,
         HKV, G, SQ, DK, DV, BLOCK_SIZE, W, SPLIT, N_MB, qk_scale,
         stride_qb, stride_qq, stride_qh, stride_kb, stride_kt, stride_kh,
         stride_vb, stride_vt, stride_vh, stride_tb,
         stride_gb, stride_gq, stride_gh, stride_ob, stride_oq, stride_oh,
         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BDK: tl.constexpr, BDV: tl.constexpr,
         SHARED_KV: tl.constexpr, HAS_WINDOW: tl.constexpr, HAS_SINK: tl.constexpr,
-        HAS_GATE: tl.constexpr, SINGLE: tl.constexpr, LOWP: tl.constexpr, PDL: tl.constexpr):
+        HAS_GATE: tl.constexpr, SINGLE: tl.constexpr, LOWP: tl.constexpr, COMBINE: tl.constexpr,
+        PDL: tl.constexpr):
     pdl_enter(PDL)  # q and the new token's K/V come from the kernel just before
     pid = tl.program_id(0)
     sp = tl.program_id(1)
@@ -111,6 +142,13 @@ def _paged_split_kernel(
     start = lo + sp * span
     end = tl.minimum(L, start + span)
     if start >= end:
+        if COMBINE and sp == 0:  # no key visible at all (L <= lo): no split takes a ticket
+            zrows = mb * BLOCK_M + tl.arange(0, BLOCK_M)
+            _finish(tl.zeros((BLOCK_M, BDV), tl.float32), tl.full((BLOCK_M,), -1.0e30, tl.float32),
+                    tl.zeros((BLOCK_M,), tl.float32), zrows, zrows < G * SQ, tl.arange(0, BDV),
+                    b, hkv, G, SQ, DV,
+                    sink_ptr, gate_ptr, out_ptr, stride_gb, stride_gq, stride_gh, stride_ob,
+                    stride_oq, stride_oh, HAS_SINK, HAS_GATE)
         return  # nothing visible here; the combine skips this split
 
     rows = mb * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -173,6 +211,17 @@ def _paged_split_kernel(
         tl.store(pl_ptr + prow, l)
         tl.store(pacc_ptr + prow[:, None] * DV + dv[None, :], acc,
                  mask=row_ok[:, None] & (dv < DV)[None, :])  # padding rows: never read
+        if COMBINE:
+            # The live splits' last to arrive merges them (no combine kernel). The ticket's
+            # atomic is acq_rel: each split's partials are visible to whoever draws after it.
+            live = tl.minimum(nsplit, tl.cdiv(L - lo, span))
+            if tl.atomic_add(ticket_ptr + pid, 1) == live - 1:
+                tl.atomic_xchg(ticket_ptr + pid, 0)   # back at rest for the next call
+                acc, m, l = _merge_splits(pm_ptr, pl_ptr, pacc_ptr, pid, nsplit, live, row_ok,
+                                          dv, DV, BLOCK_M, BDV)
+                _finish(acc, m, l, rows, row_ok, dv, b, hkv, G, SQ, DV, sink_ptr, gate_ptr,
+                        out_ptr, stride_gb, stride_gq, stride_gh, stride_ob, stride_oq, stride_oh,
+                        HAS_SINK, HAS_GATE)
 
 
 @triton.jit
@@ -192,23 +241,11 @@ def _paged_combine_kernel(pm_ptr, pl_ptr, pacc_ptr, seq_ptr, sink_ptr, gate_ptr,
     rows = mb * BLOCK_M + tl.arange(0, BLOCK_M)
     row_ok = rows < G * SQ
     cols = cb * BLOCK_C + tl.arange(0, BLOCK_C)
-    big = tl.full((BLOCK_M,), -1.0e30, tl.float32)
-    l = tl.zeros((BLOCK_M,), tl.float32)
-    acc = tl.zeros((BLOCK_M, BLOCK_C), tl.float32)
     # only the splits the split kernel wrote: those meeting [lo, L)
     span = _split_span(lo, L, SPLIT, NSPLIT, BLOCK_N)
-    for sp in range(0, tl.minimum(NSPLIT, tl.cdiv(L - lo, span))):
-        prow = (pid.to(tl.int64) * NSPLIT + sp) * BLOCK_M + tl.arange(0, BLOCK_M)
-        mi = tl.load(pm_ptr + prow)
-        li = tl.load(pl_ptr + prow)
-        ai = tl.load(pacc_ptr + prow[:, None] * DV + cols[None, :],
-                     mask=row_ok[:, None] & (cols < DV)[None, :], other=0.0)
-        new = tl.maximum(big, mi)
-        a = tl.exp2(big - new)
-        c = tl.exp2(mi - new)
-        l = l * a + li * c
-        acc = acc * a[:, None] + ai * c[:, None]
-        big = new
+    acc, big, l = _merge_splits(pm_ptr, pl_ptr, pacc_ptr, pid, NSPLIT,
+                                tl.minimum(NSPLIT, tl.cdiv(L - lo, span)), row_ok, cols, DV,
+                                BLOCK_M, BLOCK_C)
     _finish(acc, big, l, rows, row_ok, cols, b, hkv, G, SQ, DV, sink_ptr, gate_ptr, out_ptr,
             stride_gb, stride_gq, stride_gh, stride_ob, stride_oq, stride_oh, HAS_SINK, HAS_GATE)
 
@@ -285,16 +322,19 @@ def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
     pm, pl, pacc = (torch.empty((p0, nsplit, bm), **f32), torch.empty((p0, nsplit, bm), **f32),
                     torch.empty((p0, nsplit, bm, dv), **f32)) if nsplit > 1 else (out, out, out)
     w = int(window) if window is not None else 0
+    fused = nsplit > 1 and COMBINE_IN_SPLIT
+    tickets = resting_words("paged_attention", p0, q.device, ((torch.int32, 0),))[0] if fused else out
     _paged_split_kernel[(p0, nsplit)](
-        q, k_cache, vc, table, seq_lens, sink, gt, out, pm, pl, pacc,
+        q, k_cache, vc, table, seq_lens, sink, gt, out, pm, pl, pacc, tickets,
         hkv, group, sq, dk, dv, block_size, w, split, n_mb, scale * _LOG2E,
         q.stride(0), q.stride(1), q.stride(2), k_cache.stride(0), k_cache.stride(1),
         k_cache.stride(2), vc.stride(0), vc.stride(1), vc.stride(2), table.stride(0),
         gt.stride(0), gt.stride(1), gt.stride(2), out.stride(0), out.stride(1), out.stride(2),
         BLOCK_M=bm, BLOCK_N=bn, BDK=bdk, BDV=bdv, SHARED_KV=shared, HAS_WINDOW=window is not None,
         HAS_SINK=sinks is not None, HAS_GATE=gate is not None, SINGLE=nsplit == 1, LOWP=lowp,
-        num_warps=warps, num_stages=num_stages, PDL=pdl_ok(q.device), **launch_kwargs(q.device))
-    if nsplit > 1:
+        COMBINE=fused, num_warps=warps, num_stages=num_stages, PDL=pdl_ok(q.device),
+        **launch_kwargs(q.device))
+    if nsplit > 1 and not fused:
         bc = min(128, bdv)
         _paged_combine_kernel[(p0, triton.cdiv(dv, bc))](
             pm, pl, pacc, seq_lens, sink, gt, out, hkv, group, sq, dv, w, split, n_mb, nsplit,
@@ -362,13 +402,17 @@ def _aot_specs():
         const = {"BLOCK_M": bm, "BLOCK_N": 16 if dt == "fp32" else 32 if d >= 512 else 64,
                  "BDK": d, "BDV": d,
                  "SHARED_KV": shared, "HAS_WINDOW": window_sink, "HAS_SINK": window_sink,
-                 "HAS_GATE": gate, "SINGLE": single, "LOWP": dt != "fp32", "PDL": False}
+                 "HAS_GATE": gate, "SINGLE": single, "LOWP": dt != "fp32", "COMBINE": False,
+                 "PDL": False}
         specs.append(AotSpec(f"paged_split[{name}]", _paged_split_kernel, sig, const,
                              {"num_warps": 8 if d >= 256 else 4, "num_stages": 2}))
         if name == "qwen35":  # the launch the decode step makes on sm_90+ (PDL)
             specs.append(AotSpec("paged_split[qwen35,pdl]", _paged_split_kernel, sig,
                                  {**const, "PDL": True}, {"num_warps": 8, "num_stages": 2},
                                  ("sm_90", "sm_100")))
+            specs.append(AotSpec("paged_split[qwen35,combine in split]", _paged_split_kernel,
+                                 {**sig, "ticket_ptr": "*i32"}, {**const, "COMBINE": True},
+                                 {"num_warps": 8, "num_stages": 2}))
     specs.append(AotSpec("paged_combine[bf16,gate]", _paged_combine_kernel,
                          _sig(_paged_combine_kernel, {"out_ptr": "*bf16", "gate_ptr": "*bf16",
                                                       "seq_ptr": "*i32"}),

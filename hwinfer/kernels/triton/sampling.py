@@ -32,6 +32,7 @@ import triton
 import triton.language as tl
 
 from hwinfer.kernels.triton.pdl import launch_kwargs, pdl_enter, pdl_ok
+from hwinfer.kernels.triton.resting import resting_words
 
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32)
 _INT32_MIN = tl.constexpr(-2147483648)
@@ -246,24 +247,8 @@ def _greedy_kernel(logits_ptr, out_ptr, best_ptr, ticket_ptr, V, stride, BLOCK: 
         tl.atomic_xchg(ticket_ptr + row, 0)
 
 
-# Per device: the per-row (winner, ticket) words of _greedy_kernel, at rest between calls (the
-# start values, restored by each row's last program). Grown by replacement; replaced pairs are
-# kept alive, because captured graphs hold their addresses. Calls on one device must not run
-# concurrently (one stream, as the engine runs): they share these words.
-_GREEDY_WORDS: dict[torch.device, list[tuple[torch.Tensor, torch.Tensor]]] = {}
-
-
-def _greedy_words(rows: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    held = _GREEDY_WORDS.setdefault(device, [])
-    if held and held[-1][0].numel() >= rows:
-        return held[-1]
-    if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
-        raise RuntimeError(f"greedy_tokens: {rows} rows first seen during CUDA graph capture; "
-                           "run the same size once before capturing it")
-    size = max(256, triton.next_power_of_2(rows))
-    held.append((torch.full((size,), -2**63, dtype=torch.int64, device=device),
-                 torch.zeros(size, dtype=torch.int32, device=device)))
-    return held[-1]
+# The per-row (winner, ticket) words of _greedy_kernel: at rest between calls (see .resting).
+_GREEDY_STARTS = ((torch.int64, -2**63), (torch.int32, 0))
 
 
 def greedy_tokens(logits: torch.Tensor, out: torch.Tensor, block: int = 2048,
@@ -279,7 +264,7 @@ def greedy_tokens(logits: torch.Tensor, out: torch.Tensor, block: int = 2048,
         raise ValueError("greedy_tokens: empty vocabulary")
     if logits.stride(-1) != 1:
         logits = logits.contiguous()
-    best, ticket = _greedy_words(b, logits.device)
+    best, ticket = resting_words("greedy_tokens", b, logits.device, _GREEDY_STARTS)
     target = out if out.is_contiguous() else torch.empty_like(out)
     _greedy_kernel[(b, triton.cdiv(v, block))](logits, target, best, ticket, v, logits.stride(0),
                                                BLOCK=block, PDL=pdl_ok(logits.device),

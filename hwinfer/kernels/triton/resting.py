@@ -1,0 +1,38 @@
+"""Device words that a kernel leaves as it found them: per-row tickets and running maxima that
+the programs of one launch meet on through atomics, where the last program to arrive finishes
+the row and puts the words back to their start values.
+
+So no fill runs before each call and the kernel replays inside a CUDA graph. The words are held
+per (kernel, device) and grow by replacement: a replaced set stays alive, because captured
+graphs keep its addresses. Growing during a capture raises (the engine's uncaptured warm-up
+runs every size first). Calls of one kernel on one device must not run concurrently (one
+stream, as the engine runs): they share the words.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+
+# (kernel, device) -> every set of words handed out, the current one last
+_HELD: dict[tuple[str, torch.device], list[tuple[torch.Tensor, ...]]] = {}
+
+
+def resting_words(kernel: str, rows: int, device: torch.device,
+                  starts: tuple[tuple[torch.dtype, int], ...]) -> tuple[torch.Tensor, ...]:
+    """At least ``rows`` words for each (dtype, start value) of ``starts``, all at their start
+    values, for ``kernel`` on ``device``: the same tensors on every call that fits them."""
+    held = _HELD.setdefault((kernel, torch.device(device)), [])
+    if held and held[-1][0].numel() >= rows:
+        return held[-1]
+    if torch.device(device).type == "cuda" and torch.cuda.is_current_stream_capturing():
+        raise RuntimeError(f"{kernel}: {rows} rows first seen during CUDA graph capture; run the "
+                           "same size once before capturing it")
+    size = max(256, triton.next_power_of_2(rows))
+    held.append(tuple(torch.full((size,), start, dtype=dtype, device=device)
+                      for dtype, start in starts))
+    return held[-1]
+
+
+def held_words(kernel: str, device: torch.device) -> list[tuple[torch.Tensor, ...]]:
+    """Every set of words ``kernel`` holds on ``device``, the current one last (for tests)."""
+    return _HELD.get((kernel, torch.device(device)), [])
