@@ -99,16 +99,17 @@ def _finish(acc, m, l, rows, row_ok, cols, b, hkv, G, SQ, DV, sink_ptr, gate_ptr
 def _merge_splits(pm_ptr, pl_ptr, pacc_ptr, pid, NSPLIT, live, row_ok, cols, DV,
                   BLOCK_M: tl.constexpr, BLOCK_C: tl.constexpr):
     """(acc [BLOCK_M, BLOCK_C], max, sum) of row block ``pid`` merged over its first ``live``
-    splits' partials (columns ``cols``), in split order."""
+    splits' partials (columns ``cols``), in split order. Loaded past L1 (``.cg``): in the split
+    kernel's merge other SMs wrote them during this launch."""
     big = tl.full((BLOCK_M,), -1.0e30, tl.float32)
     l = tl.zeros((BLOCK_M,), tl.float32)
     acc = tl.zeros((BLOCK_M, BLOCK_C), tl.float32)
     for sp in range(0, live):
         prow = (pid.to(tl.int64) * NSPLIT + sp) * BLOCK_M + tl.arange(0, BLOCK_M)
-        mi = tl.load(pm_ptr + prow)
-        li = tl.load(pl_ptr + prow)
+        mi = tl.load(pm_ptr + prow, cache_modifier=".cg")
+        li = tl.load(pl_ptr + prow, cache_modifier=".cg")
         ai = tl.load(pacc_ptr + prow[:, None] * DV + cols[None, :],
-                     mask=row_ok[:, None] & (cols < DV)[None, :], other=0.0)
+                     mask=row_ok[:, None] & (cols < DV)[None, :], other=0.0, cache_modifier=".cg")
         new = tl.maximum(big, mi)
         a = tl.exp2(big - new)
         c = tl.exp2(mi - new)
@@ -212,9 +213,11 @@ def _paged_split_kernel(
         tl.store(pacc_ptr + prow[:, None] * DV + dv[None, :], acc,
                  mask=row_ok[:, None] & (dv < DV)[None, :])  # padding rows: never read
         if COMBINE:
-            # The live splits' last to arrive merges them (no combine kernel). The ticket's
-            # atomic is acq_rel: each split's partials are visible to whoever draws after it.
+            # The live splits' last to arrive merges them (no combine kernel). One thread takes
+            # the ticket: the barrier first puts every thread's partial stores before its
+            # acq_rel atomic, so whoever draws a later ticket sees them.
             live = tl.minimum(nsplit, tl.cdiv(L - lo, span))
+            tl.debug_barrier()
             if tl.atomic_add(ticket_ptr + pid, 1) == live - 1:
                 tl.atomic_xchg(ticket_ptr + pid, 0)   # back at rest for the next call
                 acc, m, l = _merge_splits(pm_ptr, pl_ptr, pacc_ptr, pid, nsplit, live, row_ok,
