@@ -4,7 +4,8 @@ paged_attention: Hq 8, Hkv 2, D 256, bf16, sigmoid gate, Sq 1 (and Sq 4 = MTP ve
 block size 64; B in {1, 32, 128} x context {1k, 8k, 32k} (every sequence at full length).
 Bytes per call = the K and V rows read (B * L * Hkv * D * 2 caches * 2 B) + q + gate + out.
 Compared: the reference op (--reference; per-sequence loop), the portable torch impl
-(gather + batched matmuls, syncs once), Triton, and torch SDPA on K/V already gathered into
+(gather + batched matmuls, syncs once), Triton (split + combine kernels, and with the merge done
+by each row block's last split: ``COMBINE_IN_SPLIT``), and torch SDPA on K/V already gathered into
 contiguous [B, Hkv, L, D] (the gather is not timed: a dense-cache lower bound for SDPA).
 
 causal_conv1d: Qwen3.5-0.8B GDN conv, C = 6144, K = 4, bf16, SiLU, state: decode T = 1 for
@@ -30,6 +31,7 @@ from hwinfer.ci.ceilings import copy_gbps, describe
 from hwinfer.kernels.torch.attention import paged_attention as torch_paged
 from hwinfer.kernels.torch.conv import causal_conv1d as torch_conv
 from hwinfer.kernels.triton.conv import causal_conv1d as triton_conv
+from hwinfer.kernels.triton import paged_attention as paged_module
 from hwinfer.kernels.triton.paged_attention import paged_attention as triton_paged
 from hwinfer.ops.attention_paged import paged_attention as reference_paged
 from hwinfer.ops.conv import causal_conv1d as reference_conv
@@ -90,6 +92,13 @@ def bench_paged(batch: int, ctx: int, sq: int, with_reference: bool, sweep: bool
         time_impl("paged_attention", shape, "reference", lambda: reference_paged(**inp), ref, moved)
     time_impl("paged_attention", shape, "torch", lambda: torch_paged(**inp), ref, moved)
     time_impl("paged_attention", shape, "triton", lambda: triton_paged(**inp), ref, moved)
+    # the merge done by each row block's last split, in place of the combine kernel
+    paged_module.COMBINE_IN_SPLIT, default = True, paged_module.COMBINE_IN_SPLIT
+    try:
+        time_impl("paged_attention", shape, "triton merge in split", lambda: triton_paged(**inp),
+                  ref, moved)
+    finally:
+        paged_module.COMBINE_IN_SPLIT = default
     if sweep:
         for bn, warps, split in ((32, 4, None), (64, 8, None), (128, 8, None), (64, 4, 128),
                                  (64, 4, 256), (64, 4, 512), (64, 4, 1024), (64, 4, 1 << 20),

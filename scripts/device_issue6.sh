@@ -35,8 +35,9 @@
 #                                         # two ops; the greedy argmax outside again
 #   bash scripts/device_issue6.sh s36a      # greedy_tokens, the lm_head's fp32 logits, paged
 #                                         # attention's merge in the split kernel: strict (the
-#                                         # merge on too), alone vs torch, graph tests, b=32
-#                                         # replay profile, steps vs torch / merge / splits
+#                                         # merge on too), ops alone, graph tests, b=32 profile
+#   bash scripts/device_issue6.sh s36b      # Qwen3.5's step vs torch's argmax / the merge in
+#                                         # the split kernel / 8 splits / the argmax outside
 #   bash scripts/device_issue6.sh s35b      # s34d's H200 part: sparse MLA, Qwen3.5 whole, GDN /
 #                                         # KDA 1 x 16k beside fla (carry .whl)
 #   bash scripts/device_issue6.sh s34d      # the b=32 replay's kernels, greedy argmax in / out;
@@ -288,13 +289,13 @@ elif [ "$phase" = s36a ]; then
   # prepared then, never ran): the greedy argmax as its own op (greedy_tokens: split over the
   # vocabulary, the last ticket writes the token); the lm_head storing fp32 logits itself
   # (linear's out_dtype, no cast kernel); paged attention's merge done by each row block's last
-  # split (COMBINE_IN_SPLIT, off by default until this). In order of need, each part leaving its
-  # files in $OUT as it ends: strict rows of the changed ops (defaults); strict paged attention
-  # with COMBINE_IN_SPLIT on (this copy's constant flipped, then put back); the op alone as graph
-  # replays beside torch (b = 1, 32); the greedy overlapped-graph engine tests; the b=32 replay's
-  # kernels with the argmax inside / outside (s34: 90 us longer without it, unexplained);
-  # Qwen3.5-0.8B's step in paired rounds against torch's argmax, the argmax outside, the merge in
-  # the split kernel and 8 / 16 splits at most.
+  # split (COMBINE_IN_SPLIT, off by default until this). Checks and op timings here, the model's
+  # step in s36b. In order of need, each part leaving its files in $OUT as it ends: strict rows
+  # of the changed ops (defaults); strict paged attention with COMBINE_IN_SPLIT on (this copy's
+  # constant flipped, then put back); greedy_tokens alone beside torch (b = 1, 32); the greedy
+  # overlapped-graph engine tests; paged attention alone with and without the merge in the
+  # split kernel (graph replays); the b=32 replay's kernels with the argmax inside / outside
+  # (s34: 90 us longer without it, unexplained).
   nvidia-smi --query-gpu=name --format=csv,noheader | tee "$out/gpu.txt"
   strict_rows "greedy_tokens or paged_attention or linear-"
   pa=hwinfer/kernels/triton/paged_attention.py
@@ -307,22 +308,29 @@ elif [ "$phase" = s36a ]; then
   HWINFER_TEST_DEVICE=cuda timeout 60 python3 -m pytest tests/engine/test_graphs.py -q \
     -p no:cacheprovider -k "overlap and greedy and (qwen or kimi or deepseek)" > "$out/test_graphs.txt" 2>&1
   echo "== greedy overlapped-graph engine tests on the card rc=$?"; grep -E "passed|failed|FAILED" "$out/test_graphs.txt" | tail -6
+  timeout 90 python3 scripts/bench_paged_attention.py --quick --graph > "$out/paged.csv" 2> "$out/paged.err"
+  echo "== bench_paged_attention --quick --graph rc=$?"; grep "paged_attention" "$out/paged.err" | cut -c1-120
   timeout 90 python3 scripts/profile_replay.py --batch 32 \
     --variant "outside@hwinfer.engine.graphs:GREEDY_IN_GRAPH=False" > "$out/replay.jsonl" 2> "$out/replay.err"
   echo "== profile_replay rc=$?"; grep "^#" "$out/replay.err" | cut -c1-150
-  timeout 240 python3 scripts/bench_ablation.py --preset qwen3.5-0.8b --batch 1,32 --prompt 1024 \
+  tar -czf "$out/logs.tgz" -C "$out" conformance_default.txt conformance_combine.txt \
+    test_graphs.txt greedy.err paged.err replay.err && rm -f "$out"/conformance_default.txt \
+    "$out"/conformance_combine.txt "$out"/test_graphs.txt "$out"/greedy.err "$out"/paged.err \
+    "$out"/replay.err
+elif [ "$phase" = s36b ]; then
+  # Qwen3.5-0.8B's step (b = 1, 32) in paired rounds: the default against torch's argmax
+  # (greedy_tokens' reference), the merge in the split kernel (COMBINE_IN_SPLIT), at most 8
+  # splits (MAX_SPLITS; the tenth session's "fewer, longer splits at b=1") and the argmax
+  # outside the graph.
+  nvidia-smi --query-gpu=name --format=csv,noheader | tee "$out/gpu.txt"
+  timeout 540 python3 scripts/bench_ablation.py --preset qwen3.5-0.8b --batch 1,32 --prompt 1024 \
     --new 32 --groups none --repeat 2 --variant "torch@op:greedy_tokens=reference" \
-    --variant "outside@hwinfer.engine.graphs:GREEDY_IN_GRAPH=False" \
     --variant "combine@hwinfer.kernels.triton.paged_attention:COMBINE_IN_SPLIT=True" \
     --variant "splits8@hwinfer.kernels.triton.paged_attention:MAX_SPLITS=8" \
-    --variant "splits16@hwinfer.kernels.triton.paged_attention:MAX_SPLITS=16" \
+    --variant "outside@hwinfer.engine.graphs:GREEDY_IN_GRAPH=False" \
     > "$out/ablation.txt" 2> "$out/ablation.err"
   echo "== bench_ablation rc=$?"; grep "^{" "$out/ablation.txt" | cut -c1-230
   grep "rror" "$out/ablation.err" | tail -3
-  tar -czf "$out/logs.tgz" -C "$out" conformance_default.txt conformance_combine.txt \
-    test_graphs.txt greedy.err replay.err ablation.err && rm -f "$out"/conformance_default.txt \
-    "$out"/conformance_combine.txt "$out"/test_graphs.txt "$out"/greedy.err "$out"/replay.err \
-    "$out"/ablation.err
 elif [ "$phase" = s35b ]; then
   # s34d's H200 part alone (s36a has its replay profile): sparse MLA decode (never timed on an
   # H200), Qwen3.5-0.8B whole against the roofline, GDN / KDA 1 x 16k per kernel beside fla
