@@ -17,7 +17,10 @@ from hwinfer.ops.contract import Case, Tol, define_op, randn
 from hwinfer.ops.norm import add_rms_norm, rms_norm_gated
 
 
-def check_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
+def check_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                 out_dtype: torch.dtype | None = None) -> None:
+    if out_dtype is not None and not out_dtype.is_floating_point:
+        raise ValueError(f"linear: out_dtype must be a float dtype, got {out_dtype}")
     if weight.dim() != 2:
         raise ValueError(f"linear: weight must be [N, K], got shape {tuple(weight.shape)}")
     if x.dim() < 1 or x.shape[-1] != weight.shape[1]:
@@ -38,7 +41,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     x.dtype rounding: the lm_head's fp32 logits equal the bf16 ones the checkpoints' own code
     computes and casts, without a separate cast kernel where the implementation stores fp32.
     """
-    check_linear(x, weight, bias)
+    check_linear(x, weight, bias, out_dtype)
     y = F.linear(x.float(), weight.float(), None if bias is None else bias.float())
     return y.to(x.dtype).to(out_dtype or x.dtype)
 
