@@ -5,7 +5,7 @@
 Ops: mhc_pre / mhc_post (DeepSeek-V4-Flash, hidden 4096 x 4 streams, T in {1, 32, 4096}),
 mhc_head, ihc_pre, ihc_post, kv_compress_step (CSA D 512 m 4, HCA D 512 m 128), rms_norm_rope
 (Qwen3.5 q and DeepSeek-V4 q), sample (vocab 248,320, B in {1, 32, 256}; greedy, temperature,
-top-k 50 + top-p 0.9), greedy_tokens (fp32 logits as the models give them, vocab 248,320, B in {1,
+top-k 50 + top-p 0.9; the Triton sampler also as CUDA-graph replays), greedy_tokens (fp32 logits as the models give them, vocab 248,320, B in {1,
 32}; timed as CUDA-graph replays, as the decode graphs run it). All are bandwidth bound: the bytes are those an ideal kernel moves once
 (inputs read, outputs written), reported as GB/s against the card's copy bandwidth. sample's bytes
 are one read of the logits (the kernel makes several passes over each row, L2-hot at best).
@@ -22,7 +22,8 @@ import triton.testing
 
 from hwinfer.ci.ceilings import copy_gbps, describe
 from hwinfer.kernels.torch import compressor as tc, hyper_connection as th, norm as tn
-from hwinfer.kernels.triton import compressor as kc, mhc as km, norm_rope as knr, sampling as ks
+from hwinfer.kernels.triton import compressor as kc, mhc as km, norm_rope as knr
+from hwinfer.kernels.triton import sample_split as kss, sampling as ks
 from hwinfer.ops import compressor as rc, hyper_connection as rh, norm as rn, sampling as rs
 from hwinfer.ops.rope import rope_tables
 
@@ -134,7 +135,11 @@ def bench_sample(batches):
                     torch.full((b,), k, device=DEV, dtype=torch.int32),
                     torch.full((b,), p, device=DEV), seeds, steps)
             _bench("sample", f"{mode} B{b} V{v} bf16", logits.numel() * 2,
-                   (("reference", rs.sample), ("triton", ks.sample)), args, {})
+                   (("reference", rs.sample), ("triton", kss.sample)), args, {})
+            # its ten launches as a graph replay: the GPU's time without the host's launches
+            # (the reference syncs, so it cannot be captured)
+            _bench("sample", f"{mode} B{b} V{v} bf16", logits.numel() * 2,
+                   (("triton graph", kss.sample),), args, {}, graph=True)
 
 
 def bench_greedy(batches):

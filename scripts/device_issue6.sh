@@ -33,9 +33,10 @@
 #                                         # Qwen3.5's fused decode attention, each vs before
 #   bash scripts/device_issue6.sh s34c      # the fused decode attention's second form vs the
 #                                         # two ops; the greedy argmax outside again
-#   bash scripts/device_issue6.sh s36a      # greedy_tokens, the lm_head's fp32 logits, paged
-#                                         # attention's merge in the split kernel: strict (the
-#                                         # merge on too), ops alone, graph tests, b=32 profile
+#   bash scripts/device_issue6.sh s36a      # greedy_tokens, the split sampler, the lm_head's fp32
+#                                         # logits, paged attention's merge in the split kernel:
+#                                         # strict (the merge on too), ops alone, graph tests,
+#                                         # b=32 profile
 #   bash scripts/device_issue6.sh s36b      # Qwen3.5's step vs torch's argmax / the merge in
 #                                         # the split kernel / 8 splits / the argmax outside
 #   bash scripts/device_issue6.sh s35b      # s34d's H200 part: sparse MLA, Qwen3.5 whole, GDN /
@@ -287,27 +288,30 @@ elif [ "$phase" = s34c ]; then
 elif [ "$phase" = s36a ]; then
   # The work of the thirty-fifth and thirty-sixth sessions, neither of which had a card (s35a,
   # prepared then, never ran): the greedy argmax as its own op (greedy_tokens: split over the
-  # vocabulary, the last ticket writes the token); the lm_head storing fp32 logits itself
+  # vocabulary, the last ticket writes the token); the sampler split over the vocabulary
+  # (sample_split.py: radix select, ten launches); the lm_head storing fp32 logits itself
   # (linear's out_dtype, no cast kernel); paged attention's merge done by each row block's last
   # split (COMBINE_IN_SPLIT, off by default until this). Checks and op timings here, the model's
   # step in s36b. In order of need, each part leaving its files in $OUT as it ends: strict rows
   # of the changed ops (defaults); strict paged attention with COMBINE_IN_SPLIT on (this copy's
-  # constant flipped, then put back); greedy_tokens alone beside torch (b = 1, 32); the greedy
-  # overlapped-graph engine tests; paged attention alone with and without the merge in the
+  # constant flipped, then put back); greedy_tokens and sample alone beside the reference (b =
+  # 1, 32 / 1, 256); the overlapped-graph engine tests, greedy and sampled; paged attention
+  # alone with and without the merge in the
   # split kernel (graph replays); the b=32 replay's kernels with the argmax inside / outside
   # (s34: 90 us longer without it, unexplained).
   nvidia-smi --query-gpu=name --format=csv,noheader | tee "$out/gpu.txt"
-  strict_rows "greedy_tokens or paged_attention or linear-"
+  strict_rows "greedy_tokens or sample or paged_attention or linear-"
   pa=hwinfer/kernels/triton/paged_attention.py
   cp $pa /tmp/pa.py && sed -i 's/^COMBINE_IN_SPLIT = False/COMBINE_IN_SPLIT = True/' $pa
   grep -q "^COMBINE_IN_SPLIT = True" $pa && strict 100 "paged_attention" && \
     mv "$out/conformance.txt" "$out/conformance_combine.txt"
   cp /tmp/pa.py $pa
-  timeout 40 python3 scripts/bench_small_ops.py --only greedy > "$out/greedy.csv" 2> "$out/greedy.err"
-  echo "== bench_small_ops --only greedy rc=$?"; grep -v "warn\|Warn" "$out/greedy.err" | tail -6
+  timeout 90 python3 scripts/bench_small_ops.py --quick --only greedy,sample > "$out/greedy.csv" \
+    2> "$out/greedy.err"
+  echo "== bench_small_ops --quick --only greedy,sample rc=$?"; grep -v "warn\|Warn" "$out/greedy.err" | tail -12
   HWINFER_TEST_DEVICE=cuda timeout 60 python3 -m pytest tests/engine/test_graphs.py -q \
-    -p no:cacheprovider -k "overlap and greedy and (qwen or kimi or deepseek)" > "$out/test_graphs.txt" 2>&1
-  echo "== greedy overlapped-graph engine tests on the card rc=$?"; grep -E "passed|failed|FAILED" "$out/test_graphs.txt" | tail -6
+    -p no:cacheprovider -k "overlap and (qwen or kimi or deepseek)" > "$out/test_graphs.txt" 2>&1
+  echo "== overlapped-graph engine tests (greedy, sampled) on the card rc=$?"; grep -E "passed|failed|FAILED" "$out/test_graphs.txt" | tail -6
   timeout 90 python3 scripts/bench_paged_attention.py --quick --graph > "$out/paged.csv" 2> "$out/paged.err"
   echo "== bench_paged_attention --quick --graph rc=$?"; grep "paged_attention" "$out/paged.err" | cut -c1-120
   timeout 90 python3 scripts/profile_replay.py --batch 32 \

@@ -1,21 +1,9 @@
-"""Triton token sampling (contract: :func:`hwinfer.ops.sampling.sample`).
+"""Triton kernels for picking tokens: the greedy argmax, and the pieces the sampler shares with it.
 
-``_sample_kernel``, one program per row, every step a loop over the vocabulary in BLOCK chunks
-(no sort, no full-row buffer, no host sync: it runs inside captured decode graphs):
-
-1. greedy argmax of the raw logits (ties: lowest id) and the row max; greedy rows stop here;
-2. top-k: the k-th largest scaled logit, found by bisection on an order-preserving int32 key of
-   the fp32 value. Each pass counts ``key >= mid`` and also returns the nearest keys that
-   actually occur on either side of ``mid``, so the bounds snap to real values (few passes on
-   real logits) and the search stops early when exactly k values are >= the bound;
-3. top-p: with ``Z = sum exp(l - max)`` over the kept set, the cut value ``v`` is the smallest
-   kept value whose strictly-greater mass is ``< p Z``, found by the same snapped bisection;
-   tokens tied at ``v`` are kept in id order while ``mass_before < p Z`` (the contract's stable
-   sort order), counted with a running cumsum in the final pass;
-4. final pass: Gumbel-max over the kept set with the contract's counter-based noise, the mix32
-   hash evaluated in uint32 (products wrap modulo 2**32, the same bits as the int64 reference).
-
-Scaling uses a correctly rounded division (``div_rn``), as torch does, so the kept sets agree.
+The sampler itself (contract: :func:`hwinfer.ops.sampling.sample`) is in :mod:`.sample_split`;
+it uses this module's order-preserving key of an fp32 value (``_key`` / ``_unkey``) and the
+contract's mix32 hash in uint32 (``_mix32``: products wrap modulo 2**32, the same bits as the
+int64 reference).
 
 ``_greedy_kernel`` (contract: :func:`hwinfer.ops.sampling.greedy_tokens`) is the greedy row alone,
 split over the vocabulary: one program per (row, BLOCK chunk), so a batch-1 decode step's argmax
@@ -65,166 +53,6 @@ def _unkey(k):
     """Inverse of :func:`_key` (int64 holding an int32 key) -> fp32."""
     k32 = k.to(tl.int32)
     return tl.where(k32 < 0, k32 ^ 0x7FFFFFFF, k32).to(tl.float32, bitcast=True)
-
-
-@triton.jit
-def _mid(lo, hi):
-    """A probe strictly between keys lo and hi: the value midpoint (halves the value range,
-    which real logits fill densely near the cut), else the key midpoint (infinite bounds)."""
-    mk = _key(0.5 * _unkey(lo) + 0.5 * _unkey(hi)).to(tl.int64)
-    return tl.where((mk > lo) & (mk < hi), mk, lo + ((hi - lo) >> 1))
-
-
-@triton.jit
-def _scaled(base, offs, V, t):
-    m = offs < V
-    x = tl.load(base + offs, mask=m, other=float("-inf")).to(tl.float32)
-    return tl.math.div_rn(x, t), m
-
-
-@triton.jit
-def _sample_kernel(logits_ptr, temp_ptr, topk_ptr, topp_ptr, seed_ptr, step_ptr, out_ptr,
-                   V, stride, BLOCK: tl.constexpr):
-    row = tl.program_id(0)
-    base = logits_ptr + row.to(tl.int64) * stride
-    ar = tl.arange(0, BLOCK)
-    # 1. greedy: first index of the maximum.
-    best_v = tl.max(tl.full([BLOCK], float("-inf"), tl.float32), axis=0)
-    best_i = tl.sum(tl.zeros([BLOCK], dtype=tl.int32), axis=0)
-    low = tl.min(tl.full([BLOCK], float("inf"), tl.float32), axis=0)
-    for s0 in range(0, V, BLOCK):
-        offs = s0 + ar
-        x = tl.load(base + offs, mask=offs < V, other=float("-inf")).to(tl.float32)
-        low = tl.minimum(low, tl.min(tl.where(offs < V, x, float("inf")), axis=0))
-        bm = tl.max(x, axis=0)
-        bi = tl.argmax(x, axis=0) + s0
-        better = bm > best_v
-        best_i = tl.where(better, bi, best_i)
-        best_v = tl.where(better, bm, best_v)
-    result = best_i
-    temp = tl.load(temp_ptr + row).to(tl.float32)
-    if temp > 0:
-        t = tl.maximum(temp, 1e-6)
-        smax = tl.math.div_rn(best_v, t)
-        k = tl.minimum(tl.maximum(tl.load(topk_ptr + row).to(tl.int64), 0), V)
-        p = tl.load(topp_ptr + row).to(tl.float32)
-        # 2. top-k threshold thr_k: invariant count(key >= lo) >= k > count(key >= hi).
-        lo = _key(tl.math.div_rn(low, t)).to(tl.int64)   # count(key >= row min) = V >= k
-        hi = tl.where((k > 0) & (k < V), _key(smax).to(tl.int64) + 1, lo + 1)
-        while hi - lo > 1:
-            mid = _mid(lo, hi)
-            cnt = tl.sum(tl.zeros([BLOCK], dtype=tl.int64), axis=0)
-            nxt = tl.full((), _INT32_MAX, tl.int64)
-            prv = tl.full((), _INT32_MIN, tl.int64)
-            for s0 in range(0, V, BLOCK):
-                sv, m = _scaled(base, s0 + ar, V, t)
-                key = _key(sv).to(tl.int64)
-                ge = m & (key >= mid)
-                cnt += tl.sum(ge.to(tl.int64), axis=0)
-                nxt = tl.minimum(nxt, tl.min(tl.where(ge, key, _INT32_MAX), axis=0))
-                prv = tl.maximum(prv, tl.max(tl.where(m & ~ge, key, _INT32_MIN), axis=0))
-            lo = tl.where(cnt >= k, nxt, lo)
-            hi = tl.where(cnt >= k, tl.where(cnt == k, nxt + 1, hi), prv + 1)
-        thr_k = lo   # without top-k: the row minimum, every token kept
-        # 3. top-p cut thr_p: E_gt(lo) >= target > E_gt(hi), hi a kept key; e_hi = E_gt(hi).
-        target = p * 0.0
-        e_hi = p * 0.0
-        q = p * 0.0
-        lo = thr_k - 1
-        hi = _key(smax).to(tl.int64)
-        use_p = p < 1.0
-        if use_p:
-            z = p * 0.0
-            for s0 in range(0, V, BLOCK):
-                sv, m = _scaled(base, s0 + ar, V, t)
-                keep = m & (_key(sv).to(tl.int64) >= thr_k)
-                z += tl.sum(tl.where(keep, tl.exp(sv - smax), 0.0), axis=0)
-            target = tl.maximum(p * z, 1e-30)
-            while hi - lo > 1:
-                mid = _mid(lo, hi)
-                e = p * 0.0
-                nxt = tl.full((), _INT32_MAX, tl.int64)
-                prv = tl.full((), _INT32_MIN, tl.int64)
-                for s0 in range(0, V, BLOCK):
-                    sv, m = _scaled(base, s0 + ar, V, t)
-                    key = _key(sv).to(tl.int64)
-                    kept = m & (key >= thr_k)
-                    gt = kept & (key > mid)
-                    e += tl.sum(tl.where(gt, tl.exp(sv - smax), 0.0), axis=0)
-                    nxt = tl.minimum(nxt, tl.min(tl.where(gt, key, _INT32_MAX), axis=0))
-                    prv = tl.maximum(prv, tl.max(tl.where(kept & ~gt, key, _INT32_MIN), axis=0))
-                below = e < target
-                e_hi = tl.where(below, e, e_hi)
-                hi = tl.where(below, prv, hi)
-                lo = tl.where(below, lo, nxt - 1)
-            kb = hi.to(tl.int32)
-            vbits = tl.where(kb < 0, kb ^ 0x7FFFFFFF, kb)
-            q = tl.exp(vbits.to(tl.float32, bitcast=True) - smax)
-        thr_p = hi
-        # 4. Gumbel-max over the kept set; noise from mix32(id ^ row hash).
-        seed = tl.load(seed_ptr + row).to(tl.int64)
-        step = tl.load(step_ptr + row).to(tl.int64)
-        hrow = _mix32(step.to(tl.uint32) ^ _mix32(seed.to(tl.uint32) ^ _mix32((seed >> 32).to(tl.uint32))))
-        best = tl.max(tl.full([BLOCK], float("-inf"), tl.float32), axis=0)
-        pick = tl.sum(tl.zeros([BLOCK], dtype=tl.int32), axis=0)
-        ties = p * 0.0
-        for s0 in range(0, V, BLOCK):
-            offs = s0 + ar
-            sv, m = _scaled(base, offs, V, t)
-            key = _key(sv).to(tl.int64)
-            kept = m & (key >= thr_k)
-            if use_p:
-                tie = kept & (key == thr_p)
-                rank = ties + tl.cumsum(tie.to(tl.float32), axis=0) - tie.to(tl.float32)
-                ok_tie = tie & ((rank == 0) | (e_hi + rank * q < target))
-                kept = kept & ((key > thr_p) | ok_tie)
-                ties += tl.sum(tie.to(tl.float32), axis=0)
-            h = _mix32(offs.to(tl.uint32) ^ hrow)
-            u = ((h >> 8).to(tl.float32) + 0.5) / 16777216.0
-            val = tl.where(kept, sv - tl.log(-tl.log(u)), float("-inf"))
-            bm = tl.max(val, axis=0)
-            bi = tl.argmax(val, axis=0) + s0
-            better = bm > best
-            pick = tl.where(better, bi, pick)
-            best = tl.where(better, bm, best)
-        result = pick
-    tl.store(out_ptr + row, result)
-
-
-def sample(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor,
-           top_p: torch.Tensor, seeds: torch.Tensor, steps: torch.Tensor,
-           block: int | None = None, num_warps: int = 8) -> torch.Tensor:
-    """logits [B, V]; temperature, top_p [B] float; top_k, seeds, steps [B] int -> ids [B] int32."""
-    if logits.dim() != 2:
-        raise ValueError(f"sample: logits must be [B, V], got shape {tuple(logits.shape)}")
-    b, v = logits.shape
-    for name, tt in (("temperature", temperature), ("top_k", top_k), ("top_p", top_p),
-                     ("seeds", seeds), ("steps", steps)):
-        if tt.shape != (b,):
-            raise ValueError(f"sample: {name} must have shape [{b}], got {tuple(tt.shape)}")
-    out = torch.empty(b, dtype=torch.int32, device=logits.device)
-    if b == 0:
-        return out
-    if logits.stride(-1) != 1:
-        logits = logits.contiguous()
-    blk = block or min(4096, triton.next_power_of_2(v))
-    _sample_kernel[(b,)](logits, temperature.contiguous(), top_k.contiguous(),
-                         top_p.contiguous(), seeds.contiguous(), steps.contiguous(), out, v,
-                         logits.stride(0), BLOCK=blk, num_warps=num_warps)
-    return out
-
-
-def sample_supported(logits: torch.Tensor, top_k: torch.Tensor, seeds: torch.Tensor,
-                     steps: torch.Tensor, **_: object) -> str | None:
-    """Per-call check: float logits, V < 2**31, integer top_k / seeds / steps."""
-    if logits.dim() != 2 or logits.dtype not in _FLOATS:
-        return "logits must be float [B, V]"
-    if logits.shape[1] >= 2**31 - 4096:
-        return "vocab too large for int32 ids"
-    for name, tt in (("top_k", top_k), ("seeds", seeds), ("steps", steps)):
-        if tt.is_floating_point():
-            return f"{name} must be an integer tensor"
-    return None
 
 
 @triton.jit
@@ -288,11 +116,6 @@ def _aot_specs():
 
     specs = []
     for dtype in ("fp32", "bf16"):
-        sig = {"logits_ptr": f"*{dtype}", "temp_ptr": "*fp32", "topk_ptr": "*i32",
-               "topp_ptr": "*fp32", "seed_ptr": "*i64", "step_ptr": "*i64", "out_ptr": "*i32",
-               "V": "i32", "stride": "i32", "BLOCK": "constexpr"}
-        specs.append(AotSpec(f"sample[{dtype}]", _sample_kernel, sig, {"BLOCK": 4096},
-                             {"num_warps": 8}))
         sig = {"logits_ptr": f"*{dtype}", "out_ptr": "*i64", "best_ptr": "*i64",
                "ticket_ptr": "*i32", "V": "i32", "stride": "i32", "BLOCK": "constexpr",
                "PDL": "constexpr"}
