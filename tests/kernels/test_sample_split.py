@@ -1,7 +1,7 @@
 """The sampler split over the vocabulary (hwinfer/kernels/triton/sample_split.py), interpreted,
 against the reference token for token where the conformance cases do not reach: several chunks
 a row; integer logits, so many tokens tie at the top-k and top-p cuts (the cut's ties kept in id
-order, only some of them); bf16 logits; k = 1, k = V, p close to 0 and 1; greedy and sampled
+order, only some of them); bf16 logits; k = 1, k = V, p close to 0 and 1, p <= 0; greedy and sampled
 rows in one batch. After every call each per-row word is back at its start value."""
 from __future__ import annotations
 
@@ -34,6 +34,7 @@ check(ties, [1.0, 1.0, 0.7, 0.0], [0, 10, 0, 0], [0.3, 1.0, 0.02, 1.0])
 check(ties[:2], [1.0, 1.0], [300, 3], [0.5, 1.0])
 check((torch.randn(3, V, generator=g) * 3).bfloat16(), [0.6, 1.0, 2.0], [50, 0, 1], [0.9, 0.8, 1.0])
 check(torch.randn(3, V, generator=g) * 3, [0.8, 0.8, 0.8], [V, 0, 2499], [1.0, 0.999, 0.05])
+check(ties[:2], [1.0, 1.0], [0, 7], [0.0, -1.0])   # p <= 0: the first top token, as the reference
 print("ok")
 """
 

@@ -228,6 +228,7 @@ def _select_p(hn, hm, st, p, prefix, smax, bins, FIRST_LEVEL: tl.constexpr, LAST
         z = tl.sum(mass, axis=0).to(tl.float64) * p.to(tl.float64)
         target = z.to(tl.int64)
         target += (target.to(tl.float64) < z).to(tl.int64)      # ceil(p Z): E < pZ <=> E < ceil
+        target = tl.maximum(target, 1)   # p <= 0: the top token alone, as the reference keeps
         tl.store(st + _TARGET, target)
         e_above = target * 0
     else:
