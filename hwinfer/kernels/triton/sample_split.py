@@ -37,8 +37,8 @@ import triton
 import triton.language as tl
 
 from hwinfer.kernels.triton.resting import resting_words
-from hwinfer.kernels.triton.sampling import (_FLOATS, _INT32_MAX, _INT32_MIN, _INT64_MIN, _key, _mix32,
-                                           _unkey)
+from hwinfer.kernels.triton.sampling import (_INT32_MAX, _INT32_MIN, _INT64_MIN, _key, _mix32, _unkey,
+                                           greedy_tokens_supported)
 
 STAGES = 10   # launches a call: FIRST, K1-K3, P0-P3, TIES, FINAL
 FIRST, K3, P0, P3, TIES = (tl.constexpr(i) for i in (0, 3, 4, 7, 8))
@@ -288,15 +288,12 @@ def sample(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor,
 
 def sample_supported(logits: torch.Tensor, top_k: torch.Tensor, seeds: torch.Tensor,
                      steps: torch.Tensor, **_: object) -> str | None:
-    """Per-call check: float logits, V < 2**31 - 4096, integer top_k / seeds / steps."""
-    if logits.dim() != 2 or logits.dtype not in _FLOATS:
-        return "logits must be float [B, V]"
-    if logits.shape[1] >= 2**31 - 4096:
-        return "vocab too large for int32 ids"
+    """Per-call check: float logits [B, V] with int32 ids, integer top_k / seeds / steps."""
+    reason = greedy_tokens_supported(logits)
     for name, tt in (("top_k", top_k), ("seeds", seeds), ("steps", steps)):
-        if tt.is_floating_point():
-            return f"{name} must be an integer tensor"
-    return None
+        if reason is None and tt.is_floating_point():
+            reason = f"{name} must be an integer tensor"
+    return reason
 
 
 def _aot_specs():
