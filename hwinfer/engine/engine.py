@@ -293,8 +293,7 @@ class Engine:
         # (pinned: a copy from pageable memory may wait for the stream)
         floats = host_to_device([temp, top_p], device, torch.float32)
         ints = host_to_device([top_k, [r.seed for r in reqs], steps], device, torch.int64)
-        return self.model.ops.sample(logits, floats[0], ints[0].to(torch.int32), floats[1], ints[1],
-                                     ints[2]).long()
+        return self.model.ops.sample(logits, floats[0], ints[0], floats[1], ints[1], ints[2]).long()
 
     def _all_greedy(self, reqs: list[Request]) -> bool:
         """Whether every request samples greedily (temperature <= 0, its own or the model's)."""
