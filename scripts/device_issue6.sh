@@ -294,7 +294,8 @@ elif [ "$phase" = s36a ]; then
   # split (COMBINE_IN_SPLIT, off by default until this). Checks and op timings here, the model's
   # step in s36b. In order of need, each part leaving its files in $OUT as it ends: strict rows
   # of the changed ops (defaults); strict paged attention with COMBINE_IN_SPLIT on (this copy's
-  # constant flipped, then put back); greedy_tokens and sample alone beside the reference (b =
+  # constant flipped, then put back); the card tests of the sampler (248k vocabulary: many
+  # programs a row) and of the merge (many live splits); greedy_tokens and sample alone beside the reference (b =
   # 1, 32 / 1, 256); the overlapped-graph engine tests, greedy and sampled; paged attention
   # alone with and without the merge in the
   # split kernel (graph replays); the b=32 replay's kernels with the argmax inside / outside
@@ -306,6 +307,10 @@ elif [ "$phase" = s36a ]; then
   grep -q "^COMBINE_IN_SPLIT = True" $pa && strict 100 "paged_attention" && \
     mv "$out/conformance.txt" "$out/conformance_combine.txt"
   cp /tmp/pa.py $pa
+  timeout 120 python3 -m pytest tests/kernels/test_sample_split.py tests/kernels/test_paged_attention.py \
+    -q -p no:cacheprovider -k cuda > "$out/kernel_tests.txt" 2>&1
+  echo "== card tests: the sampler at 248k (racing tickets), the merge in the split kernel rc=$?"
+  grep -E "passed|failed|FAILED|Error" "$out/kernel_tests.txt" | tail -6
   timeout 90 python3 scripts/bench_small_ops.py --quick --only greedy,sample > "$out/greedy.csv" \
     2> "$out/greedy.err"
   echo "== bench_small_ops --quick --only greedy,sample rc=$?"; grep -v "warn\|Warn" "$out/greedy.err" | tail -12
@@ -318,9 +323,9 @@ elif [ "$phase" = s36a ]; then
     --variant "outside@hwinfer.engine.graphs:GREEDY_IN_GRAPH=False" > "$out/replay.jsonl" 2> "$out/replay.err"
   echo "== profile_replay rc=$?"; grep "^#" "$out/replay.err" | cut -c1-150
   tar -czf "$out/logs.tgz" -C "$out" conformance_default.txt conformance_combine.txt \
-    test_graphs.txt greedy.err paged.err replay.err && rm -f "$out"/conformance_default.txt \
-    "$out"/conformance_combine.txt "$out"/test_graphs.txt "$out"/greedy.err "$out"/paged.err \
-    "$out"/replay.err
+    kernel_tests.txt test_graphs.txt greedy.err paged.err replay.err && rm -f \
+    "$out"/conformance_default.txt "$out"/conformance_combine.txt "$out"/kernel_tests.txt \
+    "$out"/test_graphs.txt "$out"/greedy.err "$out"/paged.err "$out"/replay.err
 elif [ "$phase" = s36b ]; then
   # Qwen3.5-0.8B's step (b = 1, 32) in paired rounds: the default against torch's argmax
   # (greedy_tokens' reference), the merge in the split kernel (COMBINE_IN_SPLIT), at most 8

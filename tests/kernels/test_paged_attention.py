@@ -114,3 +114,24 @@ def test_per_call_checks_refuse_uncovered_shapes():
     x = torch.randn(1, 3, 8)
     assert causal_conv1d_supported(x, torch.randn(8, 4)) is None
     assert causal_conv1d_supported(x, torch.randn(8, 5)) is not None
+
+
+def test_merge_in_split_on_cuda(monkeypatch):
+    """On a CUDA device: the merge done by each row block's last split equals the combine
+    kernel's bit for bit with many live splits a row block (so the tickets really race):
+    Qwen3.5's decode shape, 4 sequences of 1k-8k keys, twice each."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    from hwinfer.kernels.triton import paged_attention as pa
+    from hwinfer.ops import attention_paged as ref_pa
+
+    gen = torch.Generator().manual_seed(0)
+    inputs = ref_pa._paged_case([1024, 4100, 8192, 77], 1, 8, 2, 256, 256, 64,
+                                gate=True)(gen, torch.bfloat16, "cuda")
+    monkeypatch.setattr(pa, "COMBINE_IN_SPLIT", False)
+    two = pa.paged_attention(**inputs)
+    monkeypatch.setattr(pa, "COMBINE_IN_SPLIT", True)
+    for _ in range(2):
+        one = pa.paged_attention(**inputs)
+        assert torch.equal(one, two)

@@ -41,3 +41,30 @@ print("ok")
 
 def test_sample_split_against_the_reference():
     run_interpreted(SCRIPT)
+
+
+def test_many_programs_a_row_on_cuda():
+    """On a CUDA device: a 248,320-token vocabulary (122 programs a row, so the rows' tickets
+    and atomics really race), random and integer logits (thousands of ties at every cut),
+    greedy and sampled rows, token for token against the reference, over several draws."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    from hwinfer.kernels.triton.sample_split import sample
+    from hwinfer.ops.sampling import sample as reference
+
+    g = torch.Generator(device="cuda").manual_seed(0)
+    v = 248_320
+    temp = torch.tensor([0.0, 0.7, 1.0, 0.8, 1.2, 0.6], device="cuda")
+    top_k = torch.tensor([0, 50, 0, 1000, 0, 5], device="cuda", dtype=torch.int32)
+    top_p = torch.tensor([1.0, 0.9, 0.5, 1.0, 0.95, 0.8], device="cuda")
+    for trial in range(8):
+        if trial % 2:
+            logits = torch.randint(-20, 21, (6, v), device="cuda", generator=g).float()
+        else:
+            logits = torch.randn(6, v, device="cuda", generator=g) * 3
+        seeds = torch.randint(0, 2**62, (6,), device="cuda", generator=g)
+        steps = torch.randint(0, 4096, (6,), device="cuda", generator=g)
+        args = (logits, temp, top_k, top_p, seeds, steps)
+        got, want = sample(*args), reference(*args)
+        assert torch.equal(got, want), (trial, got.tolist(), want.tolist())
