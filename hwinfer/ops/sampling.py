@@ -36,12 +36,29 @@ def sampling_uniforms(seeds: torch.Tensor, steps: torch.Tensor, vocab: int) -> t
     The 24 high bits of the hash give ``(h + 0.5) / 2**24``, exactly representable in fp32 and
     never 0 or 1, so ``-log(-log(u))`` is always finite.
     """
+    ids = torch.arange(vocab, device=seeds.device, dtype=torch.int64)
+    return uniforms_at(seeds[:, None], steps[:, None], ids[None, :])
+
+
+def uniforms_at(seeds: torch.Tensor, steps: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    """:func:`sampling_uniforms` at the given token ids only (broadcast together): the same
+    fp32 values, for an implementation that draws over a few kept tokens."""
     seeds = seeds.to(torch.int64)
     steps = steps.to(torch.int64)
-    ids = torch.arange(vocab, device=seeds.device, dtype=torch.int64)
-    h = mix32(ids[None, :] ^ mix32(steps[:, None] ^ mix32((seeds & _MASK32)[:, None]
-                                                            ^ mix32(seeds >> 32)[:, None])))
+    h = mix32(ids.to(torch.int64) ^ mix32(steps ^ mix32((seeds & _MASK32) ^ mix32(seeds >> 32))))
     return ((h >> 8).to(torch.float32) + 0.5) / float(1 << 24)
+
+
+def check_sample(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor,
+                 top_p: torch.Tensor, seeds: torch.Tensor, steps: torch.Tensor) -> None:
+    """The shapes :func:`sample` accepts, with an error naming the argument otherwise."""
+    if logits.dim() != 2:
+        raise ValueError(f"sample: logits must be [B, V], got shape {tuple(logits.shape)}")
+    b = logits.shape[0]
+    for name, t in (("temperature", temperature), ("top_k", top_k), ("top_p", top_p),
+                    ("seeds", seeds), ("steps", steps)):
+        if t.shape != (b,):
+            raise ValueError(f"sample: {name} must have shape [{b}], got {tuple(t.shape)}")
 
 
 def sample(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor,
@@ -64,13 +81,8 @@ def sample(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor,
     index of the token being generated, so each step draws fresh noise).
     Returns token ids [B] int32.
     """
-    if logits.dim() != 2:
-        raise ValueError(f"sample: logits must be [B, V], got shape {tuple(logits.shape)}")
-    b, v = logits.shape
-    for name, t in (("temperature", temperature), ("top_k", top_k), ("top_p", top_p),
-                    ("seeds", seeds), ("steps", steps)):
-        if t.shape != (b,):
-            raise ValueError(f"sample: {name} must have shape [{b}], got {tuple(t.shape)}")
+    check_sample(logits, temperature, top_k, top_p, seeds, steps)
+    v = logits.shape[1]
     l32 = logits.float()
     greedy = l32.argmax(dim=-1)
     temp = temperature.float().clamp_min(1e-6)

@@ -44,6 +44,7 @@ KERNELS: dict[str, tuple[str, str | None]] = {
     "rms_norm_rope": (f"{_P}.norm:rms_norm_rope", None),
     "rms_norm_rope_kv_store": (f"{_P}.norm:rms_norm_rope_kv_store", None),
     "apply_rope": (f"{_P}.rope:apply_rope", None),
+    "sample": (f"{_P}.sampling:sample", None),
     "linear": (f"{_P}.dense:linear", None),
     "add_rms_norm_linear": (f"{_P}.dense:add_rms_norm_linear", None),
     "add_rms_norm_linear_conv": (f"{_P}.dense:add_rms_norm_linear_conv", None),
@@ -61,6 +62,5 @@ REFERENCE_IS_BEST: dict[str, str] = {
     "rope_tables": "a few vector ops, once per forward; bit-identical to transformers",
     "kv_store_fp8_ds_mla": "the pack arithmetic and one scatter",
     "paged_rows": "a few index ops, once per forward",
-    "sample": "one sort per row; deterministic counter-based noise",
     "greedy_tokens": "one argmax kernel written into the output",
 }
