@@ -6,8 +6,8 @@ step. Here, row by row:
 
 * top-k's k-th largest value comes from ``torch.topk`` (the same value the sort gives);
 * top-p's order is needed only up to the cut. The candidates are every token whose probability
-  is at least the m-th largest (m = 1,024, 16,384, then the row): all tokens tied at the
-  boundary are in, so sorting them (probability descending, id ascending, as the reference's
+  is at least the m-th largest (m = 1,024, then 16,384 unless that mass is below p / 2, then the
+  row): all tokens tied at the boundary are in, so sorting them (probability descending, id ascending, as the reference's
   stable sort) gives exactly the first entries of the reference's order, and the cumulative sum
   (sequential, as torch's) the same prefix. Once that prefix reaches ``p``, no later token can be
   kept;
@@ -43,10 +43,13 @@ def _top_p_kept(probs: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
         total = sorted_probs.cumsum(0)
         if m == v or bool(total[-1] >= p):   # the next token's mass before is >= p: not kept
             break
-        m *= 16   # then, at the latest, the whole row (a flat distribution: the reference's sort)
+        # 16x more, or the whole row at once when this much is far from enough (flat rows)
+        m = v if bool(total[-1] < p / 2) else m * 16
     keep = (total - sorted_probs) < p
     keep[0] = True
-    return torch.sort(cand[order][keep]).values
+    kept = torch.zeros(v, dtype=torch.bool, device=probs.device)
+    kept[cand[order][keep]] = True
+    return kept.nonzero()[:, 0]   # ascending, without another sort
 
 
 def sample(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor,
@@ -69,9 +72,12 @@ def sample(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor,
         keep = scaled >= torch.topk(scaled, ks[r]).values[-1] if ks[r] > 0 else None
         if use_p[r]:
             masked = scaled if keep is None else scaled.masked_fill(~keep, float("-inf"))
-            ids = _top_p_kept(torch.softmax(masked[None], dim=-1)[0], p32[r])
-            if keep is not None:
-                ids = ids[keep[ids]]
+            probs = torch.softmax(masked[None], dim=-1)[0]
+            if keep is None:
+                ids = _top_p_kept(probs, p32[r])
+            else:   # top-k's tokens only: the rest have probability 0 and sort after them
+                kept = keep.nonzero()[:, 0]
+                ids = kept[_top_p_kept(probs[kept], p32[r])]
         elif keep is not None:
             ids = keep.nonzero()[:, 0]
         else:
