@@ -7,10 +7,10 @@ step. Here, row by row:
 * top-k's k-th largest value comes from ``torch.topk`` (the same value the sort gives);
 * top-p's order is needed only up to the cut. The candidates are every token whose probability
   is at least the m-th largest (m = 1,024, then 16,384 unless that mass is below p / 2, then the
-  row): all tokens tied at the boundary are in, so sorting them (probability descending, id ascending, as the reference's
-  stable sort) gives exactly the first entries of the reference's order, and the cumulative sum
-  (sequential, as torch's) the same prefix. Once that prefix reaches ``p``, no later token can be
-  kept;
+  row): all tokens tied at the boundary are in, so sorting them (probability descending, id
+  ascending, as the reference's stable sort) gives exactly the first entries of the reference's
+  order, and the cumulative sum (sequential, as torch's) the same prefix. Once that prefix
+  reaches ``p``, no later token can be kept;
 * the noise is drawn at the kept tokens only (:func:`~hwinfer.ops.sampling.uniforms_at`).
 
 Same probabilities (one softmax over the row), same sums, same noise: the same token as the
@@ -38,8 +38,9 @@ def _top_p_kept(probs: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
         else:
             floor = torch.topk(probs, m, sorted=False).values.min()
             cand = (probs >= floor).nonzero()[:, 0]               # every tie at the boundary too
-        order = torch.sort(probs[cand], descending=True, stable=True).indices
-        sorted_probs = probs[cand][order]
+        cand_probs = probs[cand]
+        order = torch.sort(cand_probs, descending=True, stable=True).indices
+        sorted_probs = cand_probs[order]
         total = sorted_probs.cumsum(0)
         if m == v or bool(total[-1] >= p):   # the next token's mass before is >= p: not kept
             break

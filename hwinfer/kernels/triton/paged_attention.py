@@ -35,7 +35,7 @@ import triton.language as tl
 
 from hwinfer.kernels.triton import num_sms
 from hwinfer.kernels.triton.pdl import launch_kwargs, pdl_enter, pdl_ok
-from hwinfer.kernels.triton.resting import resting_words
+from hwinfer.kernels.triton.resting import last_arrival, resting_words
 
 _LOG2E = 1.4426950408889634
 MAX_SPLITS = 32
@@ -213,13 +213,9 @@ def _paged_split_kernel(
         tl.store(pacc_ptr + prow[:, None] * DV + dv[None, :], acc,
                  mask=row_ok[:, None] & (dv < DV)[None, :])  # padding rows: never read
         if COMBINE:
-            # The live splits' last to arrive merges them (no combine kernel). One thread takes
-            # the ticket: the barrier first puts every thread's partial stores before its
-            # acq_rel atomic, so whoever draws a later ticket sees them.
+            # The live splits' last to arrive merges them (no combine kernel).
             live = tl.minimum(nsplit, tl.cdiv(L - lo, span))
-            tl.debug_barrier()
-            if tl.atomic_add(ticket_ptr + pid, 1) == live - 1:
-                tl.atomic_xchg(ticket_ptr + pid, 0)   # back at rest for the next call
+            if last_arrival(ticket_ptr + pid, live):
                 acc, m, l = _merge_splits(pm_ptr, pl_ptr, pacc_ptr, pid, nsplit, live, row_ok,
                                           dv, DV, BLOCK_M, BDV)
                 _finish(acc, m, l, rows, row_ok, dv, b, hkv, G, SQ, DV, sink_ptr, gate_ptr,

@@ -1,6 +1,7 @@
 """Device words that a kernel leaves as it found them: per-row tickets and running maxima that
 the programs of one launch meet on through atomics, where the last program to arrive finishes
-the row and puts the words back to their start values.
+the row and puts the words back to their start values (``last_arrival``: the ticket, shared by
+greedy_tokens, the sampler and paged attention's merge).
 
 So no fill runs before each call and the kernel replays inside a CUDA graph. The words are held
 per (kernel, device) and grow by replacement: a replaced set stays alive, because captured
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import torch
 import triton
+import triton.language as tl
 
 # (kernel, device) -> every set of words handed out, the current one last
 _HELD: dict[tuple[str, torch.device], list[tuple[torch.Tensor, ...]]] = {}
@@ -36,3 +38,16 @@ def resting_words(kernel: str, rows: int, device: torch.device,
 def held_words(kernel: str, device: torch.device) -> list[tuple[torch.Tensor, ...]]:
     """Every set of words ``kernel`` holds on ``device``, the current one last (for tests)."""
     return _HELD.get((kernel, torch.device(device)), [])
+
+
+@triton.jit
+def last_arrival(ticket_ptr, count):
+    """Take this program's ticket at ``ticket_ptr``; True for the ``count``-th (last) program to
+    arrive, which puts the ticket back to 0. A barrier first: Triton runs the atomic on one
+    thread, and its acq_rel order must cover every thread's writes before it, so that the last
+    program sees all of them."""
+    tl.debug_barrier()
+    last = tl.atomic_add(ticket_ptr, 1) == count - 1
+    if last:
+        tl.atomic_xchg(ticket_ptr, 0)
+    return last

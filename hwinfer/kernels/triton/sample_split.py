@@ -36,9 +36,10 @@ import torch
 import triton
 import triton.language as tl
 
-from hwinfer.kernels.triton.resting import resting_words
-from hwinfer.kernels.triton.sampling import (_INT32_MAX, _INT32_MIN, _INT64_MIN, _key, _mix32, _unkey,
-                                           greedy_tokens_supported)
+from hwinfer.kernels.triton.resting import last_arrival, resting_words
+from hwinfer.kernels.triton.sampling import (_INT32_MAX, _INT32_MIN, _INT64_MIN, _fold, _key, _mix32,
+                                           _take, _unkey, greedy_tokens_supported)
+from hwinfer.ops.sampling import check_sample
 
 STAGES = 10   # launches a call: FIRST, K1-K3, P0-P3, TIES, FINAL
 FIRST, K3, P0, P3, TIES = (tl.constexpr(i) for i in (0, 3, 4, 7, 8))
@@ -81,32 +82,6 @@ def _histogram(logits_ptr, row, stride, c, V, t, smax, prefix, thr_k, use_k,
 
 
 @triton.jit
-def _fold(word_ptr, key, offs):
-    """Fold this chunk's winner (largest int32 key, then lowest id) into the row's int64 word."""
-    top = tl.max(key, axis=0)
-    first = tl.min(tl.where(key == top, offs, _INT32_MAX), axis=0)
-    tl.atomic_max(word_ptr, top.to(tl.int64) * 4294967296 + (4294967295 - first.to(tl.int64)))
-
-
-@triton.jit
-def _take(word_ptr):
-    """The id a row's folded word holds (int32); the word goes back to its start value."""
-    won = tl.atomic_xchg(word_ptr, _INT64_MIN)
-    return (4294967295 - (won & 4294967295)).to(tl.int32)
-
-
-@triton.jit
-def _last(ticket_ptr, row):
-    """Take this program's ticket for its row (after a barrier: every thread's writes come before
-    the one-thread acq_rel atomic); True for the row's last program, which resets the ticket."""
-    tl.debug_barrier()
-    last = tl.atomic_add(ticket_ptr + row, 1) == tl.num_programs(1) - 1
-    if last:
-        tl.atomic_xchg(ticket_ptr + row, 0)
-    return last
-
-
-@triton.jit
 def _sample_kernel(logits_ptr, temp_ptr, topk_ptr, topp_ptr, seed_ptr, step_ptr, out_ptr,
                    best_ptr, state_ptr, ticket_ptr, hn_ptr, hm_ptr, ties_ptr, V, stride, CHUNKS,
                    STAGE: tl.constexpr, BLOCK: tl.constexpr, SUB: tl.constexpr,
@@ -137,7 +112,7 @@ def _sample_kernel(logits_ptr, temp_ptr, topk_ptr, topp_ptr, seed_ptr, step_ptr,
             cnt, _m = _histogram(logits_ptr, row, stride, c, V, t, smax, 0, 0, use_k,
                                  0, False, False, BLOCK, SUB)
             tl.atomic_add(hn + bins, cnt, mask=cnt > 0)
-        if _last(ticket_ptr, row):
+        if last_arrival(ticket_ptr + row, tl.num_programs(1)):
             if sampled:
                 if use_k:
                     _select_k(hn, st, k, k * 0, bins)
@@ -149,7 +124,7 @@ def _sample_kernel(logits_ptr, temp_ptr, topk_ptr, topp_ptr, seed_ptr, step_ptr,
             cnt, _m = _histogram(logits_ptr, row, stride, c, V, t, smax, prefix, 0, use_k,
                                  STAGE, False, False, BLOCK, SUB)
             tl.atomic_add(hn + bins, cnt, mask=cnt > 0)
-            if _last(ticket_ptr, row):
+            if last_arrival(ticket_ptr + row, tl.num_programs(1)):
                 _select_k(hn, st, tl.load(st + _K_REM), prefix, bins)
     elif STAGE <= P3:
         if sampled & use_p:
@@ -158,7 +133,7 @@ def _sample_kernel(logits_ptr, temp_ptr, topk_ptr, topp_ptr, seed_ptr, step_ptr,
                                    STAGE - P0, True, True, BLOCK, SUB)
             tl.atomic_add(hn + bins, cnt, mask=cnt > 0)
             tl.atomic_add(hm + bins, (mass * _UNIT).to(tl.int64), mask=cnt > 0)
-            if _last(ticket_ptr, row):
+            if last_arrival(ticket_ptr + row, tl.num_programs(1)):
                 _select_p(hn, hm, st, p, prefix, smax, bins, STAGE == P0, STAGE == P3)
     elif STAGE == TIES:
         n_keep = tl.load(st + _N_KEEP)
@@ -168,7 +143,7 @@ def _sample_kernel(logits_ptr, temp_ptr, topk_ptr, topp_ptr, seed_ptr, step_ptr,
             m, sv, u = _row_keys(logits_ptr, row, stride, offs, V, t)
             tie = m & (~use_k | (u >= thr_k)) & (u == thr_p)
             tl.store(ties_ptr + row.to(tl.int64) * CMAX + c, tl.sum(tie.to(tl.int32), axis=0))
-            if _last(ticket_ptr, row):
+            if last_arrival(ticket_ptr + row, tl.num_programs(1)):
                 # The chunk holding the n_keep-th tie (ties kept in id order), then its id.
                 ci = tl.arange(0, CMAX)
                 per = tl.load(ties_ptr + row.to(tl.int64) * CMAX + ci, mask=ci < CHUNKS, other=0,
@@ -198,7 +173,7 @@ def _sample_kernel(logits_ptr, temp_ptr, topk_ptr, topp_ptr, seed_ptr, step_ptr,
             noise = ((_mix32(offs.to(tl.uint32) ^ hrow) >> 8).to(tl.float32) + 0.5) / 16777216.0
             _fold(best_ptr + 2 * row + 1,
                   tl.where(kept, _key(sv - tl.log(-tl.log(noise))), _INT32_MIN), offs)
-            if _last(ticket_ptr, row):
+            if last_arrival(ticket_ptr + row, tl.num_programs(1)):
                 tl.store(out_ptr + row, _take(best_ptr + 2 * row + 1))
                 tl.atomic_xchg(best_ptr + 2 * row, _INT64_MIN)
                 tl.store(st + tl.arange(0, 8), tl.zeros([8], tl.int64))
@@ -254,13 +229,8 @@ def sample(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor,
            top_p: torch.Tensor, seeds: torch.Tensor, steps: torch.Tensor,
            block: int = 2048, sub: int = 32, num_warps: int = 4) -> torch.Tensor:
     """logits [B, V]; temperature, top_p [B] float; top_k, seeds, steps [B] int -> ids [B] int32."""
-    if logits.dim() != 2:
-        raise ValueError(f"sample: logits must be [B, V], got shape {tuple(logits.shape)}")
+    check_sample(logits, temperature, top_k, top_p, seeds, steps)
     b, v = logits.shape
-    for name, tt in (("temperature", temperature), ("top_k", top_k), ("top_p", top_p),
-                     ("seeds", seeds), ("steps", steps)):
-        if tt.shape != (b,):
-            raise ValueError(f"sample: {name} must have shape [{b}], got {tuple(tt.shape)}")
     out = torch.empty(b, dtype=torch.int32, device=logits.device)
     if b == 0:
         return out

@@ -20,7 +20,7 @@ import triton
 import triton.language as tl
 
 from hwinfer.kernels.triton.pdl import launch_kwargs, pdl_enter, pdl_ok
-from hwinfer.kernels.triton.resting import resting_words
+from hwinfer.kernels.triton.resting import last_arrival, resting_words
 
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32)
 _INT32_MIN = tl.constexpr(-2147483648)
@@ -56,6 +56,22 @@ def _unkey(k):
 
 
 @triton.jit
+def _fold(word_ptr, key, offs):
+    """Fold this chunk's winner (largest int32 key, then lowest id) into the row's int64 word:
+    the key in the high half, 2^32 - 1 - id in the low half; atomic_max (acq_rel)."""
+    top = tl.max(key, axis=0)
+    first = tl.min(tl.where(key == top, offs, _INT32_MAX), axis=0)
+    tl.atomic_max(word_ptr, top.to(tl.int64) * 4294967296 + (4294967295 - first.to(tl.int64)))
+
+
+@triton.jit
+def _take(word_ptr):
+    """The id a row's folded word holds (int32); the word goes back to its start value."""
+    won = tl.atomic_xchg(word_ptr, _INT64_MIN)
+    return (4294967295 - (won & 4294967295)).to(tl.int32)
+
+
+@triton.jit
 def _greedy_kernel(logits_ptr, out_ptr, best_ptr, ticket_ptr, V, stride, BLOCK: tl.constexpr,
                    PDL: tl.constexpr):
     pdl_enter(PDL)
@@ -64,15 +80,9 @@ def _greedy_kernel(logits_ptr, out_ptr, best_ptr, ticket_ptr, V, stride, BLOCK: 
     x = tl.load(logits_ptr + row.to(tl.int64) * stride + offs, mask=offs < V, other=0.0)
     key = tl.where(x != x, _INT32_MAX, _key(x.to(tl.float32)))   # NaN above +inf, as torch
     key = tl.where(offs < V, key, _INT32_MIN)                     # below every real key
-    top = tl.max(key, axis=0)
-    first = tl.min(tl.where(key == top, offs, _INT32_MAX), axis=0)
-    packed = top.to(tl.int64) * 4294967296 + (4294967295 - first.to(tl.int64))
-    # acq_rel (the default): the last ticket's holder sees every program's atomic_max.
-    tl.atomic_max(best_ptr + row, packed)
-    if tl.atomic_add(ticket_ptr + row, 1) == tl.num_programs(1) - 1:
-        won = tl.atomic_xchg(best_ptr + row, _INT64_MIN)
-        tl.store(out_ptr + row, 4294967295 - (won & 4294967295))
-        tl.atomic_xchg(ticket_ptr + row, 0)
+    _fold(best_ptr + row, key, offs)
+    if last_arrival(ticket_ptr + row, tl.num_programs(1)):
+        tl.store(out_ptr + row, _take(best_ptr + row).to(tl.int64))
 
 
 # The per-row (winner, ticket) words of _greedy_kernel: at rest between calls (see .resting).
